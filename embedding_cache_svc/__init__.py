@@ -1,0 +1,1 @@
+"""embedding_cache_svc"""

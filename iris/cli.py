@@ -1,0 +1,66 @@
+"""The `iris` command line. Each service package contributes its subcommand from its own
+`cli.py` (which must not import heavy modules at import time); a package that has none
+yet simply adds no subcommand."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import typer
+
+app = typer.Typer(
+    help="Iris: serve vision-language models on Kubernetes.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+
+@app.callback()
+def main() -> None:
+    """Iris: serve vision-language models on Kubernetes."""
+
+
+# (subcommand, module, attribute): a function becomes a command, a Typer app a group.
+SUBCOMMANDS = [
+    ("up", "iris.up.cli", "command"),
+    ("models", "iris.models.cli", "app"),
+    ("cache", "embedding_cache_svc.cli", "command"),
+    ("encoder", "encoder_svc.cli", "command"),
+    ("llm", "llm_svc.cli", "command"),
+    ("gateway", "gateway.cli", "command"),
+    ("operator", "operators.cli", "command"),
+]
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _register() -> None:
+    for name, module_name, attribute in SUBCOMMANDS:
+        if not _module_exists(module_name):
+            continue
+        target = getattr(importlib.import_module(module_name), attribute)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+
+
+@app.command("version")
+def version() -> None:
+    """Print the Iris version."""
+    from importlib.metadata import version as package_version
+
+    typer.echo(package_version("iris"))
+
+
+_register()
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,113 @@
+"""Prometheus metric names, label names and default ports of every Iris service.
+
+These constants are the one source of truth: the services register their metrics under
+these names, and the operator, the Grafana dashboards and the Helm chart read them from
+here (the chart's tests check that every name a dashboard queries is defined below).
+"""
+
+from __future__ import annotations
+
+# --- default ports -------------------------------------------------------------------
+GATEWAY_HTTP_PORT = 8000
+ENCODER_GRPC_PORT = 50051
+CACHE_GRPC_PORT = 50052
+LLM_GRPC_PORT = 50053
+# Each gRPC service also serves /metrics (and /healthz) over plain HTTP on its own port.
+ENCODER_METRICS_PORT = 9101
+CACHE_METRICS_PORT = 9102
+LLM_METRICS_PORT = 9103
+OPERATOR_METRICS_PORT = 9104
+# The gateway serves /metrics on its HTTP port.
+GATEWAY_METRICS_PORT = GATEWAY_HTTP_PORT
+
+DEFAULT_PORTS: dict[str, int] = {
+    "gateway": GATEWAY_HTTP_PORT,
+    "encoder": ENCODER_GRPC_PORT,
+    "cache": CACHE_GRPC_PORT,
+    "llm": LLM_GRPC_PORT,
+}
+METRICS_PORTS: dict[str, int] = {
+    "gateway": GATEWAY_METRICS_PORT,
+    "encoder": ENCODER_METRICS_PORT,
+    "cache": CACHE_METRICS_PORT,
+    "llm": LLM_METRICS_PORT,
+    "operator": OPERATOR_METRICS_PORT,
+}
+
+# --- label names ---------------------------------------------------------------------
+LABEL_MODEL = "model"
+LABEL_POD = "pod"
+LABEL_OP = "op"  # cache operation: put, get, reserve, wait, ...
+LABEL_STORE = "store"  # cache store: memory, redis
+LABEL_REASON = "reason"  # discard / failure reason
+LABEL_PLUGIN = "plugin"  # routing plugin name
+LABEL_STATUS = "status"  # HTTP or gRPC status
+LABEL_ROUTE = "route"  # HTTP route
+LABEL_DEPLOYMENT = "deployment"  # operator: encoder | llm
+LABEL_KIND = "kind"  # operator: encoder | llm
+
+# --- LLM pod (llm_svc) ---------------------------------------------------------------
+LLM_KV_UTILISATION = "iris_llm_kv_cache_utilisation"  # gauge, 0..1
+LLM_REQUESTS_RUNNING = "iris_llm_requests_running"  # gauge
+LLM_REQUESTS_WAITING = "iris_llm_requests_waiting"  # gauge
+LLM_PENDING_PREFILL_TOKENS = "iris_llm_pending_prefill_tokens"  # gauge
+LLM_PREFIX_HIT_RATE = "iris_llm_prefix_cache_hit_rate"  # gauge, 0..1 (tokens)
+LLM_PREFIX_HIT_TOKENS = "iris_llm_prefix_cache_hit_tokens_total"  # counter
+LLM_PROMPT_TOKENS = "iris_llm_prompt_tokens_total"  # counter
+LLM_GENERATION_TOKENS = "iris_llm_generation_tokens_total"  # counter
+LLM_IMAGE_TOKENS = "iris_llm_image_tokens_total"  # counter
+LLM_TTFT_SECONDS = "iris_llm_time_to_first_token_seconds"  # histogram
+LLM_TPOT_SECONDS = "iris_llm_time_per_output_token_seconds"  # histogram
+LLM_TOKENS_PER_SECOND = "iris_llm_tokens_per_second"  # gauge
+LLM_REQUESTS_FINISHED = "iris_llm_requests_finished_total"  # counter, label reason
+LLM_PREEMPTIONS = "iris_llm_preemptions_total"  # counter
+
+# --- encoder (encoder_svc) -----------------------------------------------------------
+ENCODER_QUEUED_IMAGES = "iris_encoder_queued_images"  # gauge
+ENCODER_QUEUED_VISION_TOKENS = "iris_encoder_queued_vision_tokens"  # gauge
+ENCODER_BUSY_RATIO = "iris_encoder_busy_ratio"  # gauge, 0..1
+ENCODER_BATCH_SIZE = "iris_encoder_batch_size_images"  # histogram
+ENCODER_DEDUP_RATIO = "iris_encoder_dedup_ratio"  # gauge, 0..1
+ENCODER_IMAGES = "iris_encoder_images_total"  # counter (encoded)
+ENCODER_VISION_TOKENS = "iris_encoder_vision_tokens_total"  # counter
+ENCODER_IMAGES_PER_SECOND = "iris_encoder_images_per_second"  # gauge
+ENCODER_VISION_TOKENS_PER_SECOND = "iris_encoder_vision_tokens_per_second"  # gauge
+ENCODER_FAILED_IMAGES = "iris_encoder_failed_images_total"  # counter, label reason
+ENCODER_REJECTED = "iris_encoder_rejected_total"  # counter (backpressure)
+
+# --- embedding cache (embedding_cache_svc) -------------------------------------------
+CACHE_HITS = "iris_cache_hits_total"  # counter
+CACHE_MISSES = "iris_cache_misses_total"  # counter
+CACHE_DISCARDS = "iris_cache_validation_discards_total"  # counter, label reason
+CACHE_EVICTIONS = "iris_cache_evictions_total"  # counter
+CACHE_BYTES = "iris_cache_bytes_stored"  # gauge
+CACHE_ENTRIES = "iris_cache_entries"  # gauge
+CACHE_RESERVATIONS = "iris_cache_reservations_total"  # counter, label status
+CACHE_LATENCY_SECONDS = "iris_cache_op_latency_seconds"  # histogram, label op
+CACHE_STORE_ERRORS = "iris_cache_store_errors_total"  # counter, label store
+
+# --- gateway -------------------------------------------------------------------------
+GATEWAY_REQUESTS = "iris_gateway_requests_total"  # counter, labels route, status
+GATEWAY_REQUEST_SECONDS = "iris_gateway_request_seconds"  # histogram, label route
+GATEWAY_TTFT_SECONDS = "iris_gateway_time_to_first_token_seconds"  # histogram
+GATEWAY_OVERHEAD_SECONDS = "iris_gateway_overhead_seconds"  # histogram (intake + route)
+GATEWAY_ROUTING_PLUGIN_SECONDS = "iris_gateway_routing_plugin_seconds"  # histogram, plugin
+GATEWAY_PREFIX_HIT_RATIO = "iris_gateway_routed_prefix_ratio"  # histogram, 0..1
+GATEWAY_EMBEDDING_HITS = "iris_gateway_embedding_hits_total"  # counter
+GATEWAY_ENCODE_DISPATCHED = "iris_gateway_encode_dispatched_total"  # counter
+GATEWAY_RETRIES = "iris_gateway_retries_total"  # counter, label reason
+
+# --- operator ------------------------------------------------------------------------
+OPERATOR_DESIRED_REPLICAS = "iris_operator_desired_replicas"  # gauge, labels deployment,kind
+OPERATOR_CURRENT_REPLICAS = "iris_operator_current_replicas"  # gauge, labels deployment,kind
+OPERATOR_SCRAPE_FAILURES = "iris_operator_scrape_failures_total"  # counter, label pod
+OPERATOR_SCALE_EVENTS = "iris_operator_scale_events_total"  # counter, labels kind, reason
+
+
+def all_metric_names() -> set[str]:
+    """Every metric name defined in this module (dashboards are checked against it)."""
+    return {
+        value
+        for name, value in globals().items()
+        if name.isupper() and isinstance(value, str) and value.startswith("iris_")
+    }

@@ -1,0 +1,72 @@
+"""The multimodal contract (DESIGN.md §2): every part of Iris imports it from here."""
+
+from iris.multimodal.blocks import BLOCK_HASH_BYTES, block_hashes, next_block_hash, root_hash
+from iris.multimodal.decode import (
+    DecodePolicy,
+    ImageDecodeError,
+    ImageHeader,
+    decode_image,
+    read_image_header,
+)
+from iris.multimodal.identity import (
+    IDENTITY_TAG,
+    MMHashesTypeError,
+    adopt_mm_hashes,
+    canonical_json,
+    image_identity,
+    parse_mm_hash,
+    processor_fingerprint,
+)
+from iris.multimodal.item import (
+    PAD_BASE,
+    PAD_TAG,
+    Modality,
+    MultimodalItem,
+    hash_of_identity,
+    pad_values_for,
+)
+from iris.multimodal.spans import (
+    Overlap,
+    check_spans,
+    chunk_overlaps,
+    count_mm_tokens_in_chunk,
+    count_mm_tokens_per_request,
+    pad_with_offsets,
+    pad_with_start_end,
+    token_modalities,
+)
+from iris.multimodal.vocab import check_vocab_size
+
+__all__ = [
+    "BLOCK_HASH_BYTES",
+    "IDENTITY_TAG",
+    "PAD_BASE",
+    "PAD_TAG",
+    "DecodePolicy",
+    "ImageDecodeError",
+    "ImageHeader",
+    "MMHashesTypeError",
+    "Modality",
+    "MultimodalItem",
+    "Overlap",
+    "adopt_mm_hashes",
+    "block_hashes",
+    "canonical_json",
+    "check_spans",
+    "check_vocab_size",
+    "chunk_overlaps",
+    "count_mm_tokens_in_chunk",
+    "count_mm_tokens_per_request",
+    "decode_image",
+    "hash_of_identity",
+    "image_identity",
+    "next_block_hash",
+    "pad_values_for",
+    "pad_with_offsets",
+    "pad_with_start_end",
+    "parse_mm_hash",
+    "processor_fingerprint",
+    "read_image_header",
+    "root_hash",
+    "token_modalities",
+]

@@ -1,0 +1,36 @@
+"""Chained block hashes over padded input_ids (DESIGN.md §4), shared by pods and gateway."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import blake3
+import numpy as np
+
+BLOCK_HASH_BYTES = 16
+
+
+def root_hash(fingerprint: bytes) -> bytes:
+    """h_0 = fingerprint[:16]."""
+    return bytes(fingerprint[:BLOCK_HASH_BYTES])
+
+
+def next_block_hash(previous: bytes, block: Sequence[int] | np.ndarray) -> bytes:
+    """h_k = BLAKE3(h_{k-1} ‖ block_k as little-endian int64)[:16]."""
+    data = np.asarray(block, dtype="<i8").tobytes()
+    return blake3.blake3(previous + data).digest()[:BLOCK_HASH_BYTES]
+
+
+def block_hashes(
+    fingerprint: bytes, input_ids: Sequence[int] | np.ndarray, block_size: int
+) -> list[bytes]:
+    """[h_1, ..., h_n] for the n full blocks of `input_ids` (a partial tail is not hashed)."""
+    if block_size <= 0:
+        raise ValueError(f"block_size must be > 0, got {block_size}")
+    ids = np.asarray(input_ids, dtype="<i8").reshape(-1)
+    hashes = []
+    previous = root_hash(fingerprint)
+    for index in range(len(ids) // block_size):
+        previous = next_block_hash(previous, ids[index * block_size : (index + 1) * block_size])
+        hashes.append(previous)
+    return hashes

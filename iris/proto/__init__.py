@@ -1,0 +1,1 @@
+"""Shared protobuf messages. Generated modules are committed; `generate()` rebuilds them."""

@@ -1,0 +1,72 @@
+"""Base for the one pydantic-settings `Settings` class each service defines.
+
+Each service subclasses `ServiceSettings` with its own env prefix (``IRIS_CACHE_``,
+``IRIS_LLM_``...). Settings are read and validated once, at start; a bad value fails with
+the key's name in the message. Peer addresses are lists of ``host:port`` strings, given in
+the environment as JSON (``'["a:1","b:2"]'``) or comma-separated (``a:1,b:2``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class SettingsError(ValueError):
+    """A setting failed validation; the message names every bad key and why."""
+
+
+def parse_address(value: str) -> str:
+    """Check one ``host:port`` peer address and return it normalised (stripped)."""
+    text = value.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"peer address {value!r} is not host:port")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"peer address {value!r} has port {port!r}, expected 1..65535")
+    return text
+
+
+def _split_addresses(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            value = json.loads(text)
+        else:
+            value = [part for part in text.split(",") if part.strip()]
+    if isinstance(value, (list, tuple)):
+        return [parse_address(str(item)) for item in value]
+    return value
+
+
+# NoDecode: the raw env string reaches _split_addresses, which accepts both JSON and CSV.
+AddressList = Annotated[list[str], NoDecode, BeforeValidator(_split_addresses)]
+
+
+class ServiceSettings(BaseSettings):
+    """Common fields; subclasses set ``model_config = SettingsConfigDict(env_prefix=...)``."""
+
+    model_config = SettingsConfigDict(env_prefix="IRIS_", extra="forbid", validate_default=True)
+
+    host: str = "127.0.0.1"
+    log_level: str = "INFO"
+    otlp_endpoint: str | None = None  # falls back to OTEL_EXPORTER_OTLP_ENDPOINT
+
+    @classmethod
+    def load(cls, **overrides: Any):
+        """Read the environment (plus explicit overrides) and validate; raise SettingsError."""
+        clean = {key: value for key, value in overrides.items() if value is not None}
+        try:
+            return cls(**clean)
+        except ValidationError as err:
+            prefix = cls.model_config.get("env_prefix", "")
+            problems = []
+            for error in err.errors():
+                key = ".".join(str(part) for part in error["loc"]) or "<settings>"
+                env_key = f"{prefix}{key}".upper()
+                problems.append(f"{key} (env {env_key}): {error['msg']}")
+            raise SettingsError(f"invalid {cls.__name__}: " + "; ".join(problems)) from None
