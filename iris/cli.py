@@ -16,7 +16,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def main() -> None:
     """Iris: serve vision-language models on Kubernetes."""

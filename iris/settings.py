@@ -32,7 +32,7 @@ def parse_address(value: str) -> str:
 def _split_addresses(value: Any) -> Any:
     if isinstance(value, str):
         text = value.strip()
-        if text.startswith("["):
+        if text.startswith("[") and text.endswith("]") and not text.startswith("[:"):
             import json
 
             value = json.loads(text)

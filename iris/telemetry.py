@@ -81,7 +81,9 @@ def grpc_metadata() -> list[tuple[str, str]]:
     return [(key.lower(), value) for key, value in carrier.items()]
 
 
-def extract_grpc_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> otel_context.Context:
+def extract_grpc_metadata(
+    metadata: Iterable[tuple[str, str | bytes]] | None,
+) -> otel_context.Context:
     """The context a gRPC server span should be started under, from invocation metadata."""
     carrier = {}
     for key, value in metadata or ():

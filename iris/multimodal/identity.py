@@ -55,13 +55,11 @@ def image_identity(image_bytes: bytes | memoryview, fingerprint: bytes) -> bytes
     """BLAKE3(b"iris-image-v1" ‖ fingerprint ‖ image bytes): 32 bytes."""
     if len(fingerprint) != FINGERPRINT_BYTES:
         raise ValueError(f"fingerprint must be {FINGERPRINT_BYTES} bytes, got {len(fingerprint)}")
-    hasher = blake3.blake3(IDENTITY_TAG)
+    # Large images hash on several threads; the digest does not depend on it.
+    threads = blake3.blake3.AUTO if len(image_bytes) >= _PARALLEL_HASH_BYTES else 1
+    hasher = blake3.blake3(IDENTITY_TAG, max_threads=threads)
     hasher.update(fingerprint)
-    if len(image_bytes) >= _PARALLEL_HASH_BYTES:
-        # Large images hash on several threads; the digest does not depend on it.
-        hasher.update(image_bytes, max_threads=blake3.blake3.AUTO)
-    else:
-        hasher.update(image_bytes)
+    hasher.update(image_bytes)
     return hasher.digest()
 
 
@@ -92,13 +90,13 @@ def adopt_mm_hashes(mm_hashes: Any, num_images: int) -> list[bytes | int | None]
     if mm_hashes is None:
         return [None] * num_images
     if not isinstance(mm_hashes, Sequence) or isinstance(mm_hashes, (str, bytes)):
-        raise MMHashesTypeError(f"mm_hashes must be a list of hex strings, got {type(mm_hashes).__name__}")
+        raise MMHashesTypeError(
+            f"mm_hashes must be a list of hex strings, got {type(mm_hashes).__name__}"
+        )
     if not all(isinstance(entry, str) for entry in mm_hashes):
         raise MMHashesTypeError("mm_hashes must be a list of hex strings")
     if len(mm_hashes) != num_images:
-        log.warning(
-            "ignoring mm_hashes: %d entries for %d images", len(mm_hashes), num_images
-        )
+        log.warning("ignoring mm_hashes: %d entries for %d images", len(mm_hashes), num_images)
         return [None] * num_images
     adopted = []
     for index, entry in enumerate(mm_hashes):

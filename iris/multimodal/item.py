@@ -15,7 +15,7 @@ NUM_PAD_VALUES = 4
 MAX_HASH = (1 << 64) - 1
 
 
-class Modality(str, enum.Enum):
+class Modality(enum.StrEnum):
     IMAGE = "image"
     VIDEO = "video"
     AUDIO = "audio"

@@ -146,9 +146,7 @@ def count_mm_tokens_in_chunk(
     offsets: Sequence[tuple[int, int]], chunk_start: int, chunk_end: int
 ) -> int:
     """Number of tokens of the spans `offsets` inside [chunk_start, chunk_end)."""
-    return sum(
-        max(0, min(end + 1, chunk_end) - max(start, chunk_start)) for start, end in offsets
-    )
+    return sum(max(0, min(end + 1, chunk_end) - max(start, chunk_start)) for start, end in offsets)
 
 
 def count_mm_tokens_per_request(

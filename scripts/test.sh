@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up (idempotently) and runs the whole test suite, then ruff.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash scripts/setup.sh
+export PATH="$ROOT/.tools:$PATH"
+.venv/bin/ruff check .
+.venv/bin/python -m pytest -q "$@"
