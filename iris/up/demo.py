@@ -1,0 +1,67 @@
+"""The demo request `iris up --demo-request` sends: one chat with an image, through HTTP."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+
+
+def demo_image_png() -> bytes:
+    """A small picture made here (nothing is downloaded): a red square on blue."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (320, 240), (30, 60, 200))
+    ImageDraw.Draw(image).rectangle((100, 60, 220, 180), fill=(220, 30, 30))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def demo_chat_body(model: str, question: str = "What is in this picture?") -> dict:
+    data_url = "data:image/png;base64," + base64.b64encode(demo_image_png()).decode()
+    return {
+        "model": model,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": data_url}},
+                    {"type": "text", "text": question},
+                ],
+            }
+        ],
+        "max_tokens": 32,
+        "temperature": 0,
+    }
+
+
+def send_demo_request(gateway_url: str, timeout_s: float = 120.0) -> dict:
+    """POST the demo chat (image + question) and return the parsed response."""
+    models = httpx.get(f"{gateway_url}/v1/models", timeout=timeout_s).json()
+    model = models["data"][0]["id"]
+    response = httpx.post(
+        f"{gateway_url}/v1/chat/completions", json=demo_chat_body(model), timeout=timeout_s
+    )
+    response.raise_for_status()
+    return response.json()
+
+
+def examples(gateway_url: str) -> str:
+    """The curl and openai-client examples `iris up` prints."""
+    return f"""\
+Try it:
+  curl -s {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{{"model": "iris", "max_tokens": 32,
+         "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
+
+  python - <<'PY'
+  from openai import OpenAI
+  client = OpenAI(base_url="{gateway_url}/v1", api_key="unused")
+  reply = client.chat.completions.create(
+      model=client.models.list().data[0].id,
+      messages=[{{"role": "user", "content": "What is the capital of France?"}}],
+  )
+  print(reply.choices[0].message.content)
+  PY"""

@@ -1,0 +1,268 @@
+"""Start and stop the whole platform as separate processes on loopback ports.
+
+The cache service, N encoders, N LLM pods and the gateway are each `python -m iris.cli
+<service>` with their settings in the environment (the agreed IRIS_<SERVICE>_* names), so
+what runs here is exactly what runs in a pod. Used by `iris up`, the end-to-end tests and
+the workload benchmark.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from iris.up.processes import ChildProcess, free_port, wait_until
+
+log = logging.getLogger(__name__)
+HOST = "127.0.0.1"
+
+
+@dataclass
+class UpConfig:
+    model_dir: Path
+    llm_pods: int = 1
+    encoders: int = 1
+    cache: str = "memory"  # memory | redis
+    router: str = "prefix"  # prefix | round-robin
+    embedding_reuse: bool = True
+    log_dir: Path | None = None
+    otlp_endpoint: str | None = None
+    torch_threads: int = 1  # per LLM pod / encoder: several pods share the machine's cores
+    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> env
+    startup_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.cache not in ("memory", "redis"):
+            raise ValueError(f"cache must be memory or redis, got {self.cache!r}")
+        if self.router not in ("prefix", "round-robin"):
+            raise ValueError(f"router must be prefix or round-robin, got {self.router!r}")
+        if self.llm_pods < 1 or self.encoders < 1:
+            raise ValueError(
+                f"need at least one LLM pod and one encoder, got {self.llm_pods} and "
+                f"{self.encoders}"
+            )
+
+
+@dataclass
+class Service:
+    """A started (or startable) service: its process and where it listens."""
+
+    name: str
+    kind: str  # cache | encoder | llm | gateway | redis
+    child: ChildProcess
+    address: str  # host:port of its main endpoint
+    health_url: str | None
+
+
+class Platform:
+    """The running platform. Use as a context manager, or call start() / stop()."""
+
+    def __init__(self, config: UpConfig) -> None:
+        self.config = config
+        self.log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="iris-up-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.services: list[Service] = []
+        self.redis_url: str | None = None
+        self._redis_dir: Path | None = None
+
+    # --- building ------------------------------------------------------------------------
+
+    def _python_service(
+        self, name: str, kind: str, env: dict[str, str], port: int, health_url: str | None
+    ) -> Service:
+        common = {
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": str(self.config.torch_threads),
+            "MKL_NUM_THREADS": str(self.config.torch_threads),
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        if self.config.otlp_endpoint:
+            common["OTEL_EXPORTER_OTLP_ENDPOINT"] = self.config.otlp_endpoint
+        child = ChildProcess(
+            name=name,
+            argv=[sys.executable, "-m", "iris.cli", kind],
+            env={**common, **env, **self.config.extra_env.get(kind, {})},
+            log_path=self.log_dir / f"{name}.log",
+        )
+        return Service(name, kind, child, f"{HOST}:{port}", health_url)
+
+    def _grpc_service(self, name: str, kind: str, prefix: str, env: dict[str, str]) -> Service:
+        port, metrics_port = free_port(), free_port()
+        env = {
+            f"{prefix}HOST": HOST,
+            f"{prefix}PORT": str(port),
+            f"{prefix}METRICS_PORT": str(metrics_port),
+            **env,
+        }
+        return self._python_service(name, kind, env, port, f"http://{HOST}:{metrics_port}/healthz")
+
+    def _start_redis(self) -> str:
+        server = shutil.which("redis-server")
+        if server is None:
+            raise RuntimeError("--cache redis needs redis-server on PATH (scripts/setup.sh)")
+        port = free_port()
+        self._redis_dir = Path(tempfile.mkdtemp(prefix="iris-redis-"))
+        child = ChildProcess(
+            name="redis",
+            argv=[
+                server,
+                "--bind",
+                HOST,
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self._redis_dir),
+            ],
+            log_path=self.log_dir / "redis.log",
+        )
+        child.start()
+        self.services.append(Service("redis", "redis", child, f"{HOST}:{port}", None))
+        return f"redis://{HOST}:{port}/0"
+
+    def plan(self) -> None:
+        """Pick ports and build every service's command and environment."""
+        model = str(self.config.model_dir)
+        cache_env = {"IRIS_CACHE_STORE": self.config.cache}
+        if self.config.cache == "redis":
+            self.redis_url = self._start_redis()
+            cache_env["IRIS_CACHE_REDIS_URL"] = self.redis_url
+        cache = self._grpc_service("cache", "cache", "IRIS_CACHE_", cache_env)
+        self.services.append(cache)
+        for index in range(self.config.encoders):
+            self.services.append(
+                self._grpc_service(
+                    f"encoder-{index}",
+                    "encoder",
+                    "IRIS_ENCODER_",
+                    {"IRIS_ENCODER_MODEL": model, "IRIS_ENCODER_CACHE_ADDRESS": cache.address},
+                )
+            )
+        for index in range(self.config.llm_pods):
+            self.services.append(
+                self._grpc_service(
+                    f"llm-{index}",
+                    "llm",
+                    "IRIS_LLM_",
+                    {
+                        "IRIS_LLM_MODEL": model,
+                        "IRIS_LLM_CACHE_ADDRESS": cache.address,
+                        "IRIS_LLM_POD_NAME": f"llm-{index}",
+                    },
+                )
+            )
+        gateway_port = free_port()
+        gateway_env = {
+            "IRIS_GATEWAY_HOST": HOST,
+            "IRIS_GATEWAY_PORT": str(gateway_port),
+            "IRIS_GATEWAY_MODEL": model,
+            "IRIS_GATEWAY_CACHE_ADDRESS": cache.address,
+            "IRIS_GATEWAY_ENCODER_ADDRESSES": ",".join(self.addresses("encoder")),
+            "IRIS_GATEWAY_LLM_ADDRESSES": ",".join(self.addresses("llm")),
+            "IRIS_GATEWAY_ROUTER": self.config.router,
+            "IRIS_GATEWAY_EMBEDDING_REUSE": "true" if self.config.embedding_reuse else "false",
+        }
+        self.services.append(
+            self._python_service(
+                "gateway",
+                "gateway",
+                gateway_env,
+                gateway_port,
+                f"http://{HOST}:{gateway_port}/readyz",
+            )
+        )
+
+    # --- running -------------------------------------------------------------------------
+
+    def addresses(self, kind: str) -> list[str]:
+        return [service.address for service in self.services if service.kind == kind]
+
+    def service(self, name: str) -> Service:
+        for service in self.services:
+            if service.name == name:
+                return service
+        raise KeyError(name)
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.service('gateway').address}"
+
+    def start(self) -> None:
+        """Start every service and wait until each reports healthy (or fail with its log)."""
+        if not self.services:
+            self.plan()
+        # The gateway asks the pods for their model info at start: start it last.
+        for service in self.services:
+            if service.kind not in ("redis", "gateway"):
+                service.child.start()
+        for service in self.services:
+            if service.kind != "gateway":
+                self.wait_healthy(service)
+        gateway = self.service("gateway")
+        gateway.child.start()
+        self.wait_healthy(gateway)
+
+    def wait_healthy(self, service: Service) -> None:
+        def healthy() -> bool:
+            if not service.child.running():
+                raise RuntimeError(
+                    f"{service.name} exited with {service.child.process.returncode}:\n"
+                    f"{service.child.tail()}"
+                )
+            if service.health_url is None:
+                return True
+            try:
+                return httpx.get(service.health_url, timeout=1.0).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        if not wait_until(healthy, self.config.startup_timeout_s, 0.2):
+            raise TimeoutError(
+                f"{service.name} not healthy after {self.config.startup_timeout_s:.0f}s:\n"
+                f"{service.child.tail()}"
+            )
+
+    def stop(self) -> None:
+        """Stop every service, gateway first, and remove the Redis data folder."""
+        for service in reversed(self.services):
+            service.child.stop()
+        if self._redis_dir is not None:
+            shutil.rmtree(self._redis_dir, ignore_errors=True)
+
+    def restart(self, name: str) -> None:
+        """Start a stopped service again on the same ports (fault tests)."""
+        service = self.service(name)
+        service.child.start()
+        self.wait_healthy(service)
+
+    def __enter__(self) -> Platform:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def redis_cli_ok(url: str) -> bool:
+    """True when a Redis server answers PING at `url` (used by fault tests)."""
+    try:
+        import redis
+
+        return bool(redis.Redis.from_url(url, socket_timeout=0.5).ping())
+    except Exception:
+        return False

@@ -1,0 +1,111 @@
+"""Child processes that never outlive their parent.
+
+Each child runs in its own process group (so a stop reaches its own children too) and, on
+Linux, asks the kernel to SIGTERM it if the parent dies first (PR_SET_PDEATHSIG) — a
+`kill -9` of `iris up` leaves no orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class ChildProcess:
+    """One service process: its command line, environment and log file."""
+
+    name: str
+    argv: Sequence[str]
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, **self.env}
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(
+            list(self.argv),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        if log is not subprocess.DEVNULL:
+            log.close()  # the child holds its own descriptor
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal_group(self, signum: int) -> None:
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM the process group, then SIGKILL after `timeout_s`; return the exit code."""
+        if self.process is None:
+            return None
+        if self.running():
+            self.signal_group(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.signal_group(signal.SIGKILL)
+                self.process.wait(5)
+        # Whatever the leader left in its group goes too.
+        self.signal_group(signal.SIGKILL)
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once (fault tests)."""
+        self.signal_group(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait(5)
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
+    """Poll `predicate` until it is true or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())
