@@ -10,4 +10,5 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.redis_server",
+    "tests.fixtures.otlp_collector",
 ]
