@@ -1,0 +1,40 @@
+{{/*
+Combinations of values the schema cannot express. Each failure names the value's path.
+Included once, from templates/validate.yaml.
+*/}}
+{{- define "iris.validate" -}}
+{{- $v := .Values }}
+{{- if and (eq $v.model.source "pvc") (not $v.model.pvc.claimName) }}
+{{- fail "model.pvc.claimName is required when model.source is pvc" }}
+{{- end }}
+{{- if and (eq $v.model.source "hostPath") (not $v.model.hostPath.path) }}
+{{- fail "model.hostPath.path is required when model.source is hostPath" }}
+{{- end }}
+{{- if and (eq $v.model.source "image") (not $v.model.image.repository) }}
+{{- fail "model.image.repository is required when model.source is image" }}
+{{- end }}
+{{- if and (eq $v.cache.store "redis") (not $v.redis.enabled) (not $v.redis.external.url) }}
+{{- fail "redis.external.url is required when cache.store is redis and redis.enabled is false" }}
+{{- end }}
+{{- if and (eq $v.cache.store "memory") (gt (int $v.cache.replicas) 1) }}
+{{- fail (printf "cache.replicas is %d but cache.store memory keeps entries in one pod: use 1, or cache.store redis" (int $v.cache.replicas)) }}
+{{- end }}
+{{- if and $v.autoscaler.enabled (not $v.operator.enabled) }}
+{{- fail "autoscaler.enabled needs operator.enabled (nothing else acts on an IrisAutoscaler)" }}
+{{- end }}
+{{- range $component := list "llm" "encoder" }}
+{{- $spec := index $v.autoscaler $component }}
+{{- if and $v.autoscaler.enabled (gt (int $spec.minReplicas) (int $spec.maxReplicas)) }}
+{{- fail (printf "autoscaler.%s.minReplicas (%d) is above autoscaler.%s.maxReplicas (%d)" $component (int $spec.minReplicas) $component (int $spec.maxReplicas)) }}
+{{- end }}
+{{- end }}
+{{- if and $v.gateway.apiKeys.existingSecret $v.gateway.apiKeys.keys }}
+{{- fail "gateway.apiKeys: set existingSecret or keys, not both" }}
+{{- end }}
+{{- if and $v.redis.enabled $v.redis.auth.existingSecret $v.redis.auth.password }}
+{{- fail "redis.auth: set existingSecret or password, not both" }}
+{{- end }}
+{{- if and $v.redis.external.existingSecret (not $v.redis.external.url) }}
+{{- fail "redis.external.existingSecret is set but redis.external.url is empty" }}
+{{- end }}
+{{- end }}
