@@ -1,0 +1,117 @@
+"""Backend choice shared by every kernel: Triton for CUDA tensors, the torch twin otherwise.
+
+`backend="triton"` forces the Triton kernel (on a CPU tensor only under `TRITON_INTERPRET=1`,
+which the caller sets before anything launches); `backend="torch"` forces the twin. Every
+launch is counted in `CALLS[(kernel_name, backend)]`, so tests can assert which path ran.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections import Counter
+from typing import Literal
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+
+Backend = Literal["triton", "torch"]
+BACKENDS: tuple[Backend, ...] = ("triton", "torch")
+
+# (kernel name, backend) -> launches since import; read-only for callers.
+CALLS: Counter[tuple[str, str]] = Counter()
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return bool(triton.knobs.runtime.interpret)
+
+
+def resolve_backend(kernel: str, backend: str | None, device: torch.device) -> Backend:
+    """Pick the path for one launch of `kernel` on `device` and count it.
+
+    Raises ValueError for an unknown backend name, or for Triton on a non-CUDA device while
+    the interpreter is off (Triton has no CPU driver).
+    """
+    if backend is None:
+        chosen: Backend = "triton" if device.type == "cuda" else "torch"
+    elif backend in BACKENDS:
+        chosen = backend  # type: ignore[assignment]
+    else:
+        raise ValueError(f"backend {backend!r} unknown; expected one of {BACKENDS} or None")
+    if chosen == "triton" and device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"backend='triton' on a {device.type} tensor needs TRITON_INTERPRET=1 "
+            "set before the first launch"
+        )
+    CALLS[(kernel, chosen)] += 1
+    return chosen
+
+
+class _LazyKernel:
+    """A `triton.jit` kernel built at its first launch, once per interpreter mode.
+
+    Building at launch rather than at import means a process that imported `kernels` before
+    setting TRITON_INTERPRET (a test suite, a notebook) still gets the mode in force when it
+    launches, and a GPU test can switch the interpreter off to run the compiled kernel.
+    For that to hold, kernel bodies call only Triton builtins (tl.load, tl.reduce, tl.full,
+    ...), never triton's own jit helpers (tl.sum, tl.max, tl.zeros, tl.cdiv): those are
+    fixed to the mode in force when triton was imported. A sum uses `tl.reduce` with a
+    combiner bound per mode (`jit(sum_combine=NAME)`).
+    """
+
+    def __init__(self, fn, sum_combine: str | None):
+        self.fn = fn
+        self.sum_combine = sum_combine
+        self._by_mode: dict[bool, triton.runtime.KernelInterface] = {}
+        functools.update_wrapper(self, fn)
+
+    def build(self, mode: bool):
+        """The kernel for one mode: interpreted (True) or compiled (False)."""
+        fn = self.fn
+        if self.sum_combine:
+            # The same code under a copy of its globals in which the combiner fits the mode.
+            scope = {**fn.__globals__, self.sum_combine: _sum_combiner(mode)}
+            fn = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__)
+            # Annotations mark the tl.constexpr parameters; a bare copy would lose them.
+            fn.__annotations__ = dict(self.fn.__annotations__)
+            fn.__module__, fn.__qualname__ = self.fn.__module__, self.fn.__qualname__
+        # What triton.jit returns in each mode, chosen by `mode` rather than the environment.
+        return InterpretedFunction(fn) if mode else triton.runtime.JITFunction(fn)
+
+    def __getitem__(self, grid):
+        mode = interpreting()
+        kernel = self._by_mode.get(mode)
+        if kernel is None:
+            kernel = self._by_mode[mode] = self.build(mode)
+        return kernel[grid]
+
+
+def jit(fn=None, *, sum_combine: str | None = None):
+    """Decorator used in place of `triton.jit` for the kernels of this package.
+
+    `sum_combine="NAME"` makes the global NAME, inside the kernel, a `tl.reduce` combine
+    function for a sum that works in the mode the kernel is built in.
+    """
+    if fn is None:
+        return functools.partial(jit, sum_combine=sum_combine)
+    return _LazyKernel(fn, sum_combine)
+
+
+def _add(a, b):
+    return a + b
+
+
+@functools.cache
+def _compiled_add() -> triton.runtime.JITFunction:
+    return triton.runtime.JITFunction(_add)
+
+
+def _sum_combiner(interpreted: bool):
+    # Interpreted: triton's own sum combiner, which the interpreter recognises and reduces
+    # with one numpy call (any other combiner runs per element, ~0.3 s per 2048 values).
+    # Compiled: our own jit function, since triton's may be an interpreter object when
+    # triton was imported under TRITON_INTERPRET.
+    return tl.standard._sum_combine if interpreted else _compiled_add()

@@ -1,0 +1,69 @@
+"""Backend selection: the default per device, forcing, and the interpreter requirement."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernels
+from kernels import checksum, placeholder_mask, resolve_backend
+
+
+def test_cpu_tensors_default_to_the_twin(runs_on):
+    with runs_on("placeholder_mask", "torch"), runs_on("placeholder_mask", "triton", times=0):
+        placeholder_mask(torch.arange(4), [1])
+    with runs_on("checksum", "torch"):
+        checksum(torch.arange(4))
+
+
+def test_cuda_device_defaults_to_triton():
+    assert resolve_backend("probe", None, torch.device("cuda")) == "triton"
+    assert resolve_backend("probe", "torch", torch.device("cuda")) == "torch"
+    assert kernels.CALLS[("probe", "triton")] >= 1
+
+
+def test_forced_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    assert kernels.interpreting()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not kernels.interpreting()
+    with pytest.raises(ValueError, match="needs TRITON_INTERPRET=1"):
+        checksum(torch.arange(4), backend="triton")
+    assert checksum(torch.arange(4), backend="torch") == checksum(torch.arange(4))
+
+
+def test_unknown_backend_names_the_choices():
+    with pytest.raises(ValueError, match=r"'gpu' unknown; expected one of \('triton', 'torch'\)"):
+        checksum(torch.arange(4), backend="gpu")
+
+
+def test_interpreter_switched_on_after_import():
+    # In a full test run another folder may import kernels (and triton) before this folder's
+    # conftest sets TRITON_INTERPRET; every kernel must still run interpreted afterwards.
+    script = """
+import os, torch, kernels
+assert not kernels.interpreting()
+os.environ["TRITON_INTERPRET"] = "1"
+dest = torch.zeros(4, 3)
+kernels.scatter_rows(dest, torch.ones(1, 3), [2], backend="triton")
+kernels.masked_scatter_rows(dest, torch.tensor([1, 0, 0, 0]).bool(), torch.ones(1, 3) * 2,
+                            backend="triton")
+ids = torch.arange(3000)
+mask = kernels.placeholder_mask(ids, [7, 2048], backend="triton")
+data = torch.arange(40000, dtype=torch.int32)
+same = kernels.checksum(data, backend="triton") == kernels.checksum(data, backend="torch")
+print(dest.sum().item(), mask.nonzero().flatten().tolist(), same)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[0] == "9.0 [7, 2048] True"
