@@ -37,6 +37,18 @@ def fingerprint_document(config: dict, preprocessor: dict | None) -> dict:
     }
 
 
+def read_preprocessor_config(model_dir: Path) -> dict | None:
+    """The image processor's settings: preprocessor_config.json, or (transformers 5 saves
+    some processors this way) the "image_processor" entry of processor_config.json."""
+    preprocessor_path = model_dir / "preprocessor_config.json"
+    if preprocessor_path.is_file():
+        return json.loads(preprocessor_path.read_text())
+    processor_path = model_dir / "processor_config.json"
+    if processor_path.is_file():
+        return json.loads(processor_path.read_text()).get("image_processor")
+    return None
+
+
 def processor_fingerprint(model_dir: str | Path) -> bytes:
     """SHA-256 of the canonical fingerprint document of a local HF model directory."""
     model_dir = Path(model_dir)
@@ -44,10 +56,7 @@ def processor_fingerprint(model_dir: str | Path) -> bytes:
     if not config_path.is_file():
         raise FileNotFoundError(f"no config.json in model directory {model_dir}")
     config = json.loads(config_path.read_text())
-    preprocessor_path = model_dir / "preprocessor_config.json"
-    preprocessor = (
-        json.loads(preprocessor_path.read_text()) if preprocessor_path.is_file() else None
-    )
+    preprocessor = read_preprocessor_config(model_dir)
     return hashlib.sha256(canonical_json(fingerprint_document(config, preprocessor))).digest()
 
 

@@ -133,3 +133,12 @@ def test_vocab_check():
     check_vocab_size(999_999)
     with pytest.raises(ValueError, match="1000000"):
         check_vocab_size(1_000_000)
+
+
+def test_fingerprint_reads_processor_config_when_no_preprocessor_config(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = processor_fingerprint(write_model(tmp_path / "a", CONFIG, PREPROCESSOR))
+    b_dir = write_model(tmp_path / "b", CONFIG)
+    (b_dir / "processor_config.json").write_text(json.dumps({"image_processor": PREPROCESSOR}))
+    assert processor_fingerprint(b_dir) == a

@@ -1,0 +1,38 @@
+"""Model adapters (one per family, found by the config's `architectures`) and the tiny and
+demo checkpoints. Importing this package does not import torch."""
+
+from iris.models.base import Grid, ModelAdapter, Span
+from iris.models.contract import TokenContractError
+from iris.models.registry import adapter_class, load_adapter, registered_architectures
+from iris.models.runner import PreparedImage, VisionRunner
+
+
+def make_tiny(arch: str, out_dir):
+    """Build (or keep, if complete) a tiny random checkpoint of family `arch`
+    ("qwen2_vl" | "qwen2_5_vl" | "idefics3") in out_dir; returns its Path."""
+    from iris.models.build import make_tiny as build
+
+    return build(arch, out_dir)
+
+
+def make_demo(out_dir):
+    """Build (or keep, if complete) the demo checkpoint: SmolLM2-135M-Instruct + a small
+    random vision tower, Idefics3 layout; returns its Path."""
+    from iris.models.demo import make_demo as build
+
+    return build(out_dir)
+
+
+__all__ = [
+    "Grid",
+    "ModelAdapter",
+    "PreparedImage",
+    "Span",
+    "TokenContractError",
+    "VisionRunner",
+    "adapter_class",
+    "load_adapter",
+    "make_demo",
+    "make_tiny",
+    "registered_architectures",
+]

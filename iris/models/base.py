@@ -1,0 +1,204 @@
+"""The model adapter contract: what Iris needs to know about one model family.
+
+An adapter is built from a local HF model directory. Counting, prompt expansion, the chat
+template and the token contract need no torch (the gateway imports them); the vision runner
+and the weights do, and import it lazily.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from iris.models.checkpoint import (
+    find_prefix,
+    read_config,
+    read_json,
+    read_preprocessor,
+    weight_files,
+)
+from iris.models.contract import check_token_contract
+from iris.models.messages import flatten_content, to_template_messages
+from iris.multimodal import processor_fingerprint
+
+if TYPE_CHECKING:
+    from iris.models.runner import VisionRunner
+
+Grid = tuple[int, ...]
+Span = tuple[int, int]
+
+
+class ModelAdapter(ABC):
+    """One model family's rules, bound to one checkpoint directory."""
+
+    architectures: ClassVar[tuple[str, ...]] = ()
+    image_token: ClassVar[str]
+    image_placeholder_text: ClassVar[str]
+    uses_mrope: ClassVar[bool] = False
+
+    def __init__(self, model_dir: str | Path, config: dict | None = None) -> None:
+        self.model_dir = Path(model_dir)
+        self.config = config if config is not None else read_config(self.model_dir)
+        self.preprocessor = read_preprocessor(self.model_dir)
+        self.fingerprint: bytes = processor_fingerprint(self.model_dir)
+
+    # -- model facts -------------------------------------------------------------------------
+
+    @property
+    def architecture(self) -> str:
+        return self.config["architectures"][0]
+
+    @cached_property
+    def text_config(self) -> dict:
+        """The language model's config (nested `text_config`, or the flat legacy layout)."""
+        nested = self.config.get("text_config")
+        if nested:
+            return dict(nested)
+        return {k: v for k, v in self.config.items() if k not in ("vision_config",)}
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.text_config["hidden_size"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.text_config.get("vocab_size", self.config.get("vocab_size")))
+
+    @property
+    def image_token_id(self) -> int | None:
+        value = self.config.get("image_token_id", self.config.get("image_token_index"))
+        return int(value) if value is not None else None
+
+    @cached_property
+    def eos_token_ids(self) -> list[int]:
+        """Every id that ends generation: the tokenizer's EOS, the text config's and
+        generation_config.json's eos_token_id (each may be a list), sorted."""
+        ids: set[int] = set()
+        generation = read_json(self.model_dir / "generation_config.json") or {}
+        for value in (generation.get("eos_token_id"), self.text_config.get("eos_token_id")):
+            if value is not None:
+                ids.update(value if isinstance(value, list) else [value])
+        if self.tokenizer().eos_token_id is not None:
+            ids.add(self.tokenizer().eos_token_id)
+        return sorted(int(i) for i in ids)
+
+    @cached_property
+    def weight_names(self) -> list[str]:
+        """All tensor names in the checkpoint's safetensors (headers only)."""
+        return sorted(weight_files(self.model_dir))
+
+    @cached_property
+    def text_weight_prefix(self) -> str:
+        """Prefix p such that p + 'layers.0.self_attn.q_proj.weight', p + 'embed_tokens.weight'
+        and p + 'norm.weight' are the language model's tensors in this checkpoint."""
+        prefix = find_prefix(self.weight_names, "embed_tokens.weight", exclude=self._vision_markers)
+        if prefix is None:
+            raise ValueError(f"no language model embed_tokens.weight in {self.model_dir}")
+        return prefix
+
+    @cached_property
+    def lm_head_name(self) -> str:
+        """The tensor holding the output projection (the embeddings when they are tied)."""
+        names = set(self.weight_names)
+        for name in ("lm_head.weight", "model.lm_head.weight"):
+            if name in names:
+                return name
+        return self.text_weight_prefix + "embed_tokens.weight"
+
+    _vision_markers: ClassVar[tuple[str, ...]] = ("visual", "vision")
+
+    # -- tokens and prompts -----------------------------------------------------------------
+
+    @cached_property
+    def _tokenizer(self):
+        # The fast tokenizer class loads tokenizer.json + tokenizer_config.json without
+        # importing torch (AutoTokenizer would).
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(str(self.model_dir))
+
+    def tokenizer(self):
+        """The checkpoint's tokenizer (loaded once per adapter)."""
+        return self._tokenizer
+
+    def apply_chat_template(
+        self, messages: Sequence[dict], add_generation_prompt: bool = True
+    ) -> str:
+        """Render OpenAI-style messages; each image part becomes `image_placeholder_text`.
+
+        Raises ValueError if the rendered prompt's placeholders do not match the number of
+        images (for example a user's text that spells out the placeholder token).
+        """
+        template_messages, images = to_template_messages(messages)
+        tokenizer = self.tokenizer()
+        prompt = tokenizer.apply_chat_template(
+            template_messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        if prompt.count(self.image_token) != images:
+            # Some templates render only string content: give them the flattened form.
+            prompt = tokenizer.apply_chat_template(
+                flatten_content(template_messages, self.image_placeholder_text),
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+            )
+        found = prompt.count(self.image_token)
+        if found != images:
+            raise ValueError(
+                f"prompt has {found} image placeholder(s) {self.image_token!r} "
+                f"for {images} image(s)"
+            )
+        return prompt
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a rendered prompt (the template already holds the special tokens)."""
+        return self.tokenizer()(prompt, add_special_tokens=False)["input_ids"]
+
+    def check_token_contract(self, allow_pad_equals_eos: bool = False) -> None:
+        """Fail fast (TokenContractError / ValueError) if tokenizer and config disagree."""
+        check_token_contract(
+            tokenizer=self.tokenizer(),
+            text_config=self.text_config,
+            image_token=self.image_token,
+            image_token_id=self.image_token_id,
+            vocab_size=self.vocab_size,
+            allow_pad_equals_eos=allow_pad_equals_eos,
+        )
+
+    def _placeholder_positions(self, input_ids: Sequence[int], grids: Sequence[Grid]) -> list[int]:
+        image_id = self.image_token_id
+        positions = [i for i, token in enumerate(input_ids) if token == image_id]
+        if len(positions) != len(grids):
+            raise ValueError(
+                f"prompt has {len(positions)} image placeholder(s) but {len(grids)} grid(s) "
+                "were given"
+            )
+        return positions
+
+    # -- per family --------------------------------------------------------------------------
+
+    @abstractmethod
+    def image_token_count(self, width: int, height: int) -> tuple[int, Grid]:
+        """(token_count, grid) of an image of this (EXIF-rotated) size, from the processor's
+        resize rules alone."""
+
+    @abstractmethod
+    def expand_prompt(
+        self, input_ids: Sequence[int], grids: Sequence[Grid]
+    ) -> tuple[list[int], list[list[Span]]]:
+        """Replace each image placeholder in `input_ids` with the family's full expansion.
+
+        Returns the new ids and, per image, its inclusive spans of image tokens in them, in
+        the order of that image's embedding rows. The number of placeholders must equal
+        len(grids) (ValueError naming both).
+        """
+
+    @abstractmethod
+    def vision_runner(self, device: Any = "cpu", dtype: Any = None) -> VisionRunner:
+        """The vision tower + projector of this checkpoint (imports torch)."""
+
+    def mrope_positions(self, input_ids_len: int, items: Sequence[Any]):
+        """M-RoPE position ids [3, N] and the delta; only for families with `uses_mrope`."""
+        raise NotImplementedError(f"{type(self).__name__} does not use M-RoPE")

@@ -1,0 +1,46 @@
+"""`iris models ...`: build the tiny test checkpoints and the demo checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="Build local model checkpoints (nothing is downloaded).", no_args_is_help=True
+)
+
+TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3")
+
+
+@app.command("make-tiny")
+def make_tiny(
+    out_dir: Annotated[
+        Path, typer.Argument(help="Directory to create (kept if already complete).")
+    ],
+    arch: Annotated[
+        str, typer.Option("--arch", help="Family: qwen2_vl, qwen2_5_vl or idefics3.")
+    ] = "qwen2_vl",
+) -> None:
+    """A tiny random checkpoint (hidden 64, 2 layers, small vision tower, real tokenizer)."""
+    if arch not in TINY_ARCHS:
+        raise typer.BadParameter(
+            f"{arch!r} is not one of: {', '.join(TINY_ARCHS)}", param_hint="--arch"
+        )
+    from iris.models.build import make_tiny as build
+
+    typer.echo(str(build(arch, out_dir)))
+
+
+@app.command("make-demo")
+def make_demo(
+    out_dir: Annotated[
+        Path, typer.Argument(help="Directory to create (kept if already complete).")
+    ],
+) -> None:
+    """SmolLM2-135M-Instruct + a small random vision tower in Idefics3 layout. It chats
+    sensibly; its image understanding is not meaningful."""
+    from iris.models.demo import make_demo as build
+
+    typer.echo(str(build(out_dir)))

@@ -1,0 +1,55 @@
+"""The token contract a checkpoint must meet before Iris serves it (checked at load)."""
+
+from __future__ import annotations
+
+from iris.multimodal import check_vocab_size
+
+
+class TokenContractError(ValueError):
+    """The checkpoint's tokenizer and config disagree; the message names both values."""
+
+
+def _first(value):
+    # config eos_token_id may be a list (several stop ids): the first one is the canonical.
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def check_token_contract(
+    *,
+    tokenizer,
+    text_config: dict,
+    image_token: str,
+    image_token_id: int | None,
+    vocab_size: int,
+    allow_pad_equals_eos: bool = False,
+) -> None:
+    """Raise TokenContractError (or ValueError for the vocab) on the first broken rule."""
+    tokenizer_image_id = tokenizer.convert_tokens_to_ids(image_token)
+    if tokenizer_image_id is None or tokenizer_image_id == tokenizer.unk_token_id:
+        raise TokenContractError(f"image token {image_token!r} is not in the tokenizer")
+    if image_token_id != tokenizer_image_id:
+        raise TokenContractError(
+            f"image token {image_token!r}: config image_token_id={image_token_id} but the "
+            f"tokenizer maps it to {tokenizer_image_id}"
+        )
+    check_vocab_size(vocab_size)
+    check_vocab_size(len(tokenizer))
+    max_id = max(tokenizer.get_vocab().values())
+    if max_id >= vocab_size:
+        raise TokenContractError(
+            f"tokenizer has token id {max_id} but the model's vocab_size is {vocab_size}"
+        )
+    bos = tokenizer.bos_token_id
+    bos = bos if bos is not None else _first(text_config.get("bos_token_id"))
+    eos = tokenizer.eos_token_id
+    eos = eos if eos is not None else _first(text_config.get("eos_token_id"))
+    if bos is None or eos is None:
+        raise TokenContractError(f"BOS and EOS must be defined: bos_token_id={bos}, eos={eos}")
+    pad = tokenizer.pad_token_id
+    if pad is not None and pad == eos and not allow_pad_equals_eos:
+        raise TokenContractError(
+            f"pad_token_id={pad} equals eos_token_id={eos}: padding would read as end of "
+            "sequence (pass allow_pad_equals_eos=True if the model really wants that)"
+        )

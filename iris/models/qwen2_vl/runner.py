@@ -1,0 +1,91 @@
+"""Qwen2-VL / Qwen2.5-VL vision tower + merger, loaded alone from the checkpoint."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from iris.models.checkpoint import find_prefix, load_tensors
+from iris.models.runner import PreparedImage, VisionRunner
+
+if TYPE_CHECKING:
+    from iris.models.qwen2_vl.adapter import Qwen2VLAdapter
+
+
+def _tower_class(model_type: str):
+    if model_type == "qwen2_5_vl":
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+            Qwen2_5_VisionTransformerPretrainedModel as Tower,
+        )
+    else:
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+            Qwen2VisionTransformerPretrainedModel as Tower,
+        )
+    return Tower
+
+
+class QwenVisionRunner(VisionRunner):
+    """Patches from Qwen2VLImageProcessorPil (the PIL path: the torchvision one does not
+    import here); one tower call over the concatenated patches of a batch."""
+
+    def __init__(self, adapter: Qwen2VLAdapter, device: Any = "cpu", dtype: Any = None) -> None:
+        from transformers import AutoConfig
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+            Qwen2VLImageProcessorPil,
+        )
+
+        self.adapter = adapter
+        self.device = torch.device(device)
+        self.dtype = dtype or torch.float32
+        self.hidden_size = adapter.hidden_size
+        rule = adapter.rule
+        self.processor = Qwen2VLImageProcessorPil(
+            **_processor_kwargs(adapter.preprocessor),
+            size={"shortest_edge": rule.min_pixels, "longest_edge": rule.max_pixels},
+        )
+        vision_config = AutoConfig.from_pretrained(str(adapter.model_dir)).vision_config
+        self.tower = _tower_class(adapter.config["model_type"])._from_config(vision_config)
+        prefix = find_prefix(adapter.weight_names, "patch_embed.proj.weight")
+        if prefix is None:
+            raise ValueError(f"no vision patch_embed.proj.weight in {adapter.model_dir}")
+        self.tower.load_state_dict(load_tensors(adapter.model_dir, prefix), strict=True)
+        self.tower.to(device=self.device, dtype=self.dtype).eval()
+
+    def preprocess(self, image) -> PreparedImage:
+        out = self.processor(images=[image], return_tensors="np")
+        grid = tuple(int(x) for x in out["image_grid_thw"][0])
+        token_count = grid[0] * grid[1] * grid[2] // self.adapter.merge_size**2
+        pixels = torch.from_numpy(np.ascontiguousarray(out["pixel_values"]))
+        return PreparedImage(pixel_values=pixels, grid=grid, token_count=token_count)
+
+    @torch.inference_mode()
+    def encode(self, prepared: list[PreparedImage]) -> list[torch.Tensor]:
+        if not prepared:
+            return []
+        pixels = torch.cat([p.pixel_values for p in prepared]).to(self.device, self.dtype)
+        grid_thw = torch.tensor([p.grid for p in prepared], dtype=torch.long, device=self.device)
+        merged = self.tower(pixels, grid_thw=grid_thw).pooler_output
+        rows = [p.token_count for p in prepared]
+        if merged.shape[0] != sum(rows):
+            raise RuntimeError(
+                f"vision tower returned {merged.shape[0]} rows for {sum(rows)} tokens"
+            )
+        return [chunk.clone(memory_format=torch.contiguous_format) for chunk in merged.split(rows)]
+
+
+def _processor_kwargs(preprocessor: dict) -> dict:
+    keys = (
+        "patch_size",
+        "merge_size",
+        "temporal_patch_size",
+        "image_mean",
+        "image_std",
+        "do_rescale",
+        "rescale_factor",
+        "do_normalize",
+        "do_convert_rgb",
+        "resample",
+    )
+    return {key: preprocessor[key] for key in keys if key in preprocessor}

@@ -1,0 +1,59 @@
+"""The adapter registry, keyed by the HF config's `architectures` entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from iris.models.checkpoint import read_config
+
+if TYPE_CHECKING:
+    from iris.models.base import ModelAdapter
+
+_REGISTRY: dict[str, type[ModelAdapter]] = {}
+
+
+def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
+    """Class decorator: make an adapter serve each of its `architectures`."""
+    for name in cls.architectures:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"architecture {name} is already served by {_REGISTRY[name].__name__}")
+        _REGISTRY[name] = cls
+    return cls
+
+
+def _load_families() -> None:
+    # Importing a family module registers it; kept here so the registry is always complete.
+    import iris.models.idefics3.adapter  # noqa: F401
+    import iris.models.qwen2_vl.adapter  # noqa: F401
+
+
+def registered_architectures() -> list[str]:
+    """The HF architecture names Iris can serve, sorted."""
+    _load_families()
+    return sorted(_REGISTRY)
+
+
+def adapter_class(architecture: str) -> type[ModelAdapter]:
+    """The adapter class for one architecture name; ValueError listing the known ones."""
+    _load_families()
+    try:
+        return _REGISTRY[architecture]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ValueError(
+            f"unsupported architecture {architecture!r} (registered: {known})"
+        ) from None
+
+
+def load_adapter(model_dir: str | Path, *, allow_pad_equals_eos: bool = False) -> ModelAdapter:
+    """The adapter for a local HF model directory, its token contract already checked."""
+    model_dir = Path(model_dir)
+    config = read_config(model_dir)
+    architectures = config.get("architectures") or []
+    if not architectures:
+        known = ", ".join(registered_architectures())
+        raise ValueError(f"{model_dir}/config.json has no 'architectures' (registered: {known})")
+    adapter = adapter_class(architectures[0])(model_dir, config)
+    adapter.check_token_contract(allow_pad_equals_eos=allow_pad_equals_eos)
+    return adapter

@@ -1,0 +1,34 @@
+"""The vision runner contract: preprocess on CPU (worker pool), encode a batch at once."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class PreparedImage:
+    """One image after the family's image processor: tensors on CPU, ready to batch."""
+
+    pixel_values: Any  # torch.Tensor, layout per family
+    grid: tuple[int, ...]
+    token_count: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class VisionRunner(ABC):
+    """A checkpoint's vision tower and projector/merger, loaded without the language model."""
+
+    hidden_size: int
+    device: Any
+    dtype: Any
+
+    @abstractmethod
+    def preprocess(self, image) -> PreparedImage:
+        """PIL image (RGB, EXIF already applied) -> PreparedImage. CPU only, thread-safe."""
+
+    @abstractmethod
+    def encode(self, prepared: list[PreparedImage]) -> list:
+        """One tower + projector call for the batch; per image a fresh contiguous
+        [token_count, hidden_size] tensor on the runner's device, in its dtype."""
