@@ -1,1 +1,5 @@
-"""embedding_cache_svc"""
+"""The embedding cache service: per-image embeddings shared across the cluster (DESIGN.md §1).
+
+The server lives in `embedding_cache_svc.server`; callers import the client library from
+`embedding_cache_svc.client`.
+"""

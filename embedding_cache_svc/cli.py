@@ -1,0 +1,52 @@
+"""`iris cache`: run the embedding cache service (heavy imports happen inside)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import typer
+
+
+def command(
+    store: str = typer.Option(None, help="memory | redis (env IRIS_CACHE_STORE)"),
+    host: str = typer.Option(None, help="bind address (env IRIS_CACHE_HOST)"),
+    port: int = typer.Option(None, help="gRPC port (env IRIS_CACHE_PORT)"),
+    metrics_port: int = typer.Option(None, help="HTTP /metrics port (env IRIS_CACHE_METRICS_PORT)"),
+    redis_url: str = typer.Option(None, help="redis://host:port/db (env IRIS_CACHE_REDIS_URL)"),
+    memory_bytes: int = typer.Option(None, help="memory store bytes (IRIS_CACHE_MEMORY_BYTES)"),
+) -> None:
+    """Run the embedding cache service (gRPC; memory or Redis store)."""
+    import asyncio
+    import logging
+    import signal
+
+    from embedding_cache_svc.server import serve
+    from embedding_cache_svc.settings import CacheSettings
+    from iris.settings import SettingsError
+
+    try:
+        settings = CacheSettings.load(
+            store=store,
+            host=host,
+            port=port,
+            metrics_port=metrics_port,
+            redis_url=redis_url,
+            memory_bytes=memory_bytes,
+        )
+    except SettingsError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve(settings)
+
+    asyncio.run(main())

@@ -1,0 +1,142 @@
+"""The blocking client, for threads (the LLM engine's loop)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from embedding_cache_svc.client.core import (
+    CHANNEL_OPTIONS,
+    DEFAULT_CHUNK_BYTES,
+    Assembler,
+    ClientCore,
+    Request,
+    parse_states,
+    stats_dict,
+)
+from embedding_cache_svc.client.errors import Status, from_rpc_error
+from embedding_cache_svc.client.l1 import L1Cache
+from embedding_cache_svc.entry import Failed
+from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
+from iris.telemetry import grpc_metadata
+
+
+class CacheClient:
+    """Blocking client of one cache service for one model fingerprint.
+
+    Every call takes an explicit `timeout_s` (default: the constructor's) and raises
+    CacheUnavailable / CacheTimeout / CacheInvalidArgument (see errors.py), never hangs.
+    With `l1_bytes` > 0, `get_many` is served from an in-process LRU first.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        fingerprint: bytes,
+        *,
+        l1_bytes: int = 0,
+        l1: L1Cache | None = None,
+        timeout_s: float = 5.0,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
+        cache = l1 if l1 is not None else (L1Cache(l1_bytes) if l1_bytes else None)
+        self.core = ClientCore(fingerprint, cache, timeout_s, chunk_bytes)
+        self.address = address
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = cache_pb2_grpc.EmbeddingCacheStub(self._channel)
+
+    @property
+    def l1(self) -> L1Cache | None:
+        return self.core.l1
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> CacheClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, op: str, method, request, timeout_s: float | None):
+        try:
+            return method(
+                request, timeout=timeout_s or self.core.timeout_s, metadata=grpc_metadata()
+            )
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, op) from None
+
+    def put(self, key: bytes, tensor, token_count: int, timeout_s: float | None = None) -> int:
+        """Store `tensor` ([token_count, hidden]) under `key`; ends any lease on it.
+        Returns the bytes stored."""
+        messages = self.core.put_messages(key, tensor, token_count)
+        return self._call("put", self._stub.Put, messages, timeout_s).bytes_stored
+
+    def get_many(
+        self,
+        requests: Sequence[Request],
+        hidden: int,
+        dtype,
+        *,
+        hold: bool = False,
+        timeout_s: float | None = None,
+    ) -> dict[bytes, object]:
+        """key -> tensor (checksum verified), Failed(reason), or None (a miss) per
+        (key, token_count). `hold=True` pins the returned tensors in the L1 until
+        `release(keys)`."""
+        plan = self.core.plan_get(requests, hidden, dtype, hold)
+        if not plan.missing:
+            return plan.results
+        assembler = Assembler(plan)
+        try:
+            stream = self._stub.BatchGet(
+                self.core.get_request(plan),
+                timeout=timeout_s or self.core.timeout_s,
+                metadata=grpc_metadata(),
+            )
+            for message in stream:
+                assembler.feed(message)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, "get") from None
+        if assembler.corrupt:
+            self.delete(assembler.corrupt, timeout_s=timeout_s)
+        return self.core.finish_get(plan, assembler)
+
+    def release(self, keys: Sequence[bytes]) -> None:
+        """Undo `hold=True` of an earlier get_many for these keys."""
+        self.core.release(keys)
+
+    def exists(self, keys: Sequence[bytes], timeout_s: float | None = None) -> list[bool]:
+        request = self.core.keys_request(keys)
+        return list(self._call("exists", self._stub.Exists, request, timeout_s).present)
+
+    def delete(self, keys: Sequence[bytes], timeout_s: float | None = None) -> int:
+        request = self.core.keys_request(keys)
+        return self._call("delete", self._stub.Delete, request, timeout_s).deleted
+
+    def reserve(
+        self, items: Sequence[Request], lease_ms: int, timeout_s: float | None = None
+    ) -> list[Status | Failed]:
+        """Per (key, token_count): PRESENT, PENDING, RESERVED (produce it, then put or
+        fail), or Failed(reason)."""
+        request = self.core.reserve_request(items, lease_ms)
+        return parse_states(self._call("reserve", self._stub.Reserve, request, timeout_s))
+
+    def fail(self, key: bytes, reason: str, timeout_s: float | None = None) -> None:
+        """Record that `key` cannot be produced; ends its lease and releases waiters."""
+        self._call("fail", self._stub.Fail, self.core.fail_request(key, reason), timeout_s)
+
+    def wait(
+        self, items: Sequence[Request], deadline_s: float, timeout_s: float | None = None
+    ) -> dict[bytes, Status | Failed]:
+        """Block until each item is PRESENT, Failed(reason) or FREE, or until deadline_s
+        (items still leased then are PENDING). token_count 0 skips the count check."""
+        request = self.core.wait_request(items, deadline_s)
+        budget = deadline_s + (timeout_s or self.core.timeout_s)
+        reply = self._call("wait", self._stub.Wait, request, budget)
+        return dict(zip([key for key, _ in items], parse_states(reply), strict=True))
+
+    def stats(self, timeout_s: float | None = None) -> dict:
+        reply = self._call("stats", self._stub.Stats, cache_pb2.StatsRequest(), timeout_s)
+        return stats_dict(reply, self.core.l1)

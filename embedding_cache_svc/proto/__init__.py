@@ -1,0 +1,1 @@
+"""Generated protobuf / gRPC modules of the embedding cache (`python -m iris.proto.generate`)."""

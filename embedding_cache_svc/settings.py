@@ -1,0 +1,48 @@
+"""Settings of the cache service (env prefix ``IRIS_CACHE_``), read once at start."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from iris.metrics import CACHE_GRPC_PORT, CACHE_METRICS_PORT
+from iris.settings import ServiceSettings
+
+
+class CacheSettings(ServiceSettings):
+    """Everything `iris cache` reads from the environment.
+
+    TTLs of 0 mean "no expiry". `memory_bytes` bounds the memory store only; a Redis store
+    is bounded by the server's own maxmemory (and its eviction policy).
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="IRIS_CACHE_", extra="forbid", validate_default=True
+    )
+
+    port: int = Field(CACHE_GRPC_PORT, ge=0, le=65535)
+    metrics_port: int = Field(CACHE_METRICS_PORT, ge=0, le=65535)
+    store: Literal["memory", "redis"] = "memory"
+    memory_bytes: int = Field(2 << 30, gt=0)
+    ttl_s: float = Field(3600.0, ge=0)
+    failed_ttl_s: float = Field(30.0, gt=0)
+    max_entry_bytes: int = Field(256 << 20, gt=0)
+    chunk_bytes: int = Field(1 << 20, ge=4096, le=3 << 20)  # below gRPC's 4 MiB default
+    max_lease_ms: int = Field(600_000, gt=0)
+    max_wait_ms: int = Field(120_000, gt=0)
+    max_batch_items: int = Field(4096, gt=0)
+    # Redis
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_password: str | None = None
+    redis_tls: bool = False
+    redis_tls_ca_file: str | None = None
+    redis_tls_cert_file: str | None = None
+    redis_tls_key_file: str | None = None
+    redis_tls_verify: bool = True
+    redis_connect_timeout_s: float = Field(0.5, gt=0)
+    redis_op_timeout_s: float = Field(5.0, gt=0)
+    redis_max_connections: int = Field(64, gt=0)
+    redis_key_prefix: str = "iris:"
+    health_interval_s: float = Field(1.0, gt=0)

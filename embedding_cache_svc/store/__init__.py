@@ -1,0 +1,40 @@
+"""Stores behind the cache service, chosen by `CacheSettings.store`."""
+
+from __future__ import annotations
+
+from embedding_cache_svc.settings import CacheSettings
+from embedding_cache_svc.store.base import (
+    EntryVanished,
+    ItemState,
+    Reading,
+    Store,
+    StoreStats,
+    StoreUnavailable,
+)
+
+STORES = ("memory", "redis")
+
+
+def make_store(settings: CacheSettings) -> Store:
+    """The store the settings name (memory: embedded LRU; redis: shared)."""
+    if settings.store == "memory":
+        from embedding_cache_svc.store.memory import MemoryStore
+
+        return MemoryStore(settings.memory_bytes, settings.ttl_s, settings.failed_ttl_s)
+    if settings.store == "redis":
+        from embedding_cache_svc.store.redis_store import RedisStore
+
+        return RedisStore.from_settings(settings)
+    raise ValueError(f"unknown cache store {settings.store!r}; supported: {', '.join(STORES)}")
+
+
+__all__ = [
+    "STORES",
+    "EntryVanished",
+    "ItemState",
+    "Reading",
+    "Store",
+    "StoreStats",
+    "StoreUnavailable",
+    "make_store",
+]

@@ -1,0 +1,106 @@
+"""The store interface behind the cache service: memory (embedded default) or Redis (shared).
+
+Keys are full cache keys (fingerprint ‖ item key, already checked). Every method is a
+coroutine on the service's event loop. A store that cannot reach its backend raises
+`StoreUnavailable` promptly (never hangs); bad input raises `entry.InvalidRequest`.
+Reservations are atomic per item: of concurrent callers exactly one gets RESERVED.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from embedding_cache_svc.entry import Failed, Header
+from embedding_cache_svc.proto import cache_pb2
+
+PRESENT = cache_pb2.PRESENT
+PENDING = cache_pb2.PENDING
+RESERVED = cache_pb2.RESERVED
+FAILED = cache_pb2.FAILED
+FREE = cache_pb2.FREE
+
+
+class StoreUnavailable(Exception):
+    """The backend (Redis) cannot be reached or did not answer in time."""
+
+
+class EntryVanished(Exception):
+    """An entry was deleted, replaced or expired while it was being read."""
+
+
+@dataclass(frozen=True)
+class ItemState:
+    """One item's state from Reserve or a Wait probe. `discarded` names the validation
+    failure when a stored entry with the wrong token count was deleted on the way."""
+
+    status: int
+    reason: str = ""
+    discarded: str | None = None
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    entries: int
+    bytes: int
+    capacity_bytes: int
+    evictions: int
+
+
+@dataclass
+class Reading:
+    """An entry being read: its header now, its bytes as chunks of at most chunk_bytes.
+    Iterating `chunks` may raise EntryVanished (or StoreUnavailable)."""
+
+    header: Header
+    chunks: AsyncIterator[bytes]
+
+
+class Store(abc.ABC):
+    """Where entries, failures and leases live."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def put(self, key: bytes, header: Header, data: bytes | bytearray) -> None:
+        """Store an embedding (replacing anything there) and end any lease on the key.
+        The servicer has checked that `data` matches `header`; stores trust it."""
+
+    @abc.abstractmethod
+    async def fail(self, key: bytes, reason: str) -> None:
+        """Store failed(reason) with the short failed TTL and end any lease on the key."""
+
+    @abc.abstractmethod
+    async def open(self, key: bytes, chunk_bytes: int) -> Reading | Failed | None:
+        """Start reading an entry; None when absent."""
+
+    @abc.abstractmethod
+    async def delete(self, keys: Sequence[bytes]) -> int:
+        """Delete entries (not leases); return how many existed."""
+
+    @abc.abstractmethod
+    async def exists(self, keys: Sequence[bytes]) -> list[bool]:
+        """Whether an embedding (not a failure) is stored under each key."""
+
+    @abc.abstractmethod
+    async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
+        """Per (key, expected token_count), atomically: PRESENT, FAILED, PENDING (a live
+        lease exists) or RESERVED (lease granted now). An entry with another token count
+        is deleted first (a stale entry is never PRESENT)."""
+
+    @abc.abstractmethod
+    async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
+        """Per item: PRESENT, FAILED, PENDING (leased) or FREE; wrong token counts are
+        deleted as in `reserve`. Takes no lease."""
+
+    @abc.abstractmethod
+    async def stats(self) -> StoreStats:
+        """Sizes and cumulative evictions as the store knows them."""
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the backend answers."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

@@ -1,0 +1,172 @@
+"""The embedded store: an LRU of entries under a byte budget, plus leases, in this process.
+
+Everything runs on the service's event loop, so each method is atomic without locks.
+Expiry (entry TTL, failed TTL, leases) is checked lazily when a key is touched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from embedding_cache_svc.entry import Failed, Header, InvalidRequest
+from embedding_cache_svc.store.base import (
+    FAILED,
+    FREE,
+    PENDING,
+    PRESENT,
+    RESERVED,
+    ItemState,
+    Reading,
+    Store,
+    StoreStats,
+)
+
+
+@dataclass
+class _Slot:
+    value: tuple[Header, bytes | bytearray] | Failed
+    size: int
+    expires_at: float  # monotonic seconds; 0 = never
+
+
+class MemoryStore(Store):
+    """LRU under `capacity_bytes`; entries live `ttl_s` (0 = forever), failures `failed_ttl_s`."""
+
+    name = "memory"
+
+    def __init__(self, capacity_bytes: int, ttl_s: float, failed_ttl_s: float) -> None:
+        self._capacity = capacity_bytes
+        self._ttl_s = ttl_s
+        self._failed_ttl_s = failed_ttl_s
+        self._slots: OrderedDict[bytes, _Slot] = OrderedDict()
+        self._leases: dict[bytes, float] = {}
+        self._bytes = 0
+        self._evictions = 0
+
+    # --- internals -------------------------------------------------------------------
+    def _live(self, key: bytes) -> _Slot | None:
+        slot = self._slots.get(key)
+        if slot is not None and slot.expires_at and slot.expires_at <= time.monotonic():
+            self._remove(key)
+            return None
+        return slot
+
+    def _remove(self, key: bytes) -> bool:
+        slot = self._slots.pop(key, None)
+        if slot is None:
+            return False
+        self._bytes -= slot.size
+        return True
+
+    def _insert(self, key: bytes, slot: _Slot) -> None:
+        if slot.size > self._capacity:
+            raise InvalidRequest(
+                f"entry of {slot.size} bytes is over the memory store capacity of "
+                f"{self._capacity} bytes"
+            )
+        self._remove(key)
+        while self._bytes + slot.size > self._capacity:
+            _, evicted = self._slots.popitem(last=False)
+            self._bytes -= evicted.size
+            self._evictions += 1
+        self._slots[key] = slot
+        self._bytes += slot.size
+        self._leases.pop(key, None)
+
+    def _lease_live(self, key: bytes, now: float) -> bool:
+        expires = self._leases.get(key)
+        if expires is None:
+            return False
+        if expires <= now:
+            del self._leases[key]
+            return False
+        return True
+
+    def _state(self, key: bytes, token_count: int) -> ItemState | None:
+        """PRESENT / FAILED for a stored key (dropping a stale one), else None."""
+        slot = self._live(key)
+        if slot is None:
+            return None
+        if isinstance(slot.value, Failed):
+            return ItemState(FAILED, slot.value.reason)
+        header = slot.value[0]
+        if token_count and header.token_count != token_count:
+            self._remove(key)
+            return ItemState(FREE, discarded="token_count")
+        self._slots.move_to_end(key)
+        return ItemState(PRESENT)
+
+    @staticmethod
+    def _expiry(ttl_s: float) -> float:
+        return time.monotonic() + ttl_s if ttl_s else 0.0
+
+    # --- Store -----------------------------------------------------------------------
+    async def put(self, key: bytes, header: Header, data: bytes | bytearray) -> None:
+        self._insert(key, _Slot((header, data), len(data), self._expiry(self._ttl_s)))
+
+    async def fail(self, key: bytes, reason: str) -> None:
+        size = len(reason.encode())
+        self._insert(key, _Slot(Failed(reason), size, self._expiry(self._failed_ttl_s)))
+
+    async def open(self, key: bytes, chunk_bytes: int) -> Reading | Failed | None:
+        slot = self._live(key)
+        if slot is None:
+            return None
+        if isinstance(slot.value, Failed):
+            return slot.value
+        self._slots.move_to_end(key)
+        header, data = slot.value
+        return Reading(header, _chunks(data, chunk_bytes))
+
+    async def delete(self, keys: Sequence[bytes]) -> int:
+        return sum(self._remove(key) for key in keys)
+
+    async def exists(self, keys: Sequence[bytes]) -> list[bool]:
+        out = []
+        for key in keys:
+            slot = self._live(key)
+            out.append(slot is not None and not isinstance(slot.value, Failed))
+        return out
+
+    async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
+        now = time.monotonic()
+        out = []
+        for key, token_count in items:
+            state = self._state(key, token_count)
+            if state is not None and state.status != FREE:
+                out.append(state)
+            elif self._lease_live(key, now):
+                out.append(ItemState(PENDING, discarded=state and state.discarded))
+            else:
+                self._leases[key] = now + lease_ms / 1000
+                out.append(ItemState(RESERVED, discarded=state and state.discarded))
+        return out
+
+    async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
+        now = time.monotonic()
+        out = []
+        for key, token_count in items:
+            state = self._state(key, token_count)
+            if state is not None and state.status != FREE:
+                out.append(state)
+            else:
+                status = PENDING if self._lease_live(key, now) else FREE
+                out.append(ItemState(status, discarded=state and state.discarded))
+        return out
+
+    async def stats(self) -> StoreStats:
+        return StoreStats(len(self._slots), self._bytes, self._capacity, self._evictions)
+
+    async def ping(self) -> None:
+        return None
+
+
+async def _chunks(data: bytes | bytearray, chunk_bytes: int) -> AsyncIterator[bytes]:
+    # The slot may be evicted while a reader is here; `data` stays alive through this
+    # reference, so a reader never sees bytes change under it.
+    view = memoryview(data)
+    for start in range(0, len(data), chunk_bytes):
+        yield bytes(view[start : start + chunk_bytes])

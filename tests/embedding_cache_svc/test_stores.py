@@ -1,0 +1,45 @@
+"""Store-level behaviour that the service tests do not reach: TTLs, and Redis key layout."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis
+
+from embedding_cache_svc.entry import Failed, Header
+from embedding_cache_svc.store.base import FREE, PRESENT, RESERVED
+from embedding_cache_svc.store.memory import MemoryStore
+from tests.embedding_cache_svc.helpers import FINGERPRINT, new_key
+
+HEADER = Header(2, 2, "float32", 0, FINGERPRINT)
+
+
+async def test_memory_store_expires_entries_failures_and_leases():
+    store = MemoryStore(1 << 20, ttl_s=0.05, failed_ttl_s=0.05)
+    entry_key, failed_key, leased_key = (FINGERPRINT + new_key() for _ in range(3))
+    await store.put(entry_key, HEADER, bytearray(16))
+    await store.fail(failed_key, "bad image")
+    assert [s.status for s in await store.reserve([(leased_key, 2)], 50)] == [RESERVED]
+    assert isinstance(await store.open(failed_key, 1024), Failed)
+    assert [s.status for s in await store.probe([(entry_key, 2)])] == [PRESENT]
+    await asyncio.sleep(0.1)
+    assert await store.open(entry_key, 1024) is None
+    assert await store.open(failed_key, 1024) is None
+    assert [s.status for s in await store.probe([(leased_key, 2)])] == [FREE]
+    assert (await store.stats()).bytes == 0
+
+
+def test_redis_entries_carry_ttls_and_failures_the_short_one(redis_service, redis_server):
+    settings = redis_service.server.settings
+    prefix = settings.redis_key_prefix.encode()
+    entry_key, failed_key = FINGERPRINT + new_key(), FINGERPRINT + new_key()
+    redis_service.call(redis_service.store.put(entry_key, HEADER, bytearray(16)))
+    redis_service.call(redis_service.store.fail(failed_key, "bad image"))
+    raw = redis.Redis.from_url(redis_server)
+    try:
+        entry_ttl = raw.pttl(prefix + b"e:" + entry_key)
+        failed_ttl = raw.pttl(prefix + b"e:" + failed_key)
+    finally:
+        raw.close()
+    assert settings.failed_ttl_s * 1000 >= failed_ttl > 0
+    assert settings.ttl_s * 1000 >= entry_ttl > settings.failed_ttl_s * 1000

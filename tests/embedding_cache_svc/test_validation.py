@@ -1,0 +1,147 @@
+"""Stale or damaged entries are detected and discarded; bad input is INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+import torch
+
+from embedding_cache_svc.client import CacheClient, CacheInvalidArgument, Status
+from embedding_cache_svc.entry import Header
+from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
+from iris.proto import common_pb2
+from kernels import checksum
+from tests.embedding_cache_svc.helpers import FINGERPRINT, new_key
+
+
+def _inject(service, key: bytes, header: Header, data: bytes) -> None:
+    """Write straight into the service's store, bypassing Put's checks."""
+    service.call(service.store.put(FINGERPRINT + key, header, data))
+
+
+def _header(tensor: torch.Tensor, **changes) -> Header:
+    values = {
+        "token_count": tensor.shape[0],
+        "hidden": tensor.shape[1],
+        "dtype": "float32",
+        "checksum": checksum(tensor),
+        "fingerprint": FINGERPRINT,
+    } | changes
+    return Header(**values)
+
+
+def _discards(service, reason: str) -> float:
+    value = service.server.metrics.registry.get_sample_value(
+        "iris_cache_validation_discards_total", {"reason": reason}
+    )
+    return value or 0.0
+
+
+def test_wrong_token_count_is_a_miss_and_the_entry_goes(service):
+    with CacheClient(service.address, FINGERPRINT) as client:
+        key = new_key()
+        client.put(key, torch.ones(5, 8), 5)
+        before = _discards(service, "token_count")
+        assert client.get_many([(key, 4)], 8, torch.float32)[key] is None
+        assert _discards(service, "token_count") == before + 1
+        assert client.exists([key]) == [False]
+
+
+def test_wrong_hidden_or_dtype_is_a_miss(service):
+    with CacheClient(service.address, FINGERPRINT) as client:
+        a, b = new_key(), new_key()
+        client.put(a, torch.ones(2, 8), 2)
+        client.put(b, torch.ones(2, 8), 2)
+        assert client.get_many([(a, 2)], 16, torch.float32)[a] is None
+        assert client.get_many([(b, 2)], 8, torch.float16)[b] is None
+        assert client.exists([a, b]) == [False, False]
+
+
+def test_wrong_checksum_is_discarded_by_the_client(service):
+    tensor = torch.randn(4, 8)
+    key = new_key()
+    _inject(service, key, _header(tensor, checksum=checksum(tensor) ^ 1), tensor.numpy().tobytes())
+    with CacheClient(service.address, FINGERPRINT) as client:
+        assert client.get_many([(key, 4)], 8, torch.float32)[key] is None
+        assert client.exists([key]) == [False]  # the client deleted the corrupt entry
+
+
+def test_truncated_body_is_discarded_by_the_service(service):
+    tensor = torch.randn(300, 1024)  # several chunks, so the cut lands mid-stream
+    key = new_key()
+    _inject(service, key, _header(tensor), tensor.numpy().tobytes()[:-4096])
+    before = _discards(service, "truncated")
+    with CacheClient(service.address, FINGERPRINT) as client:
+        assert client.get_many([(key, 300)], 1024, torch.float32)[key] is None
+        assert client.exists([key]) == [False]
+    assert _discards(service, "truncated") == before + 1
+
+
+def test_reserve_discards_a_stale_entry_and_grants_the_lease(service):
+    with CacheClient(service.address, FINGERPRINT) as client:
+        key = new_key()
+        client.put(key, torch.ones(5, 8), 5)
+        assert client.reserve([(key, 5)], 5000) == [Status.PRESENT]
+        assert client.reserve([(key, 6)], 5000) == [Status.RESERVED]
+        assert client.exists([key]) == [False]
+
+
+def _put_raw(address: str, messages) -> grpc.RpcError:
+    with grpc.insecure_channel(address) as channel:
+        stub = cache_pb2_grpc.EmbeddingCacheStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Put(iter(messages), timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    return info.value
+
+
+def _first(key=None, rows=2, hidden=4, dtype="float32", shape=None, fingerprint=FINGERPRINT):
+    tensor = common_pb2.TensorHeader(dtype=dtype, shape=shape or [rows, hidden], checksum=1)
+    header = cache_pb2.EntryHeader(token_count=rows, hidden=hidden, tensor=tensor)
+    return cache_pb2.PutChunk(fingerprint=fingerprint, key=key or new_key(), header=header)
+
+
+def test_put_refuses_bad_input_naming_value_and_limit(service):
+    address = service.address
+    err = _put_raw(address, [_first(), cache_pb2.PutChunk(data=b"x" * 31)])
+    assert "31 bytes sent" in err.details() and "32" in err.details()
+    err = _put_raw(address, [_first(), cache_pb2.PutChunk(data=b"x" * 40)])
+    assert "32" in err.details()
+    assert "int4" in _put_raw(address, [_first(dtype="int4")]).details()
+    assert "[3, 4]" in _put_raw(address, [_first(shape=[3, 4])]).details()
+    assert "7 bytes" in _put_raw(address, [_first(key=b"1234567")]).details()
+    assert "5 bytes" in _put_raw(address, [_first(fingerprint=b"short")]).details()
+    limit = service.server.settings.max_entry_bytes
+    err = _put_raw(address, [_first(rows=limit // 4096 + 1, hidden=1024)])
+    assert str(limit) in err.details()
+
+
+def test_other_calls_refuse_bad_input(service):
+    with CacheClient(service.address, FINGERPRINT) as client:
+        with pytest.raises(CacheInvalidArgument, match="lease_ms"):
+            client.reserve([(new_key(), 1)], 0)
+        with pytest.raises(CacheInvalidArgument, match="9 bytes"):
+            client.exists([b"123456789"])
+        with pytest.raises(CacheInvalidArgument, match="rows"):
+            client.put(new_key(), torch.ones(3, 4), 2)
+        with pytest.raises(CacheInvalidArgument, match="int64"):
+            client.put(new_key(), torch.ones(3, 4, dtype=torch.int64), 3)
+    with grpc.insecure_channel(service.address) as channel:
+        stub = cache_pb2_grpc.EmbeddingCacheStub(channel)
+        limit = service.server.settings.max_lease_ms
+        item = cache_pb2.ItemRequest(key=new_key(), token_count=1)
+        request = cache_pb2.ReserveRequest(
+            fingerprint=FINGERPRINT, items=[item], lease_ms=limit + 1
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Reserve(request, timeout=5)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert str(limit) in info.value.details()
+        request = cache_pb2.FailRequest(fingerprint=FINGERPRINT, key=new_key(), reason="x" * 5000)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Fail(request, timeout=5)
+        assert "5000" in info.value.details() and "1024" in info.value.details()
+        request = cache_pb2.BatchGetRequest(fingerprint=FINGERPRINT, items=[item], dtype="int4")
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.BatchGet(request, timeout=5))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
