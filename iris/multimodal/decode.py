@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 # The pixel limit is the policy's, checked from the header before decoding; PIL's own global
 # bomb check would refuse first with a message naming neither our limit nor our value.
@@ -60,10 +60,33 @@ def _open(data: bytes | memoryview, policy: DecodePolicy) -> Image.Image:
 
 def _orientation(image: Image.Image) -> int:
     try:
-        value = image.getexif().get(EXIF_ORIENTATION, 1)
+        if image.format == "PNG":
+            # getexif() on a PNG decodes the whole image looking for a late eXIf chunk; the
+            # header path must stay cheap, so only an eXIf chunk before the pixels counts.
+            # decode_image applies the same orientation, so counts and pixels agree.
+            raw = image.info.get("exif")
+            if not raw:
+                return 1
+            exif = Image.Exif()
+            exif.load(raw)
+        else:
+            exif = image.getexif()
+        value = exif.get(EXIF_ORIENTATION, 1)
     except Exception:  # a corrupt EXIF block does not make the image unusable
         return 1
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+# How to undo each EXIF orientation (the TIFF/EXIF definition of tag 0x0112).
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 
 
 def read_image_header(data: bytes | memoryview, policy: DecodePolicy | None = None) -> ImageHeader:
@@ -91,8 +114,9 @@ def decode_image(data: bytes | memoryview, policy: DecodePolicy | None = None) -
     image = _open(data, policy)
     try:
         image.load()
-        image = ImageOps.exif_transpose(image)
         rgb = image.convert("RGB")
+        if header.orientation in _TRANSPOSE:
+            rgb = rgb.transpose(_TRANSPOSE[header.orientation])
     except (OSError, ValueError, SyntaxError) as err:
         raise ImageDecodeError(f"image data is corrupt: {err}") from None
     if rgb.size != (header.width, header.height):

@@ -71,3 +71,20 @@ def test_truncated_body_refused_at_decode():
     read_image_header(truncated)  # the header is intact
     with pytest.raises(ImageDecodeError, match="corrupt"):
         decode_image(truncated)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_pixels_match_pil_exif_transpose(orientation):
+    from PIL import ImageOps
+
+    source = Image.effect_noise((24, 10), 60).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    for fmt in ("PNG", "JPEG"):
+        data = encode(source, fmt, exif=exif)
+        expected = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB")
+        decoded = decode_image(data)
+        assert decoded.size == expected.size
+        assert decoded.tobytes() == expected.tobytes()
+        header = read_image_header(data)
+        assert (header.width, header.height) == expected.size

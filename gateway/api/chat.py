@@ -1,0 +1,172 @@
+"""POST /v1/chat/completions."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from gateway import metrics
+from gateway.api.deps import Authorized, GatewayDep
+from gateway.api.errors import ERROR_RESPONSES
+from gateway.api.generation import (
+    Choice,
+    Job,
+    apply,
+    collect,
+    merged,
+    new_request_id,
+    start_all,
+    usage_of,
+)
+from gateway.api.generation import (
+    pod_header as _pod_header,
+)
+from gateway.api.sampling import resolve_max_tokens, sampling_params
+from gateway.api.schemas import ChatCompletionRequest
+from gateway.api.streaming import event_stream
+from gateway.api.telemetry import Inference
+from gateway.errors import bad_request
+
+router = APIRouter(tags=["chat"])
+
+
+def _logprob_entry(token: str, logprob: float) -> dict:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+def chat_logprobs(entries) -> dict:
+    """Pod TokenLogprobs → OpenAI chat `logprobs.content`."""
+    return {
+        "content": [
+            {
+                **_logprob_entry(entry.token, entry.logprob),
+                "top_logprobs": [_logprob_entry(top.token, top.logprob) for top in entry.top],
+            }
+            for entry in entries
+        ]
+    }
+
+
+def _check(body: ChatCompletionRequest, max_n: int) -> None:
+    if body.n > max_n:
+        raise bad_request(f"n = {body.n} is over the limit of {max_n}", "n")
+    if body.top_logprobs and not body.logprobs:
+        raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+
+
+@router.post("/v1/chat/completions", responses=ERROR_RESPONSES, dependencies=[Authorized])
+async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
+    """OpenAI chat completions: text and image parts, streamed (SSE) or whole."""
+    started = time.perf_counter()
+    gateway.check_model(body.model)
+    _check(body, gateway.settings.max_n)
+    inference = Inference(gateway, "chat", body)
+    request_id = new_request_id("chatcmpl")
+    try:
+        with inference.span.use():
+            messages = [message.model_dump(exclude_none=True) for message in body.messages]
+            prompt = await gateway.prompts.chat(messages, body.mm_hashes)
+            requested = body.max_completion_tokens or body.max_tokens
+            param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+            max_tokens = resolve_max_tokens(
+                requested, prompt.prompt_tokens, gateway.max_model_len(), param
+            )
+            inference.span.set_max_tokens(max_tokens)
+            decision = gateway.dispatcher.route(prompt)
+            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
+            jobs = [
+                Job(
+                    i,
+                    prompt,
+                    sampling_params(
+                        body,
+                        max_tokens=max_tokens,
+                        logprobs=body.logprobs,
+                        top_logprobs=body.top_logprobs or 0,
+                        choice=i,
+                    ),
+                    decision if i == 0 else None,
+                )
+                for i in range(body.n)
+            ]
+            generations = await start_all(gateway, jobs, request_id)
+    except BaseException as err:
+        inference.close(err)
+        raise
+    created, model = int(time.time()), gateway.model_name
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        chunks = _stream(generations, inference, request_id, created, model, include_usage, started)
+        return event_stream(chunks, inference.close, _pod_header(generations))
+    try:
+        choices = await collect(generations)
+    except BaseException as err:
+        inference.close(err)
+        raise
+    usage = usage_of(generations, choices, [0] * len(choices))
+    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
+    inference.close()
+    return JSONResponse(
+        {
+            "id": request_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [_choice_body(choice, body.logprobs) for choice in choices],
+            "usage": usage.body(),
+        },
+        headers=_pod_header(generations),
+    )
+
+
+def _choice_body(choice: Choice, logprobs: bool) -> dict:
+    return {
+        "index": choice.index,
+        "message": {"role": "assistant", "content": "".join(choice.text)},
+        "logprobs": chat_logprobs(choice.logprobs) if logprobs else None,
+        "finish_reason": choice.finish_reason or "stop",
+    }
+
+
+async def _stream(generations, inference, request_id, created, model, include_usage, started):
+    def chunk(choices: list[dict], usage: dict | None = None) -> dict:
+        body = {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": choices,
+        }
+        if include_usage:
+            body["usage"] = usage
+        return body
+
+    def delta(index: int, content: dict, logprobs=None, finish_reason=None) -> dict:
+        return {
+            "index": index,
+            "delta": content,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+        }
+
+    choices = [Choice(i) for i in range(len(generations))]
+    for choice in choices:
+        yield chunk([delta(choice.index, {"role": "assistant", "content": ""})])
+    first_token = True
+    async for index, message in merged(generations):
+        apply(choices[index], message)
+        kind = message.WhichOneof("kind")
+        if kind == "tokens":
+            if first_token:
+                first_token = False
+                metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
+            logprobs = chat_logprobs(message.tokens.logprobs) if message.tokens.logprobs else None
+            yield chunk([delta(index, {"content": message.tokens.text}, logprobs)])
+        elif kind == "finished":
+            yield chunk([delta(index, {}, None, choices[index].finish_reason)])
+    usage = usage_of(generations, choices, [0] * len(choices))
+    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
+    if include_usage:
+        yield chunk([], usage.body())

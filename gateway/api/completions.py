@@ -1,0 +1,221 @@
+"""POST /v1/completions: text or token-id prompts (no images), one or several."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from gateway import metrics
+from gateway.api.deps import Authorized, GatewayDep
+from gateway.api.errors import ERROR_RESPONSES
+from gateway.api.generation import (
+    Choice,
+    Job,
+    apply,
+    collect,
+    merged,
+    new_request_id,
+    start_all,
+    usage_of,
+)
+from gateway.api.generation import (
+    pod_header as _pod_header,
+)
+from gateway.api.sampling import resolve_max_tokens, sampling_params
+from gateway.api.schemas import CompletionRequest
+from gateway.api.streaming import event_stream
+from gateway.api.telemetry import Inference
+from gateway.errors import bad_request
+
+router = APIRouter(tags=["completions"])
+
+
+def completion_logprobs(entries, offset: int = 0) -> dict:
+    """Pod TokenLogprobs → the legacy completions `logprobs` object."""
+    tokens, token_logprobs, tops, offsets = [], [], [], []
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry.token)
+        tokens.append(entry.token)
+        token_logprobs.append(entry.logprob)
+        tops.append({top.token: top.logprob for top in entry.top})
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def _prompts(body: CompletionRequest) -> list[str | list[int]]:
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and isinstance(prompt[0], int):
+        return [prompt]
+    return list(prompt)
+
+
+def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
+    if body.echo:
+        raise bad_request("echo is not supported", "echo")
+    if body.suffix:
+        raise bad_request("suffix is not supported", "suffix")
+    if body.best_of is not None and body.best_of != body.n:
+        raise bad_request(f"best_of = {body.best_of} must equal n = {body.n}", "best_of")
+    if body.n > max_n:
+        raise bad_request(f"n = {body.n} is over the limit of {max_n}", "n")
+
+
+def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
+    """One job per (prompt, choice); choice index = prompt index * n + j."""
+    jobs, prompt_of_choice = [], []
+    for p, source in enumerate(sources):
+        param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
+        prompt = (
+            gateway.prompts.text(source, param)
+            if isinstance(source, str)
+            else gateway.prompts.tokens(source, param)
+        )
+        max_tokens = resolve_max_tokens(
+            body.max_tokens, prompt.prompt_tokens, gateway.max_model_len(), "max_tokens"
+        )
+        decision = gateway.dispatcher.route(prompt)
+        for j in range(body.n):
+            sampling = sampling_params(
+                body,
+                max_tokens=max_tokens,
+                logprobs=want_logprobs,
+                top_logprobs=body.logprobs or 0,
+                choice=j,
+            )
+            jobs.append(Job(len(jobs), prompt, sampling, decision if j == 0 else None))
+            prompt_of_choice.append(p)
+    return jobs, prompt_of_choice
+
+
+@router.post("/v1/completions", responses=ERROR_RESPONSES, dependencies=[Authorized])
+async def completions(body: CompletionRequest, gateway: GatewayDep):
+    """OpenAI (legacy) completions, streamed (SSE) or whole."""
+    started = time.perf_counter()
+    gateway.check_model(body.model)
+    _check_unsupported(body, gateway.settings.max_n)
+    sources = _prompts(body)
+    if len(sources) * body.n > gateway.settings.max_n:
+        raise bad_request(
+            f"{len(sources)} prompts x n = {body.n} is over the limit of "
+            f"{gateway.settings.max_n} choices",
+            "prompt",
+        )
+    inference = Inference(gateway, "text_completion", body)
+    want_logprobs = body.logprobs is not None
+    request_id = new_request_id("cmpl")
+    try:
+        with inference.span.use():
+            jobs, prompt_of_choice = _jobs(gateway, body, sources, want_logprobs)
+            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
+            generations = await start_all(gateway, jobs, request_id)
+    except BaseException as err:
+        inference.close(err)
+        raise
+    created = int(time.time())
+    model = gateway.model_name
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        chunks = _stream(
+            generations,
+            prompt_of_choice,
+            inference,
+            request_id,
+            created,
+            model,
+            include_usage,
+            started,
+        )
+        return event_stream(chunks, inference.close, _pod_header(generations))
+    try:
+        choices = await collect(generations)
+    except BaseException as err:
+        inference.close(err)
+        raise
+    usage = usage_of(generations, choices, prompt_of_choice)
+    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
+    inference.close()
+    return JSONResponse(
+        {
+            "id": request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [_choice_body(choice, want_logprobs) for choice in choices],
+            "usage": usage.body(),
+        },
+        headers=_pod_header(generations),
+    )
+
+
+def _choice_body(choice: Choice, logprobs: bool) -> dict:
+    return {
+        "index": choice.index,
+        "text": "".join(choice.text),
+        "logprobs": completion_logprobs(choice.logprobs) if logprobs else None,
+        "finish_reason": choice.finish_reason or "stop",
+    }
+
+
+async def _stream(
+    generations, prompt_of_choice, inference, request_id, created, model, include_usage, started
+):
+    def chunk(choices: list[dict], usage: dict | None = None) -> dict:
+        body = {
+            "id": request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": choices,
+        }
+        if include_usage:
+            body["usage"] = usage
+        return body
+
+    choices = [Choice(i) for i in range(len(generations))]
+    offsets = [0] * len(generations)
+    first_token = True
+    async for index, message in merged(generations):
+        apply(choices[index], message)
+        kind = message.WhichOneof("kind")
+        if kind == "tokens":
+            if first_token:
+                first_token = False
+                metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
+            logprobs = None
+            if message.tokens.logprobs:
+                logprobs = completion_logprobs(message.tokens.logprobs, offsets[index])
+            offsets[index] += len(message.tokens.text)
+            yield chunk(
+                [
+                    {
+                        "index": index,
+                        "text": message.tokens.text,
+                        "logprobs": logprobs,
+                        "finish_reason": None,
+                    }
+                ]
+            )
+        elif kind == "finished":
+            yield chunk(
+                [
+                    {
+                        "index": index,
+                        "text": "",
+                        "logprobs": None,
+                        "finish_reason": choices[index].finish_reason,
+                    }
+                ]
+            )
+    usage = usage_of(generations, choices, prompt_of_choice)
+    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
+    if include_usage:
+        yield chunk([], usage.body())

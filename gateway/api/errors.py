@@ -1,0 +1,69 @@
+"""Exception handlers: APIError, FastAPI's validation and HTTP errors, and anything
+unexpected all leave as OpenAI's error body; plus that body's schema for /openapi.json."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway.errors import APIError, bad_request
+
+log = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The OpenAI error body (documented on every route for its 4xx/5xx statuses)."""
+
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 429, 503)
+}
+
+
+def _location(loc: tuple) -> str | None:
+    parts = [str(part) for part in loc if part not in ("body", "query", "path")]
+    return ".".join(parts) or None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error through the OpenAI body."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, err: APIError) -> JSONResponse:
+        return err.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, err: RequestValidationError) -> JSONResponse:
+        errors = err.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        param = _location(tuple(first.get("loc", ())))
+        if first.get("type") == "json_invalid":
+            return bad_request(f"request body is not valid JSON: {first['msg']}").response()
+        message = "; ".join(
+            f"{_location(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in errors[:5]
+        )
+        return APIError(422, message, param=param, code="invalid_value").response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = "not_found" if err.status_code == 404 else None
+        return APIError(err.status_code, str(err.detail), code=code).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error: %s", err)
+        return APIError(500, "internal error", code="internal_error").response()

@@ -1,0 +1,169 @@
+"""Running a request's choices on the pods and gathering or streaming their output.
+
+Shared by chat and completions: start every choice (each accepted before any byte is
+sent, so the HTTP status is known), then either collect them into one response or merge
+their chunks, tagged with the choice index, into one stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from gateway.dispatch import Generation
+from gateway.intake.prompt import PreparedPrompt
+from gateway.routing.router import Decision
+from gateway.service import Gateway
+from llm_svc.proto import llm_pb2
+
+
+@dataclass
+class Choice:
+    """What one choice produced, accumulated from the pod's chunks."""
+
+    index: int
+    text: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[llm_pb2.TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: llm_pb2.Usage | None = None
+
+
+@dataclass
+class Job:
+    """One choice to run: its prompt, sampling params and (for the first) routing decision."""
+
+    index: int
+    prompt: PreparedPrompt
+    sampling: object
+    decision: Decision | None = None
+
+
+def new_request_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+async def start_all(gateway: Gateway, jobs: Sequence[Job], request_id: str) -> list[Generation]:
+    """Start every job; if one fails, cancel the accepted ones and raise its error."""
+    tasks = [
+        asyncio.create_task(
+            gateway.dispatcher.start(
+                job.prompt, job.sampling, f"{request_id}-{job.index}", job.decision
+            )
+        )
+        for job in jobs
+    ]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                task.result().cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def merged(
+    generations: Sequence[Generation],
+) -> AsyncIterator[tuple[int, llm_pb2.GenerateResponse]]:
+    """Every generation's messages as (choice index, message), interleaved as they come."""
+    if len(generations) == 1:
+        async for message in generations[0].responses():
+            yield 0, message
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(index: int, generation: Generation) -> None:
+        try:
+            async for message in generation.responses():
+                await queue.put((index, message))
+        except Exception as err:  # handed to the consumer, which raises it
+            await queue.put((index, err))
+        finally:
+            await queue.put((index, done))
+
+    tasks = [asyncio.create_task(pump(i, g)) for i, g in enumerate(generations)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for generation in generations:
+            generation.cancel()
+
+
+def apply(choice: Choice, message: llm_pb2.GenerateResponse) -> None:
+    """Fold one pod message into a choice."""
+    kind = message.WhichOneof("kind")
+    if kind == "tokens":
+        choice.text.append(message.tokens.text)
+        choice.token_ids.extend(message.tokens.token_ids)
+        choice.logprobs.extend(message.tokens.logprobs)
+    elif kind == "finished":
+        choice.finish_reason = message.finished.finish_reason or "stop"
+        choice.usage = message.finished.usage
+
+
+async def collect(generations: Sequence[Generation]) -> list[Choice]:
+    """Run every generation to its end."""
+    choices = [Choice(i) for i in range(len(generations))]
+    async for index, message in merged(generations):
+        apply(choices[index], message)
+    return choices
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    def body(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+def usage_of(
+    generations: Sequence[Generation], choices: Sequence[Choice], prompts_per_choice: Sequence[int]
+) -> Usage:
+    """Each distinct prompt counts once (n choices share it); completions add up."""
+    usage = Usage()
+    seen = set()
+    for generation, choice, prompt in zip(generations, choices, prompts_per_choice, strict=True):
+        final = choice.usage
+        if prompt not in seen:
+            seen.add(prompt)
+            usage.prompt_tokens += (final.prompt_tokens if final else 0) or (
+                generation.accepted.prompt_tokens
+            )
+            usage.cached_tokens += (final.cached_tokens if final else 0) or (
+                generation.accepted.cached_tokens
+            )
+        usage.completion_tokens += (
+            final.completion_tokens if final and final.completion_tokens else len(choice.token_ids)
+        )
+    return usage
+
+
+def pod_header(generations: Sequence[Generation]) -> dict[str, str]:
+    """`X-Iris-Pod`: the address(es) of the pod(s) that served the request (for operators
+    and tests)."""
+    return {"X-Iris-Pod": ",".join(sorted({g.pod.address for g in generations}))}

@@ -1,0 +1,32 @@
+"""Liveness (/healthz), readiness (/readyz: a usable LLM pod) and /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.api.deps import GatewayDep
+from gateway.errors import APIError
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict:
+    """The process serves HTTP."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "no usable LLM pod"}})
+async def readyz(gateway: GatewayDep) -> dict:
+    """At least one LLM pod has passed its handshake and answers load polls."""
+    pods = gateway.pods()
+    if not gateway.ready():
+        raise APIError(503, f"no usable LLM pod among {len(pods)}", code="not_ready")
+    return {"status": "ready", "pods": sum(pod.usable for pod in pods)}
+
+
+@router.get("/metrics")
+async def prometheus_metrics() -> Response:
+    """Prometheus exposition of the gateway's metrics."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

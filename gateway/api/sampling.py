@@ -1,0 +1,60 @@
+"""OpenAI sampling fields → iris.common.SamplingParams, with the limits checked."""
+
+from __future__ import annotations
+
+from gateway.errors import bad_request
+from iris.proto import common_pb2
+
+
+def sampling_params(
+    request,
+    *,
+    max_tokens: int,
+    logprobs: bool,
+    top_logprobs: int,
+    choice: int = 0,
+) -> common_pb2.SamplingParams:
+    """One choice's parameters; with a seed, choice i samples with seed + i (n differ)."""
+    stop = request.stop
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if any(not text for text in stops):
+        raise bad_request("stop strings must not be empty", "stop")
+    params = common_pb2.SamplingParams(
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        top_k=request.top_k or 0,
+        repetition_penalty=request.repetition_penalty or 1.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        presence_penalty=request.presence_penalty or 0.0,
+        stop=stops,
+        max_tokens=max_tokens,
+        ignore_eos=request.ignore_eos,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+    )
+    if request.seed is not None:
+        params.seed = (request.seed + choice) % 2**64
+    return params
+
+
+def resolve_max_tokens(
+    requested: int | None, prompt_tokens: int, max_model_len: int, param: str
+) -> int:
+    """The completion budget: the request's, else what the context leaves; 400 if none is."""
+    room = max_model_len - prompt_tokens
+    if room < 1:
+        raise bad_request(
+            f"prompt is {prompt_tokens} tokens; the model's context is {max_model_len}",
+            "messages" if param == "max_completion_tokens" else "prompt",
+            "context_length_exceeded",
+        )
+    if requested is None:
+        return room
+    if requested > room:
+        raise bad_request(
+            f"{param} = {requested} plus the prompt's {prompt_tokens} tokens exceeds the "
+            f"model's context of {max_model_len}",
+            param,
+            "context_length_exceeded",
+        )
+    return requested

@@ -1,0 +1,86 @@
+"""Request bodies of the OpenAI-compatible API (the fields Iris honours; others ignored)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+_MAX_STOP = 16
+
+
+class _Lenient(BaseModel):
+    # Clients send fields Iris does not use (user, metadata, ...): accept and ignore them.
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ImageURL(_Lenient):
+    url: StrictStr = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Lenient):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: StrictStr | list[ContentPart] | None = None
+    name: StrictStr | None = None
+
+
+class StreamOptions(_Lenient):
+    include_usage: StrictBool = False
+
+
+class _SamplingFields(_Lenient):
+    model: StrictStr
+    n: StrictInt = Field(1, ge=1, le=128)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: StrictInt | None = Field(None, ge=-1)
+    stop: StrictStr | Annotated[list[StrictStr], Field(max_length=_MAX_STOP)] | None = None
+    seed: StrictInt | None = Field(None, ge=0, lt=2**63)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: StrictBool = False
+    user: StrictStr | None = None
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    # Caller-supplied image hashes (DESIGN.md §2): checked by the intake (a wrong type → 400).
+    mm_hashes: Any = None
+
+
+TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: (
+        StrictStr
+        | Annotated[list[StrictStr], Field(min_length=1)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1)]
+    )
+    max_tokens: StrictInt | None = Field(16, ge=1)
+    logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    echo: StrictBool = False
+    suffix: StrictStr | None = None
+    best_of: StrictInt | None = Field(None, ge=1)

@@ -1,0 +1,312 @@
+"""From a prepared prompt to an accepted generation on one pod (DESIGN.md §3 steps 2-3).
+
+Route; Reserve in the cache the images the chosen pod's prefix does not cover; send Encode
+for the RESERVED ones without awaiting it; call Generate and wait for `accepted`. Before
+acceptance: "embedding missing" → reserve + encode every image and retry once; a pod that
+is unavailable or full → the next pod; encoders all unavailable → 503; an image that failed
+to encode → 400. After acceptance the caller streams the pod's chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from encoder_svc.proto import encoder_pb2
+from gateway import metrics
+from gateway.clients.cache import CacheClient, ReserveStatus
+from gateway.clients.encoders import EncoderPool, EncodersUnavailable
+from gateway.errors import APIError, bad_request
+from gateway.intake.prompt import PreparedPrompt
+from gateway.routing.plugins.base import RoutingRequest
+from gateway.routing.pods import Pod
+from gateway.routing.registry import PodRegistry
+from gateway.routing.router import Decision, Router
+from iris.proto import common_pb2
+from iris.telemetry import grpc_metadata, inject_headers, tracer
+from llm_svc.proto import llm_pb2
+
+log = logging.getLogger(__name__)
+_tracer = tracer("gateway.dispatch")
+
+EMBEDDING_MISSING = "embedding missing"
+_NEXT_POD = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+def item_to_proto(item) -> common_pb2.MultimodalItem:
+    return common_pb2.MultimodalItem(
+        modality=common_pb2.IMAGE,
+        identity=item.identity or b"",
+        hash=item.hash,
+        offsets=[common_pb2.Span(start=start, end=end) for start, end in item.offsets],
+        token_count=item.token_count,
+        grid=list(item.grid),
+    )
+
+
+@dataclass
+class Generation:
+    """An accepted generation: the pod, its `accepted` message, and the rest of the stream."""
+
+    request_id: str
+    pod: Pod
+    accepted: llm_pb2.Accepted
+    call: grpc.aio.UnaryStreamCall
+
+    async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
+        """Token chunks, then `finished`; a pod failure mid-stream raises APIError(503)."""
+        try:
+            while True:
+                message = await self.call.read()
+                if message is grpc.aio.EOF:
+                    return
+                yield message
+        except grpc.aio.AioRpcError as err:
+            raise APIError(
+                503,
+                f"LLM pod {self.pod.address} failed mid-stream: {err.details()}",
+                code="upstream_error",
+            ) from None
+
+    def cancel(self) -> None:
+        """Stop the pod's work (the client left or another choice failed)."""
+        self.call.cancel()
+
+
+class Dispatcher:
+    """Places prepared prompts on pods and gets them accepted."""
+
+    def __init__(
+        self,
+        *,
+        router: Router,
+        registry: PodRegistry,
+        cache: CacheClient,
+        encoders: EncoderPool,
+        fingerprint: bytes,
+        lease_ms: int,
+        accept_timeout_s: float,
+        embedding_reuse: bool = True,
+    ) -> None:
+        self.router = router
+        self.registry = registry
+        self.cache = cache
+        self.encoders = encoders
+        self.fingerprint = fingerprint
+        self.lease_ms = lease_ms
+        self.accept_timeout_s = accept_timeout_s
+        self.embedding_reuse = embedding_reuse
+        self._background: set[asyncio.Task] = set()  # Encode calls nobody awaits
+
+    def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
+        request = RoutingRequest(prompt.input_ids, self.fingerprint)
+        return self.router.route(request, self.registry.pods(), exclude)
+
+    async def start(
+        self,
+        prompt: PreparedPrompt,
+        sampling: common_pb2.SamplingParams,
+        request_id: str,
+        decision: Decision | None = None,
+    ) -> Generation:
+        """Route (unless given a decision), prepare embeddings, Generate until accepted."""
+        tried: set[str] = set()
+        retried_missing = False
+        force_all = not self.embedding_reuse
+        last_error: grpc.aio.AioRpcError | None = None
+        while True:
+            if decision is None:
+                try:
+                    decision = self.route(prompt, frozenset(tried))
+                except APIError as err:
+                    raise self._exhausted(err, last_error) from None
+            pod = decision.pod
+            indices = self._uncovered(prompt, 0 if force_all else decision.matched_tokens)
+            encode = await self._prepare_embeddings(prompt, indices)
+            try:
+                return await self._generate(prompt, sampling, request_id, pod, encode)
+            except grpc.aio.AioRpcError as err:
+                code, details = err.code(), err.details() or ""
+                if code == grpc.StatusCode.FAILED_PRECONDITION and EMBEDDING_MISSING in details:
+                    if retried_missing:
+                        raise APIError(
+                            503,
+                            f"image embeddings missing on retry: {details}",
+                            code="embedding_missing",
+                        ) from None
+                    retried_missing, force_all = True, True
+                    metrics.RETRIES.labels("embedding_missing").inc()
+                    continue  # same pod: its prefix was evicted or a lease lapsed
+                if code in _NEXT_POD:
+                    tried.add(pod.address)
+                    last_error = err
+                    metrics.RETRIES.labels(code.name.lower()).inc()
+                    log.warning("pod %s refused %s: %s", pod.address, request_id, details)
+                    decision = None
+                    continue
+                raise upstream_error(err) from None
+
+    def _exhausted(self, err: APIError, last: grpc.aio.AioRpcError | None) -> APIError:
+        if err.status == 503 and last is not None:
+            if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                return APIError(
+                    429,
+                    "every LLM pod is full; retry later",
+                    code="overloaded",
+                    retry_after=self.router.retry_after_s,
+                )
+            return APIError(
+                503, f"no LLM pod accepted the request: {last.details()}", code="no_pod_available"
+            )
+        return err
+
+    @staticmethod
+    def _uncovered(prompt: PreparedPrompt, matched_tokens: int) -> list[int]:
+        """Items with a token past the pod's cached prefix: they need their embedding."""
+        return [
+            i
+            for i, item in enumerate(prompt.items)
+            if max(end for _, end in item.offsets) >= matched_tokens
+        ]
+
+    async def _prepare_embeddings(
+        self, prompt: PreparedPrompt, indices: Sequence[int]
+    ) -> asyncio.Task | None:
+        """Reserve `indices`; Encode the RESERVED ones in the background; return that task."""
+        metrics.EMBEDDING_HITS.inc(len(prompt.items) - len(indices))
+        if not indices:
+            return None
+        if not self.embedding_reuse:
+            # The no-reuse baseline: every request encodes all its images afresh and waits
+            # for them, as a deployment without a shared embedding cache would.
+            await self._encode_now(prompt, indices)
+            return None
+        items = [prompt.items[i] for i in indices]
+        with _tracer.start_as_current_span("cache.reserve") as span:
+            span.set_attribute("iris.images", len(items))
+            states = await self.cache.reserve(
+                [(item.key, item.token_count) for item in items], self.lease_ms
+            )
+        to_encode = []
+        for i, (status, reason) in zip(indices, states, strict=True):
+            if status is ReserveStatus.FAILED:
+                raise bad_request(
+                    f"image {i} cannot be used: {reason}", "messages", "invalid_image"
+                )
+            if status is ReserveStatus.RESERVED:
+                to_encode.append(i)
+            elif status is ReserveStatus.PRESENT:
+                metrics.EMBEDDING_HITS.inc()
+        if not to_encode:
+            return None
+        metrics.ENCODE_DISPATCHED.inc(len(to_encode))
+        encode_items = [
+            encoder_pb2.EncodeItem(image=prompt.images[i], item=item_to_proto(prompt.items[i]))
+            for i in to_encode
+        ]
+        task = asyncio.create_task(self.encoders.encode(encode_items, grpc_metadata()))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _encode_now(self, prompt: PreparedPrompt, indices: Sequence[int]) -> None:
+        metrics.ENCODE_DISPATCHED.inc(len(indices))
+        encode_items = [
+            encoder_pb2.EncodeItem(image=prompt.images[i], item=item_to_proto(prompt.items[i]))
+            for i in indices
+        ]
+        task = asyncio.ensure_future(self.encoders.encode(encode_items, grpc_metadata()))
+        await asyncio.wait({task})
+        _raise_for_encode(task)
+
+    async def _generate(
+        self,
+        prompt: PreparedPrompt,
+        sampling: common_pb2.SamplingParams,
+        request_id: str,
+        pod: Pod,
+        encode: asyncio.Task | None,
+    ) -> Generation:
+        carrier = inject_headers()
+        request = llm_pb2.GenerateRequest(
+            request_id=request_id,
+            input_ids=prompt.input_ids.tolist(),
+            items=[item_to_proto(item) for item in prompt.items],
+            sampling=sampling,
+            trace=common_pb2.TraceContext(
+                traceparent=carrier.get("traceparent", ""),
+                tracestate=carrier.get("tracestate", ""),
+            ),
+            fingerprint=self.fingerprint,
+        )
+        stub = self.registry.connection(pod.address).stub
+        call = stub.Generate(request, metadata=grpc_metadata())
+        try:
+            first = await self._await_accept(call, encode)
+        except BaseException:
+            call.cancel()
+            raise
+        if first is grpc.aio.EOF or not first.HasField("accepted"):
+            raise APIError(
+                503,
+                f"LLM pod {pod.address} did not accept {request_id} first",
+                code="upstream_error",
+            )
+        return Generation(request_id, pod, first.accepted, call)
+
+    async def _await_accept(self, call, encode: asyncio.Task | None):
+        """The first message; an encode that fails meanwhile ends the wait early."""
+        read = asyncio.ensure_future(call.read())
+        waiting = {read} if encode is None else {read, encode}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.accept_timeout_s
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    waiting, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    raise APIError(
+                        503, f"no acceptance within {self.accept_timeout_s} s", code="timeout"
+                    )
+                if read in done:
+                    return read.result()
+                waiting.discard(encode)
+                _raise_for_encode(encode)
+        finally:
+            if not read.done():
+                read.cancel()
+
+
+def _raise_for_encode(task: asyncio.Task) -> None:
+    """An encode outcome that dooms the request: no encoder (503) or a bad image (400)."""
+    error = task.exception()
+    if isinstance(error, EncodersUnavailable):
+        raise APIError(503, f"no encoder available: {error}", code="encoder_unavailable")
+    if isinstance(error, grpc.aio.AioRpcError):
+        if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            raise bad_request(
+                f"image rejected by the encoder: {error.details()}", "messages", "invalid_image"
+            )
+        raise APIError(503, f"encoder failed: {error.details()}", code="encoder_unavailable")
+    if error is not None:
+        raise error
+    for result in task.result().results:
+        if not result.ok:
+            raise bad_request(
+                f"image could not be encoded: {result.error}", "messages", "invalid_image"
+            )
+
+
+def upstream_error(err: grpc.aio.AioRpcError) -> APIError:
+    """A pod's refusal before acceptance, as the client's HTTP status."""
+    code, details = err.code(), err.details() or ""
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
+        return bad_request(details, code="invalid_request")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return APIError(429, details, code="overloaded", retry_after=1)
+    return APIError(503, f"LLM pod error ({code.name}): {details}", code="upstream_error")

@@ -1,0 +1,43 @@
+"""One image's bytes → a MultimodalItem: header under the decode policy, the adapter's token
+count and grid from the (EXIF-rotated) size, and the identity (or the caller's hash)."""
+
+from __future__ import annotations
+
+from gateway.errors import bad_request
+from iris.multimodal import (
+    DecodePolicy,
+    ImageDecodeError,
+    Modality,
+    MultimodalItem,
+    image_identity,
+    read_image_header,
+)
+
+
+def describe_image(
+    data: bytes,
+    *,
+    adapter,
+    policy: DecodePolicy,
+    fingerprint: bytes,
+    caller_key: bytes | int | None,
+    param: str,
+) -> MultimodalItem:
+    """The item for one image (offsets are set later, once the prompt is expanded).
+
+    `caller_key` is the caller's full identity (bytes), 64-bit hash (int) or None (hash the
+    bytes). A policy refusal is a 400 naming the value and the limit.
+    """
+    try:
+        header = read_image_header(data, policy)
+    except ImageDecodeError as err:
+        raise bad_request(f"{param}: {err}", param, "invalid_image") from None
+    token_count, grid = adapter.image_token_count(header.width, header.height)
+    item = MultimodalItem(Modality.IMAGE, token_count=int(token_count), grid=tuple(grid))
+    if isinstance(caller_key, bytes):
+        item.set_identity(caller_key)
+    elif isinstance(caller_key, int):
+        item.set_hash(caller_key)
+    else:
+        item.set_identity(image_identity(data, fingerprint))
+    return item

@@ -1,0 +1,35 @@
+"""The gateway's Prometheus metrics, registered once per process under iris.metrics names."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+from iris import metrics as names
+
+_FAST = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1)
+_SLOW = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+REQUESTS = Counter(names.GATEWAY_REQUESTS, "HTTP requests", [names.LABEL_ROUTE, names.LABEL_STATUS])
+REQUEST_SECONDS = Histogram(
+    names.GATEWAY_REQUEST_SECONDS, "HTTP request duration", [names.LABEL_ROUTE], buckets=_SLOW
+)
+TTFT_SECONDS = Histogram(names.GATEWAY_TTFT_SECONDS, "time to first token", buckets=_SLOW)
+OVERHEAD_SECONDS = Histogram(
+    names.GATEWAY_OVERHEAD_SECONDS, "gateway intake + routing time per request", buckets=_FAST
+)
+ROUTING_PLUGIN_SECONDS = Histogram(
+    names.GATEWAY_ROUTING_PLUGIN_SECONDS,
+    "time per routing plugin call",
+    [names.LABEL_PLUGIN],
+    buckets=_FAST,
+)
+PREFIX_HIT_RATIO = Histogram(
+    names.GATEWAY_PREFIX_HIT_RATIO,
+    "share of the prompt's blocks the chosen pod holds",
+    buckets=(0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0),
+)
+EMBEDDING_HITS = Counter(
+    names.GATEWAY_EMBEDDING_HITS, "images that needed no encoding (prefix or cache)"
+)
+ENCODE_DISPATCHED = Counter(names.GATEWAY_ENCODE_DISPATCHED, "images sent to an encoder")
+RETRIES = Counter(names.GATEWAY_RETRIES, "dispatch retries", [names.LABEL_REASON])

@@ -1,0 +1,115 @@
+"""Which pod holds which prefix blocks (DESIGN.md §4).
+
+Per pod, a set of chained block hashes. A pod that publishes KV events is *precise*: a
+snapshot (`load_snapshot`) sets its blocks and sequence number, then events are applied in
+sequence order; a gap (a missed event) makes `apply` return False and the caller fetches a
+new snapshot. A pod that gives no events falls back to the gateway's own routing decisions
+(`record_decision`), kept as a bounded LRU since nothing tells us what the pod evicted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Source(Enum):
+    DECISIONS = "decisions"
+    EVENTS = "events"
+
+
+@dataclass
+class KVEventRecord:
+    """One KV event, decoupled from the wire type (llm.KVEvent)."""
+
+    seq: int
+    stored: bool
+    block_hashes: Sequence[bytes]
+
+
+@dataclass
+class _PodBlocks:
+    source: Source = Source.DECISIONS
+    seq: int = 0
+    blocks: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+
+
+class KVIndex:
+    """Per-pod block sets; `matched_blocks` answers the prefix query routing asks."""
+
+    def __init__(self, max_decision_blocks: int = 200_000) -> None:
+        self.max_decision_blocks = max_decision_blocks
+        self._pods: dict[str, _PodBlocks] = {}
+
+    def _pod(self, pod: str) -> _PodBlocks:
+        return self._pods.setdefault(pod, _PodBlocks())
+
+    def source(self, pod: str) -> Source:
+        return self._pod(pod).source
+
+    def seq(self, pod: str) -> int:
+        return self._pod(pod).seq
+
+    def blocks(self, pod: str) -> set[bytes]:
+        return set(self._pod(pod).blocks)
+
+    def matched_blocks(self, pod: str, hashes: Sequence[bytes]) -> int:
+        """How many leading blocks of `hashes` the pod holds (the chain stops at a miss)."""
+        state = self._pods.get(pod)
+        if state is None:
+            return 0
+        blocks = state.blocks
+        count = 0
+        for block in hashes:
+            if block not in blocks:
+                break
+            count += 1
+        return count
+
+    def load_snapshot(self, pod: str, seq: int, hashes: Iterable[bytes]) -> None:
+        """Replace the pod's blocks with a snapshot taken at `seq`; the pod is now precise."""
+        state = self._pod(pod)
+        state.source = Source.EVENTS
+        state.seq = seq
+        state.blocks = OrderedDict.fromkeys(hashes)
+
+    def apply(self, pod: str, events: Iterable[KVEventRecord]) -> bool:
+        """Apply events in order; False on a gap (nothing after it applied: resnapshot)."""
+        state = self._pod(pod)
+        if state.source is not Source.EVENTS:
+            return False
+        for event in events:
+            if event.seq <= state.seq:
+                continue  # already covered by the snapshot or a previous batch
+            if event.seq != state.seq + 1:
+                return False
+            if event.stored:
+                for block in event.block_hashes:
+                    state.blocks[block] = None
+            else:
+                for block in event.block_hashes:
+                    state.blocks.pop(block, None)
+            state.seq = event.seq
+        return True
+
+    def fall_back(self, pod: str) -> None:
+        """The pod's event stream is gone: keep what we know, learn from our decisions."""
+        self._pod(pod).source = Source.DECISIONS
+
+    def record_decision(self, pod: str, hashes: Sequence[bytes]) -> None:
+        """Remember that a prompt with these blocks went to the pod (decision mode only)."""
+        state = self._pod(pod)
+        if state.source is not Source.DECISIONS:
+            return
+        blocks = state.blocks
+        for block in hashes:
+            blocks[block] = None
+            blocks.move_to_end(block)
+        while len(blocks) > self.max_decision_blocks:
+            blocks.popitem(last=False)
+
+    def forget(self, pod: str) -> None:
+        """Drop a pod that left (or was refused)."""
+        self._pods.pop(pod, None)

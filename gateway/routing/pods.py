@@ -1,0 +1,35 @@
+"""What the gateway knows about each LLM pod: identity, health and load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PodLoad:
+    """The last GetLoad answer."""
+
+    kv_utilisation: float = 0.0
+    running: int = 0
+    waiting: int = 0
+    pending_prefill_tokens: int = 0
+
+
+@dataclass
+class Pod:
+    """One LLM pod as routing sees it. `healthy` means handshake done and last poll ok."""
+
+    address: str
+    name: str = ""
+    page_size: int = 0
+    max_model_len: int = 0
+    healthy: bool = False
+    refused: str | None = None  # why the pod may never be used (e.g. a fingerprint mismatch)
+    load: PodLoad = field(default_factory=PodLoad)
+
+    @property
+    def usable(self) -> bool:
+        return self.healthy and self.refused is None and self.page_size > 0
+
+    def __hash__(self) -> int:
+        return hash(self.address)

@@ -1,0 +1,79 @@
+"""The set of LLM pods: a channel, a stub and a watcher task per address."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from gateway.clients.channels import open_channel
+from gateway.routing.kv_index import KVIndex
+from gateway.routing.pods import Pod
+from gateway.routing.watcher import PodWatcher
+from llm_svc.proto import llm_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PodConnection:
+    pod: Pod
+    channel: grpc.aio.Channel
+    stub: llm_pb2_grpc.LLMStub
+    watcher: PodWatcher
+    task: asyncio.Task
+
+
+class PodRegistry:
+    """Adds and removes pods as discovery reports addresses; routing reads `pods()`."""
+
+    def __init__(
+        self, index: KVIndex, fingerprint: bytes, *, poll_interval_s: float, timeout_s: float
+    ) -> None:
+        self.index = index
+        self.fingerprint = fingerprint
+        self.poll_interval_s = poll_interval_s
+        self.timeout_s = timeout_s
+        self._connections: dict[str, PodConnection] = {}
+
+    def pods(self) -> list[Pod]:
+        return [connection.pod for connection in self._connections.values()]
+
+    def connection(self, address: str) -> PodConnection:
+        return self._connections[address]
+
+    async def set_addresses(self, addresses: Sequence[str]) -> None:
+        """Start watching new pods; stop and forget those no longer listed."""
+        wanted = set(addresses)
+        for address in set(self._connections) - wanted:
+            await self._remove(address)
+        for address in sorted(wanted - set(self._connections)):
+            pod = Pod(address)
+            channel = open_channel(address)
+            stub = llm_pb2_grpc.LLMStub(channel)
+            watcher = PodWatcher(
+                pod,
+                stub,
+                self.index,
+                self.fingerprint,
+                poll_interval_s=self.poll_interval_s,
+                timeout_s=self.timeout_s,
+            )
+            task = asyncio.create_task(watcher.run(), name=f"watch {address}")
+            self._connections[address] = PodConnection(pod, channel, stub, watcher, task)
+            log.info("watching LLM pod %s", address)
+
+    async def _remove(self, address: str) -> None:
+        connection = self._connections.pop(address)
+        connection.task.cancel()
+        await asyncio.gather(connection.task, return_exceptions=True)
+        await connection.channel.close()
+        self.index.forget(address)
+        log.info("LLM pod %s left", address)
+
+    async def close(self) -> None:
+        for address in list(self._connections):
+            await self._remove(address)

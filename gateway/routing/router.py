@@ -1,0 +1,73 @@
+"""Run the plugin chain for one request and return the chosen pod with its prefix match."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gateway import metrics
+from gateway.errors import APIError
+from gateway.routing.config import RouterConfig
+from gateway.routing.kv_index import KVIndex
+from gateway.routing.plugins.base import RoutingRequest
+from gateway.routing.pods import Pod
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The chosen pod and how many leading prompt tokens its cached prefix covers."""
+
+    pod: Pod
+    matched_tokens: int
+    hashes: list[bytes]
+
+
+class Router:
+    """filter → weighted scorers (clamped to [0, 1]) → picker, each call timed."""
+
+    def __init__(self, config: RouterConfig, index: KVIndex, retry_after_s: int = 1) -> None:
+        self.config = config
+        self.index = index
+        self.retry_after_s = retry_after_s
+
+    def route(
+        self, request: RoutingRequest, pods: Iterable[Pod], exclude: frozenset[str] = frozenset()
+    ) -> Decision:
+        """Choose a pod; 503 when none is usable, 429 when every usable one is saturated."""
+        candidates = [pod for pod in pods if pod.address not in exclude]
+        if not candidates:
+            raise APIError(503, "no LLM pod is available", code="no_pod_available")
+        for plugin in self.config.filters:
+            candidates = _timed(plugin.type, plugin.filter, request, candidates, self.index)
+            if not candidates:
+                if plugin.empty_status == 429:
+                    raise APIError(
+                        429,
+                        "every LLM pod is saturated; retry later",
+                        code="overloaded",
+                        retry_after=self.retry_after_s,
+                    )
+                raise APIError(
+                    503, f"no LLM pod passes the {plugin.type!r} filter", code="no_pod_available"
+                )
+        totals = [0.0] * len(candidates)
+        for scorer, weight in self.config.scorers:
+            scores = _timed(scorer.type, scorer.score, request, candidates, self.index)
+            for i, score in enumerate(scores):
+                totals[i] += weight * min(1.0, max(0.0, score))
+        picker = self.config.picker
+        pod = _timed(picker.type, picker.pick, candidates, totals)
+        matched, total = request.matched_blocks(pod, self.index)
+        metrics.PREFIX_HIT_RATIO.observe(matched / total if total else 0.0)
+        hashes = request.block_hashes(pod.page_size)
+        self.index.record_decision(pod.address, hashes)
+        return Decision(pod, matched * pod.page_size, hashes)
+
+
+def _timed(name: str, call, *args):
+    start = time.perf_counter()
+    try:
+        return call(*args)
+    finally:
+        metrics.ROUTING_PLUGIN_SECONDS.labels(name).observe(time.perf_counter() - start)

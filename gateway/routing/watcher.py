@@ -1,0 +1,135 @@
+"""One task per LLM pod: handshake (GetModelInfo, fingerprint check), load polling, and
+the KV event subscription that keeps the index precise (snapshot, then events; a gap or a
+broken stream → fall back to decisions and resnapshot)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from gateway.routing.kv_index import KVEventRecord, KVIndex
+from gateway.routing.pods import Pod
+from llm_svc.proto import llm_pb2, llm_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+def event_records(batch: llm_pb2.KVEventBatch) -> list[KVEventRecord]:
+    return [
+        KVEventRecord(event.seq, event.kind == llm_pb2.KVEvent.STORED, list(event.block_hashes))
+        for event in batch.events
+    ]
+
+
+class PodWatcher:
+    """Keeps one Pod's fields and its KV index entry current while the pod is listed."""
+
+    def __init__(
+        self,
+        pod: Pod,
+        stub: llm_pb2_grpc.LLMStub,
+        index: KVIndex,
+        fingerprint: bytes,
+        *,
+        poll_interval_s: float,
+        timeout_s: float,
+    ) -> None:
+        self.pod = pod
+        self.stub = stub
+        self.index = index
+        self.fingerprint = fingerprint
+        self.poll_interval_s = poll_interval_s
+        self.timeout_s = timeout_s
+        self.events_supported = True
+
+    async def run(self) -> None:
+        """Until cancelled: handshake, then poll load and follow KV events side by side."""
+        while not await self.handshake():
+            if self.pod.refused:
+                return
+            await asyncio.sleep(self.poll_interval_s)
+        await asyncio.gather(self._poll_load(), self._follow_events())
+
+    async def handshake(self) -> bool:
+        """GetModelInfo: a pod with another fingerprint is refused with a logged reason."""
+        try:
+            info = await self.stub.GetModelInfo(llm_pb2.ModelInfoRequest(), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            self.pod.healthy = False
+            log.debug("pod %s not ready: %s", self.pod.address, err.details())
+            return False
+        if info.fingerprint != self.fingerprint:
+            self.pod.refused = (
+                f"fingerprint {info.fingerprint.hex()[:16]}… differs from the gateway's "
+                f"{self.fingerprint.hex()[:16]}… (another model or processor config)"
+            )
+            self.pod.healthy = False
+            log.error("refusing LLM pod %s: %s", self.pod.address, self.pod.refused)
+            return False
+        if info.page_size == 0:
+            self.pod.refused = "pod reports page_size 0"
+            log.error("refusing LLM pod %s: %s", self.pod.address, self.pod.refused)
+            return False
+        self.pod.name = info.pod_name or self.pod.address
+        self.pod.page_size = info.page_size
+        self.pod.max_model_len = info.max_model_len
+        self.pod.healthy = True
+        log.info(
+            "LLM pod %s (%s) ready, page size %d", self.pod.address, self.pod.name, info.page_size
+        )
+        return True
+
+    async def _poll_load(self) -> None:
+        while True:
+            try:
+                load = await self.stub.GetLoad(llm_pb2.LoadRequest(), timeout=self.timeout_s)
+            except grpc.aio.AioRpcError as err:
+                if self.pod.healthy:
+                    log.warning("LLM pod %s unhealthy: %s", self.pod.address, err.details())
+                self.pod.healthy = False
+            else:
+                if not self.pod.healthy:
+                    # A pod coming back may be a new process: check who it is again.
+                    await self.handshake()
+                self.pod.load.kv_utilisation = load.kv_utilisation
+                self.pod.load.running = load.running
+                self.pod.load.waiting = load.waiting
+                self.pod.load.pending_prefill_tokens = load.pending_prefill_tokens
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def _follow_events(self) -> None:
+        address = self.pod.address
+        while True:
+            try:
+                await self._sync_once()
+            except grpc.aio.AioRpcError as err:
+                self.index.fall_back(address)
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("pod %s publishes no KV events: routing on decisions", address)
+                    self.events_supported = False
+                    return
+                log.debug("KV events of %s interrupted: %s", address, err.details())
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def _sync_once(self) -> None:
+        """Snapshot, then apply events until a gap (return) or the stream ends."""
+        address = self.pod.address
+        snapshot = await self.stub.GetKVSnapshot(
+            llm_pb2.KVSnapshotRequest(), timeout=self.timeout_s
+        )
+        self.index.load_snapshot(address, snapshot.seq, snapshot.block_hashes)
+        stream = self.stub.StreamKVEvents(llm_pb2.KVEventsRequest(since_seq=snapshot.seq))
+        try:
+            async for batch in stream:
+                if not self.index.apply(address, event_records(batch)):
+                    log.info(
+                        "KV event gap from %s after seq %d: resyncing",
+                        address,
+                        self.index.seq(address),
+                    )
+                    return
+            self.index.fall_back(address)
+        finally:
+            stream.cancel()

@@ -1,0 +1,160 @@
+"""The gateway's parts, built once from Settings: intake, router, registry, clients.
+
+Routes reach it through `request.app.state.gateway` (see gateway/api/deps.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+
+from gateway.clients.cache import CacheClient
+from gateway.clients.encoders import EncoderPool
+from gateway.dispatch import Dispatcher
+from gateway.errors import APIError
+from gateway.intake.prompt import PromptBuilder
+from gateway.intake.remote import RemoteImageFetcher
+from gateway.routing.config import load_router_config
+from gateway.routing.discovery import EndpointSliceDiscovery
+from gateway.routing.kv_index import KVIndex
+from gateway.routing.registry import PodRegistry
+from gateway.routing.router import Router
+from gateway.settings import GatewaySettings
+from iris.multimodal import DecodePolicy, check_vocab_size
+
+log = logging.getLogger(__name__)
+
+
+class Admission:
+    """At most `limit` requests in flight; over it, 429 with Retry-After."""
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.in_flight = 0
+
+    def enter(self) -> None:
+        if self.in_flight >= self.limit:
+            raise APIError(
+                429,
+                f"{self.in_flight} requests in flight, the gateway's limit is {self.limit}",
+                code="overloaded",
+                retry_after=self.retry_after_s,
+            )
+        self.in_flight += 1
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
+
+class Gateway:
+    """Everything a request needs; `start`/`stop` run discovery and the pod watchers."""
+
+    def __init__(self, settings: GatewaySettings, adapter=None) -> None:
+        if adapter is None:
+            from iris.models import load_adapter
+
+            adapter = load_adapter(settings.model)
+        self.settings = settings
+        self.adapter = adapter
+        self.fingerprint: bytes = adapter.fingerprint
+        check_vocab_size(int(adapter.vocab_size))
+        policy = DecodePolicy(
+            max_bytes=settings.max_image_bytes, max_pixels=settings.max_image_pixels
+        )
+        fetcher = RemoteImageFetcher(
+            enabled=settings.allow_remote_images,
+            allow_list=settings.remote_image_hosts,
+            max_bytes=settings.max_image_bytes,
+            timeout_s=settings.remote_image_timeout_s,
+        )
+        self.prompts = PromptBuilder(
+            adapter, policy=policy, fetcher=fetcher, max_images=settings.max_images_per_request
+        )
+        self.index = KVIndex()
+        self.router = Router(
+            load_router_config(settings.router_config), self.index, settings.retry_after_s
+        )
+        self.admission = Admission(settings.max_concurrent_requests, settings.retry_after_s)
+        self.registry: PodRegistry | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    # -- lifecycle (inside the event loop) ---------------------------------------------------
+
+    async def start(self) -> None:
+        settings = self.settings
+        self.registry = PodRegistry(
+            self.index,
+            self.fingerprint,
+            poll_interval_s=settings.load_poll_interval_s,
+            timeout_s=settings.grpc_timeout_s,
+        )
+        self.cache = CacheClient(settings.cache_address, self.fingerprint, settings.grpc_timeout_s)
+        self.encoders = EncoderPool(self.fingerprint, settings.accept_timeout_s)
+        self.dispatcher = Dispatcher(
+            router=self.router,
+            registry=self.registry,
+            cache=self.cache,
+            encoders=self.encoders,
+            fingerprint=self.fingerprint,
+            lease_ms=settings.lease_ms,
+            accept_timeout_s=settings.accept_timeout_s,
+            embedding_reuse=settings.embedding_reuse,
+        )
+        if settings.discovery == "static":
+            await self.registry.set_addresses(settings.llm_addresses)
+            await self.encoders.set_addresses(settings.encoder_addresses)
+            return
+        for service, on_change in (
+            (settings.llm_service, self.registry.set_addresses),
+            (settings.encoder_service, self.encoders.set_addresses),
+        ):
+            discovery = EndpointSliceDiscovery(
+                settings.namespace, service, on_change, interval_s=settings.discovery_interval_s
+            )
+            self._tasks.append(asyncio.create_task(discovery.run(), name=f"discover {service}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        if self.registry is not None:
+            await self.registry.close()
+            await self.encoders.close()
+            await self.cache.close()
+
+    # -- facts routes need -----------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.model_name
+
+    def check_model(self, requested: str) -> None:
+        """404 for a model id this gateway does not serve (OpenAI's behaviour)."""
+        if requested != self.model_name:
+            raise APIError(
+                404,
+                f"model {requested!r} does not exist; this gateway serves {self.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+
+    def max_model_len(self) -> int:
+        """The context length: the setting, else the smallest a pod reports, else the config."""
+        if self.settings.max_model_len:
+            return self.settings.max_model_len
+        lengths = [pod.max_model_len for pod in self.pods() if pod.usable and pod.max_model_len]
+        if lengths:
+            return min(lengths)
+        text = self.adapter.text_config
+        return int(text.get("max_position_embeddings") or 4096)
+
+    def pods(self):
+        return self.registry.pods() if self.registry is not None else []
+
+    def ready(self) -> bool:
+        return any(pod.usable for pod in self.pods())

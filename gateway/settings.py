@@ -1,0 +1,88 @@
+"""The gateway's one Settings object (env prefix IRIS_GATEWAY_), read once at start."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from iris.metrics import GATEWAY_HTTP_PORT
+from iris.settings import AddressList, ServiceSettings
+
+
+def _split_list(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+# API keys and host allow-lists: JSON list or comma-separated, like AddressList.
+StringList = Annotated[list[str], NoDecode, Field(default_factory=list)]
+
+
+class GatewaySettings(ServiceSettings):
+    """Everything the gateway reads from its environment; passed down through constructors."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="IRIS_GATEWAY_", extra="forbid", validate_default=True
+    )
+
+    port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535)
+    # The gateway serves /metrics on its HTTP port; kept for the agreed env name.
+    metrics_port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535)
+
+    model: str  # local HF model directory: tokenizer, chat template, processor config
+    served_model_name: str | None = None  # the id clients send; default: the directory name
+
+    llm_addresses: AddressList = Field(default_factory=list)
+    encoder_addresses: AddressList = Field(default_factory=list)
+    cache_address: str = "127.0.0.1:50052"
+    discovery: Literal["static", "endpointslices"] = "static"
+    # EndpointSlice discovery: the Services whose slices list the pods.
+    namespace: str = "default"
+    llm_service: str = "iris-llm"
+    encoder_service: str = "iris-encoder"
+    discovery_interval_s: float = Field(5.0, gt=0)
+
+    router_config: str = "prefix-aware"  # a built-in policy name or a YAML file path
+    api_keys: StringList
+    embedding_reuse: bool = True  # skip Reserve/Encode for images the pod's prefix covers
+
+    # Image intake.
+    allow_remote_images: bool = False
+    remote_image_hosts: StringList  # allow-list: "example.com" or "*.example.com"
+    remote_image_timeout_s: float = Field(5.0, gt=0)
+    max_image_bytes: int = Field(20 * 1024 * 1024, gt=0)
+    max_image_pixels: int = Field(40_000_000, gt=0)
+    max_images_per_request: int = Field(16, gt=0)
+    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+
+    # Generation limits.
+    max_model_len: int | None = Field(None, gt=0)  # default: the pods' (or the config's)
+    max_n: int = Field(8, gt=0)
+    max_concurrent_requests: int = Field(256, gt=0)
+    retry_after_s: int = Field(1, ge=1)
+
+    # Leases and timing of the calls the gateway makes.
+    lease_ms: int = Field(30_000, gt=0)
+    grpc_timeout_s: float = Field(10.0, gt=0)
+    accept_timeout_s: float = Field(120.0, gt=0)
+    load_poll_interval_s: float = Field(0.5, gt=0)
+
+    @field_validator("api_keys", "remote_image_hosts", mode="before")
+    @classmethod
+    def _lists(cls, value: object) -> object:
+        return _split_list(value)
+
+    @property
+    def model_name(self) -> str:
+        """The model id clients use: the served name, else the model directory's name."""
+        from pathlib import Path
+
+        return self.served_model_name or Path(self.model).name

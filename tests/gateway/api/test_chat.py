@@ -1,0 +1,222 @@
+"""Chat completions through the gateway to a scripted pod (real gRPC) and a real cache."""
+
+import json
+import time
+
+import grpc
+import numpy as np
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from iris.multimodal import block_hashes
+from iris.telemetry import setup_tracing
+from llm_svc.proto import llm_pb2
+from tests.gateway.helpers import data_url, image_message, make_client, png_bytes, wait_ready
+
+
+@pytest.fixture(autouse=True)
+def fresh_script(qwen_gateway_parts):
+    pod, encoder = qwen_gateway_parts["pod"], qwen_gateway_parts["encoder"]
+    pod.script.refusals.clear()
+    pod.script.text = ["Hello", " world"]
+    pod.script.accept_delay_s = 0.0
+    pod.requests.clear()
+    pod.metadata.clear()
+    encoder.requests.clear()
+    encoder.fail = None
+    yield pod, encoder
+
+
+def eventually(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def sse_events(response) -> list:
+    lines = [line for line in response.text.split("\n") if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line[6:]) for line in lines[:-1]]
+
+
+def test_text_chat_returns_message_usage_and_sends_trace_context(client, model_name, fresh_script):
+    pod, _ = fresh_script
+    body = {"model": model_name, "messages": [{"role": "user", "content": "hi"}], "seed": 3}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["object"] == "chat.completion"
+    assert data["choices"][0]["message"] == {"role": "assistant", "content": "Hello world"}
+    assert data["choices"][0]["finish_reason"] == "stop"
+    (request,) = pod.requests
+    assert data["usage"] == {
+        "prompt_tokens": len(request.input_ids),
+        "completion_tokens": 2,
+        "total_tokens": len(request.input_ids) + 2,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    assert request.sampling.seed == 3 and request.sampling.max_tokens > 0
+
+
+def test_one_trace_from_the_client_through_the_pod_with_genai_attributes(
+    client, model_name, fresh_script
+):
+    pod, _ = fresh_script
+    exporter = InMemorySpanExporter()
+    setup_tracing("iris-gateway-test", extra_processors=[SimpleSpanProcessor(exporter)])
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    body = {
+        "model": model_name,
+        "messages": [image_message(data_url(png_bytes(33, 33, "pink")))],
+        "top_p": 0.5,
+    }
+    assert client.post("/v1/chat/completions", json=body, headers=headers).status_code == 200
+    sent = pod.metadata[0]["traceparent"]
+    assert sent.split("-")[1] == trace_id
+    assert pod.requests[0].trace.traceparent == sent
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    server, inference = spans["POST /v1/chat/completions"], spans[f"chat {model_name}"]
+    assert {format(s.context.trace_id, "032x") for s in (server, inference)} == {trace_id}
+    assert server.kind is SpanKind.SERVER
+    assert spans["cache.reserve"].parent.span_id == inference.context.span_id
+    attributes = inference.attributes
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.request.model"] == model_name
+    assert attributes["gen_ai.request.top_p"] == 0.5
+    assert attributes["gen_ai.usage.output_tokens"] == 2
+    assert attributes["gen_ai.response.finish_reasons"] == ("stop",)
+
+
+def test_image_chat_reserves_encodes_once_and_sends_padded_items(
+    client, model_name, fresh_script, qwen_adapter
+):
+    pod, encoder = fresh_script
+    image = png_bytes(120, 90, "green")
+    body = {"model": model_name, "messages": [image_message(data_url(image))]}
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    (request,) = pod.requests
+    (item,) = request.items
+    assert request.fingerprint == qwen_adapter.fingerprint
+    ids = np.array(request.input_ids)
+    span = ids[item.offsets[0].start : item.offsets[0].end + 1]
+    assert len(span) == item.token_count and span.min() >= 1_000_000
+    # The encoder got the image once (RESERVED; sent without awaiting, so it may land
+    # after the response); the second request finds it PENDING.
+    eventually(lambda: len(encoder.requests) == 1)
+    assert encoder.requests[0].items[0].image == image
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    time.sleep(0.2)
+    assert len(encoder.requests) == 1
+
+
+def test_an_image_already_in_the_pods_prefix_is_not_reserved(client, model_name, fresh_script):
+    pod, encoder = fresh_script
+    body = {"model": model_name, "messages": [image_message(data_url(png_bytes(80, 80, "navy")))]}
+    gateway = client.app.state.gateway
+    # Learn the padded ids, then tell the index (through a KV event) the pod holds them.
+    first_pod_request = client.portal.call(gateway.prompts.chat, body["messages"])
+    address = gateway.pods()[0].address
+    hashes = block_hashes(gateway.fingerprint, first_pod_request.input_ids, pod.script.page_size)
+    seq = gateway.index.seq(address) + 1
+    pod.events.put(llm_pb2.KVEventBatch(events=[llm_pb2.KVEvent(seq=seq, block_hashes=hashes)]))
+    eventually(lambda: gateway.index.seq(address) == seq)
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    time.sleep(0.2)
+    assert encoder.requests == []  # no reservation, no ViT work
+    assert len(pod.requests) == 1
+
+
+def test_stream_sends_role_content_finish_usage_then_done(client, model_name):
+    body = {
+        "model": model_name,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == "Hello world"
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 2
+
+
+def test_a_pod_refusal_is_an_http_status_even_when_streaming(client, model_name, fresh_script):
+    pod, _ = fresh_script
+    pod.script.refusals.append((grpc.StatusCode.INVALID_ARGUMENT, "image 0 failed: bad pixels"))
+    body = {"model": model_name, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert "bad pixels" in response.json()["error"]["message"]
+
+
+def test_embedding_missing_is_retried_once(client, model_name, fresh_script):
+    pod, _ = fresh_script
+    missing = (grpc.StatusCode.FAILED_PRECONDITION, "embedding missing for item 0")
+    pod.script.refusals.append(missing)
+    body = {"model": model_name, "messages": [image_message(data_url(png_bytes(50, 50, "tan")))]}
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    assert len(pod.requests) == 2
+    pod.script.refusals.extend([missing, missing])
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 503
+    assert "missing" in response.json()["error"]["message"]
+
+
+def test_a_full_pod_is_429_with_retry_after(client, model_name, fresh_script):
+    pod, _ = fresh_script
+    pod.script.refusals.append((grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full"))
+    body = {"model": model_name, "messages": [{"role": "user", "content": "hi"}]}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 429
+    assert int(response.headers["retry-after"]) >= 1
+
+
+def test_an_image_the_encoder_fails_is_400(client, model_name, fresh_script):
+    pod, encoder = fresh_script
+    pod.script.accept_delay_s = 1.0  # a real pod waits for the embedding before accepting
+    encoder.fail = "cannot decode image: truncated"
+    body = {"model": model_name, "messages": [image_message(data_url(png_bytes(70, 70, "gold")))]}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert "truncated" in response.json()["error"]["message"]
+
+
+def test_n_choices_use_consecutive_seeds_and_logprobs(client, model_name, fresh_script):
+    pod, _ = fresh_script
+    body = {
+        "model": model_name,
+        "messages": [{"role": "user", "content": "hi"}],
+        "n": 2,
+        "seed": 10,
+        "logprobs": True,
+        "top_logprobs": 1,
+    }
+    data = client.post("/v1/chat/completions", json=body).json()
+    assert [c["index"] for c in data["choices"]] == [0, 1]
+    assert sorted(r.sampling.seed for r in pod.requests) == [10, 11]
+    content = data["choices"][0]["logprobs"]["content"]
+    assert content[0]["token"] == "Hello" and content[0]["logprob"] == -0.5
+    assert content[0]["top_logprobs"][0]["bytes"] == list(b"Hello")
+    assert data["usage"]["completion_tokens"] == 4
+    assert data["usage"]["prompt_tokens"] == len(pod.requests[0].input_ids)
+
+
+def test_api_keys_are_enforced_when_configured(qwen_gateway_parts, model_name):
+    with make_client(qwen_gateway_parts, api_keys=["sekret"]) as keyed:
+        wait_ready(keyed)
+        body = {"model": model_name, "messages": [{"role": "user", "content": "hi"}]}
+        assert keyed.post("/v1/chat/completions", json=body).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert keyed.post("/v1/chat/completions", json=body, headers=wrong).status_code == 401
+        right = {"Authorization": "Bearer sekret"}
+        assert keyed.post("/v1/chat/completions", json=body, headers=right).status_code == 200
+        assert keyed.get("/v1/models").status_code == 401
+        assert keyed.get("/healthz").status_code == 200

@@ -1,0 +1,144 @@
+"""Malformed requests: each gets a 4xx with OpenAI's error body; the gateway stays up.
+
+The fixture's pod would answer a well-formed request with 200, so a case that slipped
+through validation fails here rather than passing as a 503.
+"""
+
+import pytest
+
+from tests.gateway.helpers import data_url, image_message, make_client, png_bytes
+
+MODEL = "<model>"  # replaced by the served model's name
+TEXT = [{"role": "user", "content": "hi"}]
+IMG = png_bytes()
+
+
+def chat(**fields):
+    return {"model": MODEL, "messages": TEXT, **fields}
+
+
+def image_part(url):
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+
+
+CHAT_CASES = [
+    ("not json", b"{", 400),
+    ("truncated json", b'{"model": "x", "messages": [', 400),
+    ("json array", b"[]", 422),
+    ("json string", b'"hello"', 422),
+    ("empty object", {}, 422),
+    ("missing messages", {"model": MODEL}, 422),
+    ("missing model", {"messages": TEXT}, 422),
+    ("model not a string", chat(model=5), 422),
+    ("unknown model", chat(model="gpt-404"), 404),
+    ("messages empty", chat(messages=[]), 422),
+    ("messages not a list", chat(messages="hi"), 422),
+    ("message not an object", chat(messages=["hi"]), 422),
+    ("unknown role", chat(messages=[{"role": "robot", "content": "hi"}]), 422),
+    ("missing role", chat(messages=[{"content": "hi"}]), 422),
+    ("content a number", chat(messages=[{"role": "user", "content": 5}]), 422),
+    ("unknown part type", chat(messages=[{"role": "user", "content": [{"type": "audio"}]}]), 422),
+    (
+        "text part without text",
+        chat(messages=[{"role": "user", "content": [{"type": "text"}]}]),
+        422,
+    ),
+    (
+        "image part without url",
+        chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+        422,
+    ),
+    ("image url empty", chat(messages=image_part("")), 422),
+    ("image url not base64", chat(messages=image_part("data:image/png;base64,%%%")), 400),
+    ("image not an image", chat(messages=image_part(data_url(b"hello world"))), 400),
+    ("image wrong mime", chat(messages=image_part("data:text/html;base64,aGk=")), 400),
+    ("image file scheme", chat(messages=image_part("file:///etc/passwd")), 400),
+    ("image remote disabled", chat(messages=image_part("http://169.254.169.254/")), 400),
+    ("image truncated png", chat(messages=image_part(data_url(IMG[:40]))), 400),
+    ("placeholder spoof", chat(messages=[{"role": "user", "content": "<|image_pad|>"}]), 400),
+    ("n zero", chat(n=0), 422),
+    ("n over the limit", chat(n=100), 400),
+    ("n a string", chat(n="2"), 422),
+    ("temperature negative", chat(temperature=-1), 422),
+    ("temperature too high", chat(temperature=3), 422),
+    ("top_p zero", chat(top_p=0), 422),
+    ("max_tokens zero", chat(max_tokens=0), 422),
+    ("max_tokens over the context", chat(max_tokens=10**9), 400),
+    ("max_completion_tokens negative", chat(max_completion_tokens=-5), 422),
+    ("stop a number", chat(stop=5), 422),
+    ("stop empty string", chat(stop=[""]), 400),
+    ("too many stops", chat(stop=["a"] * 17), 422),
+    ("seed negative", chat(seed=-1), 422),
+    ("frequency penalty too high", chat(frequency_penalty=5), 422),
+    ("presence penalty too low", chat(presence_penalty=-5), 422),
+    ("stream not a bool", chat(stream="yes"), 422),
+    ("top_logprobs too high", chat(logprobs=True, top_logprobs=50), 422),
+    ("top_logprobs without logprobs", chat(top_logprobs=2), 400),
+    ("mm_hashes a string", chat(messages=[image_message(data_url(IMG))], mm_hashes="ab"), 400),
+    ("mm_hashes numbers", chat(messages=[image_message(data_url(IMG))], mm_hashes=[1]), 400),
+]
+
+COMPLETION_CASES = [
+    ("prompt missing", {"model": MODEL}, 422),
+    ("prompt a number", {"model": MODEL, "prompt": 5}, 422),
+    ("prompt empty list", {"model": MODEL, "prompt": []}, 422),
+    ("token id negative", {"model": MODEL, "prompt": [1, -2]}, 422),
+    ("token id outside the vocab", {"model": MODEL, "prompt": [1, 10**7]}, 400),
+    ("mixed prompt list", {"model": MODEL, "prompt": ["a", 1]}, 422),
+    ("echo", {"model": MODEL, "prompt": "hi", "echo": True}, 400),
+    ("suffix", {"model": MODEL, "prompt": "hi", "suffix": "x"}, 400),
+    ("best_of differs from n", {"model": MODEL, "prompt": "hi", "best_of": 3}, 400),
+    ("logprobs too high", {"model": MODEL, "prompt": "hi", "logprobs": 50}, 422),
+    ("unknown model", {"model": "nope", "prompt": "hi"}, 404),
+]
+
+
+def send(client, path, body, model_name):
+    if isinstance(body, bytes):
+        return client.post(path, content=body, headers={"content-type": "application/json"})
+    if body.get("model") == MODEL:
+        body = {**body, "model": model_name}
+    return client.post(path, json=body)
+
+
+def assert_openai_error(response, status):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str)
+
+
+@pytest.mark.parametrize(("name", "body", "status"), CHAT_CASES, ids=[c[0] for c in CHAT_CASES])
+def test_malformed_chat_request(client, model_name, name, body, status):
+    assert_openai_error(send(client, "/v1/chat/completions", body, model_name), status)
+    assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "status"), COMPLETION_CASES, ids=[c[0] for c in COMPLETION_CASES]
+)
+def test_malformed_completion_request(client, model_name, name, body, status):
+    assert_openai_error(send(client, "/v1/completions", body, model_name), status)
+
+
+def test_there_are_at_least_forty_cases():
+    assert len(CHAT_CASES) + len(COMPLETION_CASES) >= 40
+
+
+def test_unknown_paths_and_methods_are_openai_errors(client):
+    assert_openai_error(client.get("/v1/nothing"), 404)
+    assert_openai_error(client.get("/v1/chat/completions"), 405)
+    assert_openai_error(client.get("/v1/models/other-model"), 404)
+
+
+def test_oversized_body_is_413(qwen_gateway_parts, model_name):
+    with make_client(qwen_gateway_parts, max_body_bytes=1000) as small:
+        body = {"model": model_name, "messages": [{"role": "user", "content": "x" * 2000}]}
+        assert_openai_error(small.post("/v1/chat/completions", json=body), 413)
+        assert small.get("/healthz").status_code == 200
+
+
+def test_a_well_formed_request_succeeds_on_the_same_gateway(client, model_name):
+    response = client.post("/v1/chat/completions", json={"model": model_name, "messages": TEXT})
+    assert response.status_code == 200, response.text

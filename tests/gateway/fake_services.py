@@ -1,0 +1,150 @@
+"""Scripted LLM pod and encoder servers (real gRPC on loopback) for the gateway's dispatch
+and watcher tests, until the real `iris llm` / `iris encoder` exist; the integration tests
+in test_openai_client.py use the real processes instead."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+
+from encoder_svc.proto import encoder_pb2, encoder_pb2_grpc
+from llm_svc.proto import llm_pb2, llm_pb2_grpc
+
+
+@dataclass
+class PodScript:
+    """What the fake pod does; tests edit it between requests."""
+
+    fingerprint: bytes
+    page_size: int = 4
+    max_model_len: int = 4096
+    refusals: list[tuple[grpc.StatusCode, str]] = field(default_factory=list)  # before accept
+    text: list[str] = field(default_factory=lambda: ["Hello", " world"])
+    finish_reason: str = "stop"
+    cached_tokens: int = 0
+    snapshot: tuple[int, list[bytes]] = (0, [])
+    events_unimplemented: bool = False
+    accept_delay_s: float = 0.0
+
+
+class FakePod(llm_pb2_grpc.LLMServicer):
+    def __init__(self, script: PodScript) -> None:
+        self.script = script
+        self.requests: list[llm_pb2.GenerateRequest] = []
+        self.metadata: list[dict] = []
+        self.events: queue.Queue = queue.Queue()  # KVEventBatch, or None to end the stream
+        self.snapshots = 0
+        self.lock = threading.Lock()
+
+    def Generate(self, request, context):
+        with self.lock:
+            self.requests.append(request)
+            self.metadata.append(dict(context.invocation_metadata()))
+            refusal = self.script.refusals.pop(0) if self.script.refusals else None
+        if refusal is not None:
+            context.abort(*refusal)
+        if self.script.accept_delay_s:
+            time.sleep(self.script.accept_delay_s)
+        n = len(request.input_ids)
+        yield llm_pb2.GenerateResponse(
+            accepted=llm_pb2.Accepted(prompt_tokens=n, cached_tokens=self.script.cached_tokens)
+        )
+        for i, text in enumerate(self.script.text):
+            logprobs = []
+            if request.sampling.logprobs:
+                top = [llm_pb2.TopLogprob(token_id=7, token=text, logprob=-0.5)]
+                logprobs = [
+                    llm_pb2.TokenLogprob(
+                        token_id=7,
+                        token=text,
+                        logprob=-0.5,
+                        top=top[: request.sampling.top_logprobs],
+                    )
+                ]
+            yield llm_pb2.GenerateResponse(
+                tokens=llm_pb2.TokenChunk(token_ids=[100 + i], text=text, logprobs=logprobs)
+            )
+        usage = llm_pb2.Usage(
+            prompt_tokens=n,
+            completion_tokens=len(self.script.text),
+            cached_tokens=self.script.cached_tokens,
+        )
+        yield llm_pb2.GenerateResponse(
+            finished=llm_pb2.Finished(finish_reason=self.script.finish_reason, usage=usage)
+        )
+
+    def GetModelInfo(self, request, context):
+        return llm_pb2.ModelInfo(
+            model_id="tiny",
+            fingerprint=self.script.fingerprint,
+            page_size=self.script.page_size,
+            max_model_len=self.script.max_model_len,
+            pod_name="fake",
+        )
+
+    def GetLoad(self, request, context):
+        return llm_pb2.Load(kv_utilisation=0.1, running=0, waiting=0)
+
+    def GetKVSnapshot(self, request, context):
+        if self.script.events_unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no KV events")
+        self.snapshots += 1
+        seq, hashes = self.script.snapshot
+        return llm_pb2.KVSnapshot(seq=seq, block_hashes=hashes)
+
+    def StreamKVEvents(self, request, context):
+        if self.script.events_unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no KV events")
+        while context.is_active():
+            try:
+                batch = self.events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if batch is None:
+                return
+            yield batch
+
+
+class FakeEncoder(encoder_pb2_grpc.EncoderServicer):
+    def __init__(self, fail: str | None = None) -> None:
+        self.requests: list[encoder_pb2.EncodeRequest] = []
+        self.fail = fail
+
+    def Encode(self, request, context):
+        self.requests.append(request)
+        return encoder_pb2.EncodeResponse(
+            results=[
+                encoder_pb2.EncodeResult(
+                    key=item.item.identity or item.item.hash.to_bytes(8, "big"),
+                    ok=self.fail is None,
+                    error=self.fail or "",
+                )
+                for item in request.items
+            ]
+        )
+
+
+def serve(add, servicer) -> tuple[grpc.Server, str]:
+    """Start a thread-pool gRPC server on a free loopback port: (server, address)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    add(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def serve_pod(script: PodScript) -> tuple[grpc.Server, str, FakePod]:
+    pod = FakePod(script)
+    server, address = serve(llm_pb2_grpc.add_LLMServicer_to_server, pod)
+    return server, address, pod
+
+
+def serve_encoder(fail: str | None = None) -> tuple[grpc.Server, str, FakeEncoder]:
+    encoder = FakeEncoder(fail)
+    server, address = serve(encoder_pb2_grpc.add_EncoderServicer_to_server, encoder)
+    return server, address, encoder

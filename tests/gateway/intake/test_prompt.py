@@ -1,0 +1,100 @@
+"""Chat and completion prompts → padded ids and items, with the real tiny adapters."""
+
+import numpy as np
+import pytest
+
+from gateway.errors import APIError
+from gateway.intake.prompt import PromptBuilder
+from gateway.intake.remote import RemoteImageFetcher
+from iris.multimodal import DecodePolicy, image_identity, pad_values_for
+from tests.gateway.helpers import data_url, image_message, png_bytes
+
+
+def builder(adapter, **policy) -> PromptBuilder:
+    fetcher = RemoteImageFetcher(enabled=False, allow_list=[], max_bytes=1 << 20, timeout_s=1)
+    return PromptBuilder(adapter, policy=DecodePolicy(**policy), fetcher=fetcher, max_images=4)
+
+
+@pytest.fixture(scope="module")
+def idefics_adapter(tiny_idefics3_dir):
+    from iris.models import load_adapter
+
+    return load_adapter(tiny_idefics3_dir)
+
+
+@pytest.mark.parametrize("family", ["qwen_adapter", "idefics_adapter"])
+async def test_image_spans_hold_the_items_sentinels_and_count(family, request):
+    adapter = request.getfixturevalue(family)
+    image = png_bytes(300, 200)
+    prompt = await builder(adapter).chat([image_message(data_url(image))])
+    (item,) = prompt.items
+    assert item.identity == image_identity(image, adapter.fingerprint)
+    count, grid = adapter.image_token_count(300, 200)
+    assert (item.token_count, item.grid) == (count, tuple(grid))
+    ids = prompt.input_ids
+    assert ids.dtype == np.int64
+    span_values = np.concatenate([ids[s : e + 1] for s, e in item.offsets])
+    assert len(span_values) == item.token_count
+    assert set(span_values.tolist()) == set(item.pad_values)
+    # Everything outside the spans is a real token id.
+    mask = np.ones(len(ids), bool)
+    for start, end in item.offsets:
+        mask[start : end + 1] = False
+    assert (ids[mask] < adapter.vocab_size).all()
+    assert prompt.images == [image]
+
+
+async def test_same_image_same_ids_different_image_different_ids(qwen_adapter):
+    b = builder(qwen_adapter)
+    red = await b.chat([image_message(data_url(png_bytes(colour="red")))])
+    red_again = await b.chat([image_message(data_url(png_bytes(colour="red")))])
+    blue = await b.chat([image_message(data_url(png_bytes(colour="blue")))])
+    assert np.array_equal(red.input_ids, red_again.input_ids)
+    assert not np.array_equal(red.input_ids, blue.input_ids)
+    assert red.prompt_tokens == blue.prompt_tokens
+
+
+async def test_caller_mm_hashes_replace_hashing(qwen_adapter):
+    b = builder(qwen_adapter)
+    message = image_message(data_url(png_bytes()))
+    short = await b.chat([message], mm_hashes=["00000000000000ff"])
+    assert short.items[0].identity is None and short.items[0].hash == 255
+    assert short.items[0].pad_values == pad_values_for((255).to_bytes(8, "big"))
+    full = await b.chat([message], mm_hashes=["ab" * 32])
+    assert full.items[0].identity == bytes.fromhex("ab" * 32)
+    wrong_length = await b.chat([message], mm_hashes=["00000000000000ff", "01"])
+    assert wrong_length.items[0].identity == image_identity(png_bytes(), qwen_adapter.fingerprint)
+    with pytest.raises(APIError) as caught:
+        await b.chat([message], mm_hashes="00000000000000ff")
+    assert caught.value.status == 400 and caught.value.param == "mm_hashes"
+
+
+async def test_placeholder_typed_by_the_user_is_refused(qwen_adapter):
+    spoof = {"role": "user", "content": f"look {qwen_adapter.image_token} here"}
+    with pytest.raises(APIError) as caught:
+        await builder(qwen_adapter).chat([spoof])
+    assert caught.value.status == 400
+    assert "placeholder" in caught.value.message
+
+
+async def test_image_limits_are_400_naming_the_limit(qwen_adapter):
+    with pytest.raises(APIError, match="over the limit of 100"):
+        await builder(qwen_adapter, max_pixels=100).chat([image_message(data_url(png_bytes()))])
+    with pytest.raises(APIError, match="cannot identify"):
+        await builder(qwen_adapter).chat([image_message(data_url(b"not an image"))])
+    too_many = {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": data_url(png_bytes())}}] * 5,
+    }
+    with pytest.raises(APIError, match="5 images, over the limit of 4"):
+        await builder(qwen_adapter).chat([too_many])
+
+
+def test_token_prompts_are_checked_against_the_vocabulary(qwen_adapter):
+    b = builder(qwen_adapter)
+    assert b.tokens([1, 2, 3]).input_ids.tolist() == [1, 2, 3]
+    with pytest.raises(APIError, match=r"prompt\[1\] = 999999 is outside"):
+        b.tokens([1, 999999])
+    with pytest.raises(APIError, match="placeholders"):
+        b.tokens([1, qwen_adapter.image_token_id])
+    assert b.text("hello").prompt_tokens > 0

@@ -1,0 +1,124 @@
+"""Remote image fetching: SSRF refusals, allow-list, size limit, no redirects."""
+
+import ipaddress
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gateway.errors import APIError
+from gateway.intake.remote import RemoteImageFetcher, address_is_public, host_allowed
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",  # cloud metadata
+        "100.64.0.1",  # carrier-grade NAT
+        "0.0.0.0",
+        "224.0.0.1",
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+    ],
+)
+def test_internal_addresses_are_not_public(address):
+    assert not address_is_public(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"])
+def test_global_addresses_are_public(address):
+    assert address_is_public(ipaddress.ip_address(address))
+
+
+def test_allow_list_matches_exact_hosts_and_wildcard_subdomains():
+    allow = ["images.example.com", "*.cdn.example.org"]
+    assert host_allowed("images.example.com", allow)
+    assert host_allowed("IMAGES.example.com.", allow)
+    assert host_allowed("a.cdn.example.org", allow)
+    assert not host_allowed("cdn.example.org", allow)
+    assert not host_allowed("evil-images.example.com", allow)
+    assert not host_allowed("images.example.com.evil.net", allow)
+
+
+def fetcher(**overrides) -> RemoteImageFetcher:
+    options = dict(enabled=True, allow_list=["*"], max_bytes=1000, timeout_s=2)
+    options.update(overrides)
+    return RemoteImageFetcher(**options)
+
+
+@pytest.mark.parametrize(
+    ("url", "allow", "fragment"),
+    [
+        ("http://127.0.0.1/x.png", ["127.0.0.1"], "non-public"),
+        ("http://[::1]/x.png", ["::1"], "non-public"),
+        ("http://169.254.169.254/latest/meta-data", ["169.254.169.254"], "non-public"),
+        ("http://localhost/x.png", ["localhost"], "non-public"),
+        ("http://10.0.0.8:8080/x.png", ["10.0.0.8"], "non-public"),
+        ("http://example.com/x.png", ["images.example.com"], "allow-list"),
+        ("gopher://example.com/x", ["example.com"], "http(s)"),
+    ],
+)
+async def test_ssrf_targets_are_refused_before_any_connection(url, allow, fragment):
+    with pytest.raises(APIError) as caught:
+        await fetcher(allow_list=allow).fetch(url, "p")
+    assert caught.value.status == 400
+    assert fragment in caught.value.message
+
+
+async def test_disabled_remote_images_are_refused():
+    with pytest.raises(APIError, match="disabled"):
+        await fetcher(enabled=False).fetch("https://example.com/x.png", "p")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "http://169.254.169.254/")
+            self.end_headers()
+            return
+        body = b"x" * (5000 if self.path == "/big" else 100)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def loopback_fetcher() -> RemoteImageFetcher:
+    # The only way to reach a test server: a looser address check than production's.
+    return fetcher(allow_list=["127.0.0.1"], address_allowed=lambda address: True)
+
+
+async def test_fetch_reads_the_body_from_an_allowed_host(http_server):
+    assert await loopback_fetcher().fetch(f"http://{http_server}/a.png", "p") == b"x" * 100
+
+
+async def test_fetch_stops_at_the_byte_limit(http_server):
+    with pytest.raises(APIError) as caught:
+        await loopback_fetcher().fetch(f"http://{http_server}/big", "p")
+    assert caught.value.status == 413
+    assert "1000" in caught.value.message
+
+
+async def test_redirects_are_not_followed(http_server):
+    with pytest.raises(APIError, match="HTTP 302"):
+        await loopback_fetcher().fetch(f"http://{http_server}/redirect", "p")

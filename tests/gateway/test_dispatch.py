@@ -1,0 +1,80 @@
+"""Dispatch across pods and encoders: retries before acceptance, encoder fallback."""
+
+import grpc
+import pytest
+
+from tests.gateway.fake_services import PodScript, serve_encoder, serve_pod
+from tests.gateway.helpers import data_url, image_message, make_client, png_bytes, wait_ready
+
+
+@pytest.fixture
+def two_pods(qwen_adapter):
+    servers = [serve_pod(PodScript(qwen_adapter.fingerprint)) for _ in range(2)]
+    yield [(address, pod) for _, address, pod in servers]
+    for server, _, _ in servers:
+        server.stop(0)
+
+
+def wait_pods(client, count):
+    import time
+
+    for _ in range(200):
+        if sum(p.usable for p in client.app.state.gateway.pods()) == count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{count} pods never became usable")
+
+
+def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two_pods):
+    (a_address, a), (b_address, b) = two_pods
+    parts = qwen_gateway_parts
+    with make_client(
+        parts, llm_addresses=[a_address, b_address], router_config="round-robin"
+    ) as client:
+        wait_pods(client, 2)
+        a.script.refusals.append((grpc.StatusCode.UNAVAILABLE, "draining"))
+        b.script.refusals.append((grpc.StatusCode.UNAVAILABLE, "draining"))
+        body = {
+            "model": qwen_gateway_parts["model_dir"].name,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        # Both refuse once: the request tries each pod and gets a 503 naming the refusal.
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 503
+        assert "draining" in response.json()["error"]["message"]
+        # Only A refuses: whichever pod a request meets first, every request is served,
+        # and the one A refused was retried on B under the same request id.
+        seen_by_a = len(a.requests)
+        a.script.refusals.append((grpc.StatusCode.UNAVAILABLE, "draining"))
+        for _ in range(2):
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+        assert a.script.refusals == []
+        refused = a.requests[seen_by_a].request_id
+        assert refused in {r.request_id for r in b.requests}
+
+
+def test_a_dead_encoder_is_skipped_and_none_left_is_503(qwen_gateway_parts):
+    parts = dict(qwen_gateway_parts)
+    server, live_address, encoder = serve_encoder()
+    pod = parts["pod"]
+    pod.script.accept_delay_s = 0.5
+    try:
+        body = {
+            "model": parts["model_dir"].name,
+            "messages": [image_message(data_url(png_bytes(41, 41, "olive")))],
+        }
+        with make_client(parts, encoder_addresses=["127.0.0.1:1", live_address]) as client:
+            wait_ready(client)
+            for _ in range(2):  # whichever encoder comes first, the live one gets the image
+                body["messages"] = [image_message(data_url(png_bytes(41, 42 + _, "olive")))]
+                assert client.post("/v1/chat/completions", json=body).status_code == 200
+            assert len(encoder.requests) == 2
+        with make_client(parts, encoder_addresses=["127.0.0.1:1"]) as client:
+            wait_ready(client)
+            body["messages"] = [image_message(data_url(png_bytes(43, 43, "olive")))]
+            response = client.post("/v1/chat/completions", json=body)
+            assert response.status_code == 503
+            assert "encoder" in response.json()["error"]["message"]
+    finally:
+        pod.script.accept_delay_s = 0.0
+        server.stop(0)
