@@ -1,0 +1,201 @@
+"""Encoder service throughput against the naive path, measured side by side in one run.
+
+Workload: N images (default 256), half of them duplicates of the other half, sent by 8
+concurrent callers in small requests. Per model:
+
+- naive: in-process, one runner call per image, no dedup (decode, preprocess, encode; no
+  gRPC, no cache — the cheapest possible per-image path);
+- service: the real encoder service (dynamic batching, dedup, preprocessing pool) on
+  loopback, storing every embedding in a real cache service (memory store).
+
+Prints images/s of both, `ratio R` (service / naive) and the dedup ratio the service
+reports. Run: .venv/bin/python -m bench.encoder [--models tiny-qwen2_vl,tiny-idefics3,demo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+CACHE_ROOT = Path(__file__).resolve().parents[1] / ".cache" / "models"
+MODELS = ("tiny-qwen2_vl", "tiny-idefics3", "demo")
+# Image sizes cycle through these (the gateway sees all kinds of sizes).
+SIZES = [(200, 120), (96, 96), (150, 260), (320, 180), (120, 200), (256, 256), (64, 300)]
+
+
+def model_dir(name: str) -> Path:
+    from iris.models.build import cached_demo, cached_tiny
+
+    if name == "demo":
+        return cached_demo(CACHE_ROOT)
+    return cached_tiny(name.removeprefix("tiny-"), CACHE_ROOT)
+
+
+def png(seed: int, width: int, height: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(out, "PNG")
+    return out.getvalue()
+
+
+def workload(images: int, duplicate_share: float, seed: int = 0) -> list[bytes]:
+    """`images` image files, `duplicate_share` of them repeats of the others, shuffled."""
+    unique = max(1, round(images * (1 - duplicate_share)))
+    distinct = [png(seed * 100_000 + i, *SIZES[i % len(SIZES)]) for i in range(unique)]
+    files = distinct + [distinct[i % unique] for i in range(images - unique)]
+    random.Random(seed).shuffle(files)
+    return files
+
+
+def naive_images_per_s(runner, files: list[bytes]) -> float:
+    from iris.multimodal import decode_image
+
+    start = time.perf_counter()
+    for data in files:
+        runner.encode([runner.preprocess(decode_image(data))])
+    return len(files) / (time.perf_counter() - start)
+
+
+def make_items(adapter, files: list[bytes]):
+    from encoder_svc.proto import encoder_pb2
+    from iris.multimodal import image_identity, read_image_header
+    from iris.proto import common_pb2
+
+    items = []
+    for data in files:
+        header = read_image_header(data)
+        token_count, grid = adapter.image_token_count(header.width, header.height)
+        item = common_pb2.MultimodalItem(
+            modality=common_pb2.IMAGE,
+            identity=image_identity(data, adapter.fingerprint),
+            token_count=token_count,
+            grid=list(grid),
+        )
+        items.append(encoder_pb2.EncodeItem(image=data, item=item))
+    return items
+
+
+class CountingRunner:
+    """Counts tower calls (to report batches); otherwise the runner itself."""
+
+    def __init__(self, runner) -> None:
+        self._runner = runner
+        self.hidden_size = runner.hidden_size
+        self.calls: list[int] = []
+
+    def preprocess(self, image):
+        return self._runner.preprocess(image)
+
+    def encode(self, prepared):
+        self.calls.append(len(prepared))
+        return self._runner.encode(prepared)
+
+
+async def service_run(adapter, runner, files, callers: int, per_request: int, wait_ms: float):
+    import grpc
+
+    from embedding_cache_svc.server import CacheServer
+    from embedding_cache_svc.settings import CacheSettings
+    from encoder_svc.proto import encoder_pb2, encoder_pb2_grpc
+    from encoder_svc.server import EncoderServer, LoadedModel
+    from encoder_svc.settings import EncoderSettings
+
+    cache = CacheServer(CacheSettings(host="127.0.0.1", port=0, metrics_port=0))
+    await cache.start()
+    counting = CountingRunner(runner)
+    settings = EncoderSettings(
+        host="127.0.0.1",
+        port=0,
+        metrics_port=0,
+        cache_address=cache.address,
+        max_wait_ms=wait_ms,
+        max_queue_vision_tokens=1 << 24,
+    )
+    encoder = EncoderServer(settings, model=LoadedModel(counting, adapter.fingerprint))
+    await encoder.start()
+    items = make_items(adapter, files)
+    shares = [items[caller::callers] for caller in range(callers)]
+    channel = grpc.aio.insecure_channel(encoder.address)
+    stub = encoder_pb2_grpc.EncoderStub(channel)
+
+    async def caller(share) -> None:
+        for start in range(0, len(share), per_request):
+            request = encoder_pb2.EncodeRequest(
+                items=share[start : start + per_request], fingerprint=adapter.fingerprint
+            )
+            reply = await stub.Encode(request)
+            failed = [r.error for r in reply.results if not r.ok]
+            if failed:
+                raise RuntimeError(f"encode failed: {failed[0]}")
+
+    try:
+        begin = time.perf_counter()
+        await asyncio.gather(*(caller(share) for share in shares))
+        elapsed = time.perf_counter() - begin
+        dedup = encoder.metrics.dedup_ratio()
+    finally:
+        await channel.close()
+        await encoder.stop(grace_s=0)
+        await cache.stop(grace_s=0)
+    return len(files) / elapsed, dedup, counting.calls
+
+
+def bench_model(name: str, args) -> None:
+    from iris.models import load_adapter
+    from iris.multimodal import decode_image
+
+    adapter = load_adapter(model_dir(name))
+    runner = adapter.vision_runner()
+    files = workload(args.images, args.duplicates)
+    warm = decode_image(png(999_999, 128, 128))
+    runner.encode([runner.preprocess(warm)])  # first-call costs are not the workload's
+    naive = naive_images_per_s(runner, files)
+    served, dedup, calls = asyncio.run(
+        service_run(adapter, runner, files, args.callers, args.per_request, args.wait_ms)
+    )
+    mean_batch = sum(calls) / len(calls) if calls else 0.0
+    print(
+        f"{name:14s} naive {naive:8.1f} img/s   service {served:8.1f} img/s   "
+        f"ratio R {served / naive:5.2f}   dedup ratio {dedup:.3f}   "
+        f"tower calls {len(calls)} (mean batch {mean_batch:.1f}, images encoded {sum(calls)})",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--duplicates", type=float, default=0.5)
+    parser.add_argument("--callers", type=int, default=8)
+    parser.add_argument("--per-request", type=int, default=2)
+    parser.add_argument("--wait-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for both paths (1, as `iris up` runs each service)",
+    )
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
+    print(
+        f"{args.images} images, {args.duplicates:.0%} duplicates, {args.callers} callers, "
+        f"{args.per_request} images per request, max_wait {args.wait_ms} ms, "
+        f"{args.torch_threads} torch thread(s)",
+        flush=True,
+    )
+    for name in args.models.split(","):
+        bench_model(name.strip(), args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""The encoder's Prometheus metrics (names from iris.metrics) and its /metrics + /healthz
+HTTP endpoint.
+
+Each service instance owns its registry, so several encoders (tests, benchmarks) can live
+in one process. Rates and the busy ratio are computed over a sliding window when scraped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from iris import metrics as names
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+RATE_WINDOW_S = 10.0
+
+
+class SlidingWindow:
+    """Amounts and busy intervals over the last `window_s` seconds (thread-safe: the tower
+    thread reports busy time, the HTTP thread reads)."""
+
+    def __init__(
+        self, window_s: float = RATE_WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ):
+        self._window_s = window_s
+        self._clock = clock
+        self._events: deque[tuple[float, float]] = deque()  # (time, amount)
+        self._busy: deque[tuple[float, float]] = deque()  # (start, end)
+        self._busy_since: float | None = None
+        self._lock = threading.Lock()
+
+    def add(self, amount: float) -> None:
+        with self._lock:
+            self._events.append((self._clock(), amount))
+
+    def busy_start(self) -> None:
+        with self._lock:
+            self._busy_since = self._clock()
+
+    def busy_end(self) -> None:
+        with self._lock:
+            if self._busy_since is not None:
+                self._busy.append((self._busy_since, self._clock()))
+                self._busy_since = None
+
+    def _trim(self, now: float) -> float:
+        horizon = now - self._window_s
+        while self._events and self._events[0][0] < horizon:
+            self._events.popleft()
+        while self._busy and self._busy[0][1] < horizon:
+            self._busy.popleft()
+        return horizon
+
+    def rate(self) -> float:
+        """Amount per second over the window."""
+        with self._lock:
+            self._trim(self._clock())
+            return sum(amount for _, amount in self._events) / self._window_s
+
+    def busy_ratio(self) -> float:
+        """Fraction of the window the tower spent running (a running call counts so far)."""
+        with self._lock:
+            now = self._clock()
+            horizon = self._trim(now)
+            busy = sum(end - max(start, horizon) for start, end in self._busy)
+            if self._busy_since is not None:
+                busy += now - max(self._busy_since, horizon)
+            return min(1.0, max(0.0, busy / self._window_s))
+
+
+class EncoderMetrics:
+    """Every metric the encoder exports; `queue` reads the live (images, tokens) in flight."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        reg = self.registry
+        self.images_window = SlidingWindow()
+        self.tokens_window = SlidingWindow()
+        self.tower_window = SlidingWindow()
+        self._queue: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        self._submitted = 0
+        self._deduplicated = 0
+        Gauge(
+            names.ENCODER_QUEUED_IMAGES, "Distinct images accepted, not yet stored", registry=reg
+        ).set_function(lambda: self._queue()[0])
+        Gauge(
+            names.ENCODER_QUEUED_VISION_TOKENS,
+            "Vision tokens of distinct images accepted, not yet stored",
+            registry=reg,
+        ).set_function(lambda: self._queue()[1])
+        Gauge(
+            names.ENCODER_BUSY_RATIO, "Fraction of recent time the vision tower ran", registry=reg
+        ).set_function(self.tower_window.busy_ratio)
+        Gauge(
+            names.ENCODER_DEDUP_RATIO,
+            "Fraction of submitted images served without a tower run (in flight or cached)",
+            registry=reg,
+        ).set_function(self.dedup_ratio)
+        Gauge(
+            names.ENCODER_IMAGES_PER_SECOND, "Images encoded per second, recent", registry=reg
+        ).set_function(self.images_window.rate)
+        Gauge(
+            names.ENCODER_VISION_TOKENS_PER_SECOND,
+            "Vision tokens encoded per second, recent",
+            registry=reg,
+        ).set_function(self.tokens_window.rate)
+        self.batch_size = Histogram(
+            names.ENCODER_BATCH_SIZE,
+            "Images per vision tower call",
+            buckets=BATCH_BUCKETS,
+            registry=reg,
+        )
+        self.images = Counter(names.ENCODER_IMAGES, "Images encoded and stored", registry=reg)
+        self.vision_tokens = Counter(
+            names.ENCODER_VISION_TOKENS, "Vision tokens encoded and stored", registry=reg
+        )
+        self.failed = Counter(
+            names.ENCODER_FAILED_IMAGES,
+            "Images stored as failed(reason)",
+            [names.LABEL_REASON],
+            registry=reg,
+        )
+        self.rejected = Counter(
+            names.ENCODER_REJECTED, "Requests refused because the queue was full", registry=reg
+        )
+
+    def watch_queue(self, queue: Callable[[], tuple[int, int]]) -> None:
+        self._queue = queue
+
+    def submitted(self, images: int, deduplicated: int) -> None:
+        self._submitted += images
+        self._deduplicated += deduplicated
+
+    def dedup_ratio(self) -> float:
+        return self._deduplicated / self._submitted if self._submitted else 0.0
+
+    def stored(self, tokens: int) -> None:
+        self.images.inc()
+        self.vision_tokens.inc(tokens)
+        self.images_window.add(1)
+        self.tokens_window.add(tokens)
+
+
+class MetricsServer:
+    """/metrics (Prometheus text) and /healthz (200 while `healthy()`, else 503) over HTTP,
+    served from a daemon thread so a busy event loop never delays a scrape."""
+
+    def __init__(
+        self, registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool]
+    ) -> None:
+        handler = _handler(registry, healthy)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.1,), name="metrics-http", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(registry: CollectorRegistry, healthy: Callable[[], bool]):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server interface
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+            elif path == "/healthz":
+                ok = healthy()
+                self._send(200 if ok else 503, "text/plain", b"ok\n" if ok else b"unavailable\n")
+            else:
+                self._send(404, "text/plain", b"not found\n")
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args) -> None:  # scrapes are not worth a log line
+            return
+
+    return Handler

@@ -1,0 +1,201 @@
+"""Assembles the encoder service: model runner, cache link, batcher, gRPC servicer and
+health, and /metrics + /healthz over HTTP.
+
+gRPC health (service "" and "iris.encoder.Encoder") is SERVING once the model is loaded
+and NOT_SERVING from the moment shutdown begins; /healthz follows the same state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from opentelemetry import trace
+from opentelemetry.trace import TracerProvider
+
+from encoder_svc.batcher import Batcher, BatchLimits
+from encoder_svc.metrics import EncoderMetrics, MetricsServer
+from encoder_svc.preprocess import Preprocessor
+from encoder_svc.proto import encoder_pb2_grpc
+from encoder_svc.service import EncoderServicer
+from encoder_svc.settings import EncoderSettings
+from encoder_svc.sink import CacheSink, EmbeddingSink
+from encoder_svc.validate import RequestLimits
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "iris.encoder.Encoder"
+
+
+@dataclass
+class LoadedModel:
+    """What the service needs from a checkpoint: its vision runner and fingerprint."""
+
+    runner: Any
+    fingerprint: bytes
+
+
+def load_model(settings: EncoderSettings) -> LoadedModel:
+    """The adapter's vision runner on the configured device (bfloat16 on CUDA)."""
+    import torch
+
+    from iris.models import load_adapter
+
+    if not settings.model:
+        raise ValueError("no model directory: set IRIS_ENCODER_MODEL or pass --model")
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("IRIS_ENCODER_DEVICE=cuda but no CUDA device is available")
+    adapter = load_adapter(settings.model)
+    dtype = torch.bfloat16 if settings.device == "cuda" else torch.float32
+    runner = adapter.vision_runner(device=settings.device, dtype=dtype)
+    return LoadedModel(runner, adapter.fingerprint)
+
+
+def batch_limits(settings: EncoderSettings) -> BatchLimits:
+    return BatchLimits(
+        max_images=settings.max_batch_images,
+        max_tokens=settings.max_batch_vision_tokens,
+        max_wait_s=settings.max_wait_ms / 1000,
+        max_queue_tokens=settings.max_queue_vision_tokens,
+        lease_ms=settings.lease_ms,
+    )
+
+
+def request_limits(settings: EncoderSettings) -> RequestLimits:
+    return RequestLimits(
+        max_items=settings.max_items_per_request,
+        max_item_tokens=settings.max_item_vision_tokens,
+        max_image_bytes=settings.max_image_bytes,
+    )
+
+
+class EncoderServer:
+    """One encoder service. `start()` binds (port 0 picks a free port), `stop()` drains
+    for `shutdown_grace_s`, fails what is left in the cache and ends the server.
+
+    `model` and `sink` default to the configured checkpoint and cache service, spans go to
+    the global tracer provider; tests and benchmarks may pass their own (a runner wrapped
+    to count its calls, say)."""
+
+    def __init__(
+        self,
+        settings: EncoderSettings,
+        model: LoadedModel | None = None,
+        sink: EmbeddingSink | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.settings = settings
+        self._tracer = trace.get_tracer("encoder_svc", tracer_provider=tracer_provider)
+        self._model = model
+        self._sink = sink
+        self._cache_client = None
+        self.metrics = EncoderMetrics()
+        self.health = health.aio.HealthServicer()
+        self.batcher: Batcher | None = None
+        self.port = 0
+        self.metrics_port = 0
+        self._serving = False
+        self._server: grpc.aio.Server | None = None
+        self._http: MetricsServer | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.host}:{self.port}"
+
+    @property
+    def fingerprint(self) -> bytes:
+        assert self._model is not None, "start() first"
+        return self._model.fingerprint
+
+    async def start(self) -> None:
+        settings = self.settings
+        if self._model is None:
+            self._model = await asyncio.to_thread(load_model, settings)
+        if self._sink is None:
+            self._cache_client = _cache_client(settings.cache_address, self._model.fingerprint)
+            self._sink = CacheSink(self._cache_client)
+        preprocessor = Preprocessor(
+            self._model.runner, settings.decode_policy(), settings.preprocess_workers
+        )
+        self.batcher = Batcher(
+            self._model.runner,
+            preprocessor,
+            self._sink,
+            batch_limits(settings),
+            self.metrics,
+            self._tracer,
+        )
+        self.batcher.start()
+        servicer = EncoderServicer(
+            self.batcher, self._model.fingerprint, request_limits(settings), self._tracer
+        )
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", settings.max_message_bytes),
+                ("grpc.max_send_message_length", 4 << 20),
+            ],
+            maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+        )
+        encoder_pb2_grpc.add_EncoderServicer_to_server(servicer, self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self.port = self._server.add_insecure_port(f"{settings.host}:{settings.port}")
+        await self._server.start()
+        self._http = MetricsServer(
+            self.metrics.registry, settings.host, settings.metrics_port, lambda: self._serving
+        )
+        self._http.start()
+        self.metrics_port = self._http.port
+        await self._set_health(serving=True)
+        log.info("encoder serving on %s, metrics on %d", self.address, self.metrics_port)
+
+    async def wait(self) -> None:
+        assert self._server is not None, "start() first"
+        await self._server.wait_for_termination()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop taking work, drain, fail leftovers in the cache, end the gRPC server."""
+        grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        await self._set_health(serving=False)
+        if self.batcher is not None:
+            await self.batcher.stop(grace_s)
+        if self._server is not None:
+            await self._server.stop(0.5)
+        if self._http is not None:
+            self._http.stop()
+        if self._cache_client is not None:
+            await self._cache_client.close()
+
+    async def _set_health(self, serving: bool) -> None:
+        self._serving = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+
+def _cache_client(address: str, fingerprint: bytes):
+    from embedding_cache_svc.client import AsyncCacheClient
+
+    return AsyncCacheClient(address, fingerprint)
+
+
+async def serve(settings: EncoderSettings) -> None:
+    """Run an encoder until cancelled (SIGINT / SIGTERM end it through asyncio.run)."""
+    from iris.telemetry import setup_tracing, shutdown_tracing
+
+    setup_tracing("iris-encoder", settings.otlp_endpoint)
+    server = EncoderServer(settings)
+    await server.start()
+    try:
+        await server.wait()
+    finally:
+        await server.stop()
+        shutdown_tracing()

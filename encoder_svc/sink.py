@@ -1,0 +1,46 @@
+"""Where the encoder's results go: the embedding cache, seen through the three calls the
+encoder makes. `CacheSink` adapts the cache service's client to it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class EmbeddingSink(Protocol):
+    """The encoder's view of the embedding cache (all keys under the model's fingerprint)."""
+
+    async def claim(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[bool]:
+        """Take this encoder's lease on each (key, token_count) that is not stored yet and
+        return, per item, whether an embedding is already stored (then nothing is to do).
+        An item leased by someone else (the gateway that sent it here) is still ours to
+        encode: our put or fail ends that lease."""
+
+    async def put(self, key: bytes, tensor: Any, token_count: int) -> None:
+        """Store one embedding [token_count, hidden] (ends any lease on the key)."""
+
+    async def fail(self, key: bytes, reason: str) -> None:
+        """Store failed(reason) for the key (ends any lease on the key)."""
+
+
+class CacheSink:
+    """`EmbeddingSink` over the embedding cache service's async client."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def claim(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[bool]:
+        from embedding_cache_svc.proto import cache_pb2
+
+        states = await self._client.reserve(list(items), lease_ms)
+        return [_status(state) == cache_pb2.PRESENT for state in states]
+
+    async def put(self, key: bytes, tensor: Any, token_count: int) -> None:
+        await self._client.put(key, tensor, token_count)
+
+    async def fail(self, key: bytes, reason: str) -> None:
+        await self._client.fail(key, reason)
+
+
+def _status(state: Any) -> int:
+    return getattr(state, "status", state)
