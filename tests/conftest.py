@@ -11,4 +11,5 @@ pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.redis_server",
     "tests.fixtures.otlp_collector",
+    "tests.fixtures.platform",
 ]

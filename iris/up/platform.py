@@ -36,6 +36,7 @@ class UpConfig:
     torch_threads: int = 1  # per LLM pod / encoder: several pods share the machine's cores
     extra_env: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> env
     startup_timeout_s: float = 180.0
+    services: tuple[str, ...] = ("cache", "encoder", "llm", "gateway")  # which to start
 
     def __post_init__(self) -> None:
         if self.cache not in ("memory", "redis"):
@@ -140,6 +141,8 @@ class Platform:
             cache_env["IRIS_CACHE_REDIS_URL"] = self.redis_url
         cache = self._grpc_service("cache", "cache", "IRIS_CACHE_", cache_env)
         self.services.append(cache)
+        if self.config.services == ("cache",):
+            return
         for index in range(self.config.encoders):
             self.services.append(
                 self._grpc_service(
@@ -209,9 +212,10 @@ class Platform:
         for service in self.services:
             if service.kind != "gateway":
                 self.wait_healthy(service)
-        gateway = self.service("gateway")
-        gateway.child.start()
-        self.wait_healthy(gateway)
+        for gateway in self.services:
+            if gateway.kind == "gateway":
+                gateway.child.start()
+                self.wait_healthy(gateway)
 
     def wait_healthy(self, service: Service) -> None:
         def healthy() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.platform import start_cache, stop_processes
+from tests.fixtures.platform import start_cache
 from tests.gateway.fake_services import PodScript, serve_encoder, serve_pod
 
 
@@ -19,9 +19,9 @@ def qwen_adapter(tiny_qwen2_vl_dir):
 @pytest.fixture(scope="session")
 def cache_process(tmp_path_factory):
     """A real `iris cache` process (memory store) for the session."""
-    process = start_cache(tmp_path_factory.mktemp("cache"))
-    yield process
-    stop_processes([process])
+    cache = start_cache(tmp_path_factory.mktemp("cache"))
+    yield cache
+    cache.stop()
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +35,7 @@ def qwen_gateway_parts(tiny_qwen2_vl_dir, qwen_adapter, cache_process):
         "pod": pod,
         "encoder_address": encoder_address,
         "encoder": encoder,
-        "cache_address": cache_process.address,
+        "cache_address": cache_process.cache_address,
     }
     pod_server.stop(0)
     encoder_server.stop(0)

@@ -9,8 +9,6 @@ import time
 import pytest
 from PIL import Image
 
-from tests.fixtures.platform import platform, platform_two_pods  # noqa: F401
-
 openai = pytest.importorskip("openai")
 
 
@@ -27,7 +25,7 @@ def user(text: str, url: str | None = None) -> list[dict]:
     return [{"role": "user", "content": content}]
 
 
-def test_chat_text_and_usage(platform):  # noqa: F811
+def test_chat_text_and_usage(platform):
     client = platform.openai_client()
     reply = client.chat.completions.create(
         model=platform.model_name, messages=user("Hello"), max_tokens=5, temperature=0
@@ -39,7 +37,7 @@ def test_chat_text_and_usage(platform):  # noqa: F811
     assert reply.usage.prompt_tokens_details.cached_tokens >= 0
 
 
-def test_chat_with_an_image_counts_its_tokens_and_reuses_the_prefix(platform):  # noqa: F811
+def test_chat_with_an_image_counts_its_tokens_and_reuses_the_prefix(platform):
     client = platform.openai_client()
     messages = user("What is in this image?", image_url("red"))
     text_only = client.chat.completions.create(
@@ -57,7 +55,7 @@ def test_chat_with_an_image_counts_its_tokens_and_reuses_the_prefix(platform):  
     assert second.choices[0].message.content == first.choices[0].message.content
 
 
-def test_stream_yields_chunks_and_usage(platform):  # noqa: F811
+def test_stream_yields_chunks_and_usage(platform):
     client = platform.openai_client()
     stream = client.chat.completions.create(
         model=platform.model_name,
@@ -72,7 +70,7 @@ def test_stream_yields_chunks_and_usage(platform):  # noqa: F811
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 
-def test_completions_with_text_and_token_prompts(platform):  # noqa: F811
+def test_completions_with_text_and_token_prompts(platform):
     client = platform.openai_client()
     reply = client.completions.create(model=platform.model_name, prompt="The", max_tokens=3)
     assert reply.usage.completion_tokens > 0
@@ -80,7 +78,7 @@ def test_completions_with_text_and_token_prompts(platform):  # noqa: F811
     assert tokens.usage.prompt_tokens == 3
 
 
-def test_errors_arrive_as_openai_exceptions(platform):  # noqa: F811
+def test_errors_arrive_as_openai_exceptions(platform):
     client = platform.openai_client(max_retries=0)
     with pytest.raises(openai.BadRequestError, match="image"):
         client.chat.completions.create(
@@ -95,7 +93,7 @@ def test_errors_arrive_as_openai_exceptions(platform):  # noqa: F811
     assert [m.id for m in client.models.list().data] == [platform.model_name]
 
 
-def test_routing_follows_the_pods_kv_events(platform_two_pods, tiny_qwen2_vl_dir):  # noqa: F811
+def test_routing_follows_the_pods_kv_events(platform_two_pods, tiny_qwen2_vl_dir):
     """Warm a prefix on pod B directly; the gateway then sends that prefix to B."""
     import asyncio
 

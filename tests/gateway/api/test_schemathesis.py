@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.service import Gateway  # noqa: E402
 from gateway.settings import GatewaySettings  # noqa: E402
-from tests.fixtures.platform import free_port  # noqa: E402
+from iris.up.processes import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")
