@@ -8,6 +8,7 @@ the environment as JSON (``'["a:1","b:2"]'``) or comma-separated (``a:1,b:2``).
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ValidationError
@@ -57,9 +58,29 @@ class ServiceSettings(BaseSettings):
     otlp_endpoint: str | None = None  # falls back to OTEL_EXPORTER_OTLP_ENDPOINT
 
     @classmethod
+    def _refuse_unknown_env(cls) -> None:
+        # pydantic-settings ignores an env var with our prefix that names no field, so a
+        # misspelt IRIS_LLM_PAGESIZE would silently run with the default: refuse it instead.
+        prefix = cls.model_config.get("env_prefix", "").upper()
+        if not prefix or prefix == "IRIS_":
+            return
+        known = {name.upper() for name in cls.model_fields}
+        unknown = sorted(
+            key
+            for key in os.environ
+            if key.upper().startswith(prefix) and key.upper()[len(prefix) :] not in known
+        )
+        if unknown:
+            raise SettingsError(
+                f"invalid {cls.__name__}: unknown setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(prefix + name for name in known))}"
+            )
+
+    @classmethod
     def load(cls, **overrides: Any):
         """Read the environment (plus explicit overrides) and validate; raise SettingsError."""
         clean = {key: value for key, value in overrides.items() if value is not None}
+        cls._refuse_unknown_env()
         try:
             return cls(**clean)
         except ValidationError as err:

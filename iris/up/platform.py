@@ -21,6 +21,8 @@ from iris.up.processes import ChildProcess, free_port, wait_until
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
+# `iris up --router` names → the gateway's built-in router configs.
+ROUTER_POLICIES = {"prefix": "prefix-aware", "round-robin": "round-robin"}
 
 
 @dataclass
@@ -41,7 +43,7 @@ class UpConfig:
     def __post_init__(self) -> None:
         if self.cache not in ("memory", "redis"):
             raise ValueError(f"cache must be memory or redis, got {self.cache!r}")
-        if self.router not in ("prefix", "round-robin"):
+        if self.router not in ROUTER_POLICIES:
             raise ValueError(f"router must be prefix or round-robin, got {self.router!r}")
         if self.llm_pods < 1 or self.encoders < 1:
             raise ValueError(
@@ -173,7 +175,7 @@ class Platform:
             "IRIS_GATEWAY_CACHE_ADDRESS": cache.address,
             "IRIS_GATEWAY_ENCODER_ADDRESSES": ",".join(self.addresses("encoder")),
             "IRIS_GATEWAY_LLM_ADDRESSES": ",".join(self.addresses("llm")),
-            "IRIS_GATEWAY_ROUTER": self.config.router,
+            "IRIS_GATEWAY_ROUTER_CONFIG": ROUTER_POLICIES[self.config.router],
             "IRIS_GATEWAY_EMBEDDING_REUSE": "true" if self.config.embedding_reuse else "false",
         }
         self.services.append(

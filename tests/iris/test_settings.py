@@ -50,3 +50,9 @@ def test_bad_type_names_key(monkeypatch):
 def test_unknown_override_refused():
     with pytest.raises(SettingsError, match="nonsense"):
         DemoSettings.load(nonsense=1)
+
+
+def test_unknown_env_var_with_the_prefix_is_refused(monkeypatch):
+    monkeypatch.setenv("IRIS_DEMO_PROT", "1")
+    with pytest.raises(SettingsError, match="unknown setting.*IRIS_DEMO_PROT.*IRIS_DEMO_PORT"):
+        DemoSettings.load()

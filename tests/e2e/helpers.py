@@ -1,0 +1,49 @@
+"""Small helpers of the end-to-end tests: images, chat bodies, /metrics scraping."""
+
+from __future__ import annotations
+
+import base64
+import io
+import random
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def image_png(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
+    """A distinct picture per seed (random noise), PNG-encoded."""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    pixels = bytes(rng.randrange(256) for _ in range(size[0] * size[1] * 3))
+    image = Image.frombytes("RGB", size, pixels)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def image_message(png: bytes, text: str = "Describe the image.") -> list[dict]:
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": text},
+            ],
+        }
+    ]
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Every sample of a Prometheus page, summed over labels, by sample name."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url, timeout=5).text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def metrics_url(service) -> str:
+    """The /metrics URL of a platform service (its health URL's sibling)."""
+    return service.health_url.rsplit("/", 1)[0] + "/metrics"

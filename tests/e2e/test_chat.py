@@ -1,0 +1,66 @@
+"""End to end on a real multi-process platform (tiny Qwen2-VL): the official openai client
+through the gateway to encoder, cache and LLM pod processes on loopback."""
+
+from __future__ import annotations
+
+from iris.up.processes import wait_until
+from tests.e2e.helpers import image_message, image_png, metrics_url, scrape
+
+ENCODED = "iris_encoder_images_total"
+
+
+def encoded_images(platform) -> float:
+    return sum(scrape(metrics_url(s)).get(ENCODED, 0.0) for s in platform.by_kind("encoder"))
+
+
+def test_text_chat(platform):
+    client = platform.openai_client()
+    reply = client.chat.completions.create(
+        model=platform.model_name,
+        messages=[{"role": "user", "content": "Hello there"}],
+        max_tokens=4,
+        temperature=0,
+    )
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert reply.usage.completion_tokens >= 1
+
+
+def test_same_image_in_two_requests_is_encoded_once(platform):
+    client = platform.openai_client()
+    png = image_png(seed=101)
+    before = encoded_images(platform)
+    first = client.chat.completions.create(
+        model=platform.model_name, messages=image_message(png), max_tokens=3, temperature=0
+    )
+    second = client.chat.completions.create(
+        model=platform.model_name,
+        messages=image_message(png, "Say it again."),
+        max_tokens=3,
+        temperature=0,
+    )
+    assert first.usage.prompt_tokens > 20  # the image's tokens are in the prompt
+    assert second.usage.prompt_tokens > 20
+    assert wait_until(lambda: encoded_images(platform) >= before + 1, 10)
+    assert encoded_images(platform) == before + 1
+
+
+def test_one_trace_spans_every_service(platform, otlp_session_collector):
+    client = platform.openai_client()
+    client.chat.completions.create(
+        model=platform.model_name,
+        messages=image_message(image_png(seed=202)),
+        max_tokens=2,
+        temperature=0,
+    )
+    wanted = {"iris-gateway", "iris-encoder", "iris-cache", "iris-llm"}
+
+    def a_trace_has_all() -> bool:
+        return any(
+            wanted <= {span.service for span in spans}
+            for spans in otlp_session_collector.traces().values()
+        )
+
+    assert wait_until(a_trace_has_all, 15), {
+        trace_id: sorted({s.service for s in spans})
+        for trace_id, spans in otlp_session_collector.traces().items()
+    }
