@@ -1,0 +1,90 @@
+"""The attention backend contract: paged KV writes and reads for one packed step.
+
+A step packs the new tokens of every scheduled sequence into one flat batch of T tokens
+(sequence after sequence). The runner describes it with `AttentionMetadata`; a backend
+`plan`s once per step (index building shared by all layers), then each layer calls
+`forward`, which stores the step's K/V into the paged cache and attends each sequence's
+queries to its whole context (cached pages + the new tokens), causally.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class KVCache:
+    """K and V for every layer, `num_pages` pages of `page_size` token slots each.
+
+    Slot s of the flat view belongs to page s // page_size; shapes [layers, slots, kv_heads,
+    head_dim].
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    page_size: int
+
+    @classmethod
+    def allocate(
+        cls,
+        num_layers: int,
+        num_pages: int,
+        page_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> KVCache:
+        shape = (num_layers, num_pages * page_size, num_kv_heads, head_dim)
+        return cls(
+            torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(shape, dtype=dtype, device=device),
+            page_size,
+        )
+
+    @staticmethod
+    def bytes_per_page(
+        num_layers: int, page_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> int:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * num_layers * page_size * num_kv_heads * head_dim * itemsize
+
+    @property
+    def num_pages(self) -> int:
+        return self.k.shape[1] // self.page_size
+
+
+@dataclass
+class AttentionMetadata:
+    """One step, B sequences: sequence i owns flat tokens [query_starts[i], +query_lens[i]),
+    which are the last query_lens[i] of its context_lens[i] positions; its pages are
+    block_tables[i] (padded with 0 past its last page). slot_mapping[t] is the cache slot
+    of flat token t."""
+
+    slot_mapping: torch.Tensor  # [T] int64
+    query_starts: list[int]
+    query_lens: list[int]
+    context_lens: list[int]
+    block_tables: torch.Tensor  # [B, max_pages] int64
+
+
+class AttentionBackend(ABC):
+    """Paged attention over a `KVCache`; one instance per model runner."""
+
+    name: str = ""
+
+    def __init__(self, kv_cache: KVCache) -> None:
+        self.kv_cache = kv_cache
+
+    @abstractmethod
+    def plan(self, meta: AttentionMetadata) -> None:
+        """Prepare the step described by `meta` (called once, before the layers run)."""
+
+    @abstractmethod
+    def forward(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """q [T, heads, d], k/v [T, kv_heads, d] → [T, heads, d]; stores k/v in the cache."""

@@ -1,0 +1,106 @@
+"""Attention with torch's scaled_dot_product_attention: works on CPU and GPU.
+
+Single-token queries (decode) of all sequences run as one padded batch per layer; longer
+queries (prefill chunks) run one sequence at a time with a causal mask offset by the
+cached prefix. Context is gathered a whole page at a time (one index per page, not per
+token), which is what makes this fast enough on CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from llm_svc.engine.attention.base import AttentionBackend, AttentionMetadata
+
+
+@dataclass
+class _Chunk:
+    tokens: slice
+    pages: torch.Tensor  # [pages] of the sequence's context
+    context: int
+    mask: torch.Tensor | None  # [query, context] True = may attend; None = plain causal
+
+
+@dataclass
+class _DecodeBatch:
+    token_index: torch.Tensor  # [Bd] flat positions of the single-token queries
+    pages: torch.Tensor  # [Bd * max_pages] (rows padded with page 0, masked out)
+    width: int  # max_pages * page_size
+    mask: torch.Tensor  # [Bd, 1, 1, width]
+
+
+class SdpaBackend(AttentionBackend):
+    name = "sdpa"
+
+    def plan(self, meta: AttentionMetadata) -> None:
+        page_size = self.kv_cache.page_size
+        device = meta.slot_mapping.device
+        self._slot_mapping = meta.slot_mapping
+        self._chunks: list[_Chunk] = []
+        self._decode = None
+        decode_rows = [i for i, n in enumerate(meta.query_lens) if n == 1]
+        if decode_rows:
+            lengths = torch.tensor([meta.context_lens[i] for i in decode_rows], device=device)
+            max_pages = -(-int(lengths.max()) // page_size)
+            tables = meta.block_tables[decode_rows, :max_pages]
+            width = max_pages * page_size
+            positions = torch.arange(width, device=device)
+            mask = (positions[None, :] < lengths[:, None])[:, None, None, :]
+            starts = torch.tensor([meta.query_starts[i] for i in decode_rows], device=device)
+            self._decode = _DecodeBatch(starts, tables.reshape(-1), width, mask)
+        for i, query_len in enumerate(meta.query_lens):
+            if query_len == 1:
+                continue
+            context = meta.context_lens[i]
+            pages = meta.block_tables[i, : -(-context // page_size)]
+            mask = None
+            if context > query_len:
+                rows = torch.arange(query_len, device=device)[:, None] + (context - query_len)
+                mask = torch.arange(context, device=device)[None, :] <= rows
+            start = meta.query_starts[i]
+            self._chunks.append(_Chunk(slice(start, start + query_len), pages, context, mask))
+
+    def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
+        """[slots, kv_heads, d] cache → [len(pages) * page_size, kv_heads, d]."""
+        size = self.kv_cache.page_size
+        paged = cache.view(-1, size, *cache.shape[1:])
+        return paged.index_select(0, pages).reshape(-1, *cache.shape[1:])
+
+    def forward(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        k_cache, v_cache = self.kv_cache.k[layer], self.kv_cache.v[layer]
+        k_cache.index_copy_(0, self._slot_mapping, k)
+        v_cache.index_copy_(0, self._slot_mapping, v)
+        out = torch.empty_like(q)
+        if self._decode is not None:
+            batch = self._decode
+            rows = batch.token_index.shape[0]
+            query = q[batch.token_index].unsqueeze(2)  # [Bd, heads, 1, d]
+            keys = self._gather(k_cache, batch.pages).view(rows, batch.width, *k.shape[1:])
+            values = self._gather(v_cache, batch.pages).view(rows, batch.width, *v.shape[1:])
+            result = F.scaled_dot_product_attention(
+                query,
+                keys.transpose(1, 2),
+                values.transpose(1, 2),
+                attn_mask=batch.mask,
+                enable_gqa=True,
+            )
+            out[batch.token_index] = result.squeeze(2)
+        for chunk in self._chunks:
+            query = q[chunk.tokens].transpose(0, 1).unsqueeze(0)  # [1, heads, n, d]
+            keys = self._gather(k_cache, chunk.pages)[: chunk.context]
+            values = self._gather(v_cache, chunk.pages)[: chunk.context]
+            result = F.scaled_dot_product_attention(
+                query,
+                keys.transpose(0, 1).unsqueeze(0),
+                values.transpose(0, 1).unsqueeze(0),
+                attn_mask=chunk.mask,
+                is_causal=chunk.mask is None,
+                enable_gqa=True,
+            )
+            out[chunk.tokens] = result.squeeze(0).transpose(0, 1)
+        return out

@@ -1,0 +1,94 @@
+"""Page allocation for sequences, with the radix prefix cache (when enabled) in front."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from llm_svc.engine.radix_cache import RadixCache
+from llm_svc.engine.sequence import Sequence
+
+
+class BlockManager:
+    """Owns every KV page: free, private to one sequence, or cached in the radix tree.
+
+    Paired checks and actions: `can_append` / `append` reserve pages for the next chunk;
+    `match_prefix` / `release` share and give back cached pages; `commit` publishes the
+    pages a step has filled to the cache.
+    """
+
+    def __init__(self, num_pages: int, page_size: int, cache: RadixCache | None) -> None:
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.cache = cache
+        self.free_pages: deque[int] = deque(range(num_pages))
+
+    @property
+    def num_available(self) -> int:
+        """Pages obtainable now: free ones plus cached ones nobody references."""
+        evictable = self.cache.num_unreferenced if self.cache else 0
+        return len(self.free_pages) + evictable
+
+    @property
+    def num_used(self) -> int:
+        """Pages some running sequence holds."""
+        return self.num_pages - self.num_available
+
+    def pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    def pages_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        target = self.pages_for(seq.num_computed_tokens + num_new_tokens)
+        return max(0, target - len(seq.block_table))
+
+    def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self.pages_needed(seq, num_new_tokens) <= self.num_available
+
+    def append(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Give `seq` the pages its next `num_new_tokens` tokens need (check first)."""
+        needed = self.pages_needed(seq, num_new_tokens)
+        if needed > len(self.free_pages):
+            assert self.cache is not None, "not enough pages: call can_append first"
+            self.free_pages.extend(self.cache.evict(needed - len(self.free_pages)))
+        assert needed <= len(self.free_pages), "not enough pages: call can_append first"
+        seq.block_table.extend(self.free_pages.popleft() for _ in range(needed))
+
+    def match_prefix(self, seq: Sequence) -> int:
+        """Share the cached pages of `seq`'s longest cached prefix; returns tokens matched.
+
+        At least one token is left to compute, since its logits give the next token.
+        """
+        if self.cache is None or seq.block_table:
+            return 0
+        nodes = self.cache.match(seq.token_ids[: seq.num_tokens - 1])
+        self.cache.acquire(nodes)
+        seq.tree_nodes = nodes
+        seq.block_table = [node.page for node in nodes]
+        seq.num_computed_tokens = len(nodes) * self.page_size
+        return seq.num_computed_tokens
+
+    def commit(self, seq: Sequence) -> None:
+        """Publish `seq`'s pages whose KV is now complete to the prefix cache.
+
+        If another sequence cached the same prefix meanwhile, `seq` switches to the cached
+        page (same tokens at the same positions) and its copy is freed.
+        """
+        if self.cache is None:
+            return
+        size = self.page_size
+        for index in range(len(seq.tree_nodes), seq.num_computed_tokens // size):
+            parent = seq.tree_nodes[-1] if seq.tree_nodes else None
+            tokens = seq.token_ids[index * size : (index + 1) * size]
+            node, created = self.cache.insert(parent, tokens, seq.block_table[index])
+            if not created:
+                self.cache.acquire([node])
+                self.free_pages.append(seq.block_table[index])
+                seq.block_table[index] = node.page
+            seq.tree_nodes.append(node)
+
+    def release(self, seq: Sequence) -> None:
+        """Give back every page of `seq` (cached ones stay cached, unreferenced)."""
+        if self.cache is not None:
+            self.cache.release(seq.tree_nodes)
+        self.free_pages.extend(seq.block_table[len(seq.tree_nodes) :])
+        seq.block_table = []
+        seq.tree_nodes = []

@@ -1,0 +1,72 @@
+"""Engine configuration: one dataclass, checked when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from llm_svc.engine.models.config import TextModelConfig
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DEFAULT_CPU_KV_BYTES = 512 << 20
+
+
+@dataclass
+class EngineConfig:
+    """Knobs of one engine. `max_model_len` None = the model's max_position_embeddings.
+    The KV cache holds `num_pages` pages if given, else as many as fit in
+    `kv_cache_bytes` (default: 512 MiB on CPU; on CUDA, `gpu_memory_utilization` of the
+    free memory after loading the weights). device / dtype "auto": CUDA + bfloat16 when a
+    GPU is present, else CPU + float32."""
+
+    model_dir: str | Path
+    page_size: int = 16
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    max_model_len: int | None = None
+    num_pages: int | None = None
+    kv_cache_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    device: str = "auto"
+    dtype: str = "auto"
+    enable_prefix_caching: bool = True
+    attention_backend: str = "sdpa"
+    seed: int = 0
+    tokenizer_dir: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        self.model_dir = Path(self.model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise ValueError(f"model_dir {self.model_dir} has no config.json")
+        self.tokenizer_dir = Path(self.tokenizer_dir or self.model_dir)
+        for name in ("page_size", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_pages is not None and self.num_pages < 1:
+            raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if self.kv_cache_bytes is not None and self.kv_cache_bytes < 1:
+            raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.dtype == "auto":
+            self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or auto, got {self.dtype}")
+        model = TextModelConfig.from_model_dir(self.model_dir)
+        limit = model.max_position_embeddings
+        if self.max_model_len is None:
+            self.max_model_len = limit
+        if not 1 < self.max_model_len <= limit:
+            raise ValueError(
+                f"max_model_len must be in [2, {limit}] for this model, got {self.max_model_len}"
+            )
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]

@@ -1,0 +1,203 @@
+"""LLMEngine: requests in, token and text deltas out, one scheduled step at a time."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from iris.multimodal import check_vocab_size, processor_fingerprint
+from llm_svc.engine.block_manager import BlockManager
+from llm_svc.engine.config import EngineConfig
+from llm_svc.engine.detokenizer import IncrementalDetokenizer
+from llm_svc.engine.errors import InvalidRequestError
+from llm_svc.engine.kv_events import KVEvent
+from llm_svc.engine.model_runner import ModelRunner
+from llm_svc.engine.outputs import EngineStats, RequestOutput
+from llm_svc.engine.radix_cache import RadixCache
+from llm_svc.engine.sampling import SampledToken, Sampler
+from llm_svc.engine.sampling_params import SamplingParams
+from llm_svc.engine.scheduler import Scheduler
+from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
+from llm_svc.engine.validation import check_request
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+class LLMEngine:
+    """`add_request` (validated: a bad request raises InvalidRequestError and nothing else
+    is affected) → `step()` until `has_unfinished()` is False → `abort` at any time.
+    `take_kv_events()` drains the prefix cache's stored / removed events."""
+
+    def __init__(self, config: EngineConfig, tokenizer: Any = None) -> None:
+        self.config = config
+        self.runner = ModelRunner(config)
+        self.model_config = self.runner.model_config
+        check_vocab_size(self.model_config.vocab_size)
+        self.tokenizer = tokenizer or load_tokenizer(config.tokenizer_dir)
+        self.fingerprint = processor_fingerprint(config.model_dir)
+        cache = None
+        if config.enable_prefix_caching:
+            cache = RadixCache(config.page_size, self.fingerprint)
+        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache)
+        self.scheduler = Scheduler(config, self.blocks)
+        self.sampler = Sampler(config.seed)
+        self.eos_token_ids = set(self.model_config.eos_token_ids)
+        if self.tokenizer.eos_token_id is not None:
+            self.eos_token_ids.add(self.tokenizer.eos_token_id)
+        self.requests: dict[str, Sequence] = {}
+        self._pending: list[RequestOutput] = []
+        self._prompt_tokens = self._hit_tokens = self._generated_tokens = 0
+
+    # --- requests ----------------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        items: list[Any] | None = None,
+        mrope_positions: np.ndarray | None = None,
+    ) -> Sequence:
+        """Queue one request; raises InvalidRequestError (naming value and limit) if bad."""
+        if request_id in self.requests:
+            raise InvalidRequestError("request_id", request_id, "already in use")
+        ids = check_request(
+            prompt_token_ids,
+            params,
+            vocab_size=self.model_config.vocab_size,
+            max_model_len=self.config.max_model_len,
+            page_size=self.config.page_size,
+            num_pages=self.runner.num_pages,
+        )
+        seq = Sequence(request_id, ids, params, items=items, mrope_positions=mrope_positions)
+        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens)
+        self.requests[request_id] = seq
+        self.scheduler.add(seq)
+        self._prompt_tokens += len(ids)
+        return seq
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request; its final output (finish_reason "abort") comes with the next step."""
+        seq = self.requests.get(request_id)
+        if seq is None:
+            return False
+        self._finish(seq, FinishReason.ABORT)
+        self._pending.append(self._output(seq))
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests or self._pending)
+
+    # --- the loop ----------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run the model once, sample, detokenize; outputs of requests that moved."""
+        outputs, self._pending = self._pending, []
+        scheduled = self.scheduler.schedule()
+        if not scheduled.chunks:
+            return outputs
+        inputs = self.runner.prepare(scheduled.chunks)
+        logits = self.runner.execute(inputs)
+        for chunk in scheduled.chunks:
+            chunk.seq.num_computed_tokens += chunk.num_tokens
+            self.blocks.commit(chunk.seq)
+        seqs = [chunk.seq for chunk in inputs.sample_chunks]
+        for seq, sampled in zip(seqs, self.sampler(logits, seqs), strict=True):
+            outputs.append(self._accept(seq, sampled))
+        return outputs
+
+    def _accept(self, seq: Sequence, sampled: SampledToken) -> RequestOutput:
+        if seq.num_output_tokens == 0:
+            self._hit_tokens += seq.num_cached_tokens
+        seq.append_token(sampled.token_id)
+        self._generated_tokens += 1
+        if sampled.logprobs is not None:
+            seq.logprobs.append(sampled.logprobs)
+        text_before = len(seq.text)
+        seq.text += seq.detokenizer.add(sampled.token_id)
+        reason = self._stop_reason(seq, sampled.token_id)
+        if reason is not None:
+            seq.text += seq.detokenizer.flush()
+        if seq.params.stop and self._trim_stop_string(seq, text_before):
+            reason = FinishReason.STOP
+        if reason is not None:
+            self._finish(seq, reason)
+        return self._output(seq)
+
+    def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        """Why `seq` ends after `token` (stop strings aside), or None."""
+        params = seq.params
+        if token in params.stop_token_ids or (
+            not params.ignore_eos and token in self.eos_token_ids
+        ):
+            return FinishReason.STOP
+        if seq.num_output_tokens >= params.max_tokens:
+            return FinishReason.LENGTH
+        if seq.num_tokens >= self.config.max_model_len:
+            return FinishReason.LENGTH
+        return None
+
+    @staticmethod
+    def _trim_stop_string(seq: Sequence, text_before: int) -> bool:
+        stops = seq.params.stop
+        start = max(0, text_before - max(map(len, stops)) + 1)
+        found = [(seq.text.find(stop, start), stop) for stop in stops]
+        found = [(index, stop) for index, stop in found if index >= 0]
+        if not found:
+            return False
+        index, stop = min(found)
+        keep = len(stop) if seq.params.include_stop_str_in_output else 0
+        seq.text = seq.text[: index + keep]
+        return True
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self.scheduler.finish(seq)
+        del self.requests[seq.request_id]
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        params = seq.params
+        visible = len(seq.text)
+        if not seq.is_finished and params.stop and not params.include_stop_str_in_output:
+            # Hold back what could still become the start of a stop string.
+            visible = max(seq.num_text_emitted, visible - (max(map(len, params.stop)) - 1))
+        new_text = seq.text[seq.num_text_emitted : visible]
+        seq.num_text_emitted = visible
+        first = seq.num_tokens_emitted
+        seq.num_tokens_emitted = seq.num_output_tokens
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=seq.output_token_ids[first:],
+            new_text=new_text,
+            finished=seq.is_finished,
+            finish_reason=seq.finish_reason.value if seq.finish_reason else None,
+            new_logprobs=seq.logprobs[first:],
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+        )
+
+    # --- observability -----------------------------------------------------------------
+    def take_kv_events(self) -> list[KVEvent]:
+        """Stored / removed page events since the last call (none without prefix caching)."""
+        return self.blocks.cache.take_events() if self.blocks.cache else []
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_utilisation=self.blocks.num_used / self.blocks.num_pages,
+            num_pages=self.blocks.num_pages,
+            pending_prefill_tokens=self.scheduler.pending_prefill_tokens(),
+            preemptions=self.scheduler.num_preemptions,
+            prompt_tokens=self._prompt_tokens,
+            prefix_hit_tokens=self._hit_tokens,
+            generation_tokens=self._generated_tokens,
+        )

@@ -1,0 +1,40 @@
+"""KV cache events: which pages the prefix cache holds, keyed by chained block hashes.
+
+`block_hash` = iris.multimodal.next_block_hash(parent_hash, page tokens) with the chain
+rooted at the model's fingerprint, so an index built by replaying the events holds exactly
+the pages the pod's radix cache holds (DESIGN.md §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BlockStored:
+    """A full page entered the prefix cache."""
+
+    block_hash: bytes
+    parent_hash: bytes
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BlockRemoved:
+    """A page left the prefix cache (evicted)."""
+
+    block_hash: bytes
+
+
+KVEvent = BlockStored | BlockRemoved
+
+
+def replay(events: list[KVEvent], into: set[bytes] | None = None) -> set[bytes]:
+    """Apply events in order to a set of block hashes (what a router's index would hold)."""
+    held = set() if into is None else into
+    for event in events:
+        if isinstance(event, BlockStored):
+            held.add(event.block_hash)
+        else:
+            held.discard(event.block_hash)
+    return held

@@ -1,0 +1,115 @@
+"""Runs the language model on one scheduled step: packs the chunks, sizes and owns the
+paged KV cache, returns the logits of the sequences that sample this step."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
+from llm_svc.engine.config import DEFAULT_CPU_KV_BYTES, EngineConfig
+from llm_svc.engine.models import load_model
+from llm_svc.engine.scheduler import ScheduledChunk
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepInputs:
+    """One packed step: chunk after chunk. `sample_rows[i]` is the flat index of the last
+    token of the i-th sampling chunk (`sample_chunks[i]`)."""
+
+    input_ids: torch.Tensor  # [T] int64 (may hold multimodal sentinels: clamp before embed)
+    positions: torch.Tensor  # [T], or [3, T] with M-RoPE
+    meta: AttentionMetadata
+    sample_rows: torch.Tensor
+    sample_chunks: list[ScheduledChunk]
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = torch.device(config.device)
+        self.model, self.model_config = load_model(
+            config.model_dir, config.torch_dtype, self.device
+        )
+        self.page_size = config.page_size
+        self.num_pages = self._num_pages(config)
+        mc = self.model_config
+        self.kv_cache = KVCache.allocate(
+            mc.num_layers, self.num_pages, self.page_size, mc.num_kv_heads, mc.head_dim,
+            config.torch_dtype, self.device,
+        )  # fmt: skip
+        self.backend = make_backend(config.attention_backend, self.kv_cache)
+        log.info("KV cache: %d pages of %d tokens", self.num_pages, self.page_size)
+
+    def _num_pages(self, config: EngineConfig) -> int:
+        if config.num_pages is not None:
+            return config.num_pages
+        mc = self.model_config
+        per_page = KVCache.bytes_per_page(
+            mc.num_layers, self.page_size, mc.num_kv_heads, mc.head_dim, config.torch_dtype
+        )
+        budget = config.kv_cache_bytes
+        if budget is None:
+            if self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+                budget = int(free * config.gpu_memory_utilization)
+            else:
+                budget = DEFAULT_CPU_KV_BYTES
+        pages = budget // per_page
+        if pages < 1:
+            raise ValueError(f"KV budget {budget} bytes is less than one page ({per_page} bytes)")
+        return int(pages)
+
+    def prepare(self, chunks: list[ScheduledChunk]) -> StepInputs:
+        """Pack the step's chunks into flat tensors and attention metadata."""
+        ids, positions, slots = [], [], []
+        starts, lens, contexts, tables, sample_rows, sample_chunks = [], [], [], [], [], []
+        mrope = any(chunk.seq.mrope_positions is not None for chunk in chunks)
+        flat, size = 0, self.page_size
+        for chunk in chunks:
+            seq, begin, end = chunk.seq, chunk.start, chunk.start + chunk.num_tokens
+            ids.extend(seq.token_ids[begin:end])
+            pos = seq.positions(begin, end)
+            if mrope and pos.ndim == 1:
+                pos = np.broadcast_to(pos, (3, len(pos)))
+            positions.append(pos)
+            table = np.asarray(seq.block_table, dtype=np.int64)
+            index = np.arange(begin, end)
+            slots.append(table[index // size] * size + index % size)
+            starts.append(flat)
+            lens.append(chunk.num_tokens)
+            contexts.append(end)
+            tables.append(seq.block_table)
+            flat += chunk.num_tokens
+            if chunk.samples:
+                sample_rows.append(flat - 1)
+                sample_chunks.append(chunk)
+        width = max(len(table) for table in tables)
+        padded = [table + [0] * (width - len(table)) for table in tables]
+        device = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(device),
+            query_starts=starts,
+            query_lens=lens,
+            context_lens=contexts,
+            block_tables=torch.tensor(padded, dtype=torch.int64, device=device),
+        )
+        return StepInputs(
+            input_ids=torch.tensor(ids, dtype=torch.int64, device=device),
+            positions=torch.from_numpy(np.concatenate(positions, axis=-1)).to(device),
+            meta=meta,
+            sample_rows=torch.tensor(sample_rows, dtype=torch.int64, device=device),
+            sample_chunks=sample_chunks,
+        )
+
+    @torch.inference_mode()
+    def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):
+        """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
+        self.backend.plan(inputs.meta)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds)
+        return self.model.compute_logits(hidden[inputs.sample_rows])

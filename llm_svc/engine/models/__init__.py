@@ -1,0 +1,38 @@
+"""Language models the engine runs: one compact decoder for the Llama and Qwen2 families
+(Qwen2 differs by q/k/v biases and, for Qwen2-VL, M-RoPE — both read from the config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
+from llm_svc.engine.models.decoder import DecoderLM
+from llm_svc.engine.models.layers import RotaryEmbedding
+from llm_svc.engine.models.loader import find_text_prefix, load_weights
+
+
+def load_model(
+    model_dir: str | Path, dtype: torch.dtype, device: torch.device
+) -> tuple[DecoderLM, TextModelConfig]:
+    """Build the decoder for `model_dir` and load its weights, in eval mode."""
+    config = TextModelConfig.from_model_dir(model_dir)
+    with torch.device("meta"):
+        model = DecoderLM(config)
+    model = model.to_empty(device=device).to(dtype)
+    # RoPE frequencies are computed, not loaded, and stay fp32 whatever the weights' dtype.
+    model.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.mrope_section)
+    model.rotary.to(device)
+    load_weights(model, model_dir)
+    return model.eval(), config
+
+
+__all__ = [
+    "DecoderLM",
+    "TextModelConfig",
+    "UnsupportedModelError",
+    "find_text_prefix",
+    "load_model",
+    "load_weights",
+]

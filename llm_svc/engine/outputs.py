@@ -1,0 +1,41 @@
+"""What the engine reports per request and step (deltas, for streaming)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm_svc.engine.sequence import TokenLogprobs
+
+
+@dataclass
+class RequestOutput:
+    """New tokens and text since the last output of this request.
+
+    `text` is released only once it can no longer turn out to be the start of a stop string;
+    the final output (finished=True) carries what was held back. `finish_reason` is "stop",
+    "length" or "abort" when finished.
+    """
+
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    finished: bool = False
+    finish_reason: str | None = None
+    new_logprobs: list[TokenLogprobs] = field(default_factory=list)
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+
+
+@dataclass
+class EngineStats:
+    """Load signals for metrics and routing."""
+
+    running: int
+    waiting: int
+    kv_utilisation: float
+    num_pages: int
+    pending_prefill_tokens: int
+    preemptions: int
+    prompt_tokens: int
+    prefix_hit_tokens: int
+    generation_tokens: int

@@ -1,0 +1,99 @@
+"""Per-request sampling parameters, checked at the engine's boundary."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+from llm_svc.engine.errors import InvalidRequestError
+
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass
+class SamplingParams:
+    """How to pick each next token and when to stop.
+
+    temperature 0 is exact argmax. top_k 0 (or -1) and top_p 1 are off. repetition_penalty
+    (> 0, 1 = off) scales the logits of every token seen in prompt or output;
+    frequency_penalty / presence_penalty in [-2, 2] subtract count × f and p from the logits
+    of tokens already generated. `seed` makes one request's sampling reproducible whatever
+    it is batched with. `logprobs` = n returns the sampled token's log-probability and the n
+    most likely (0 ≤ n ≤ 20; None = none), from the model's distribution before penalties
+    and temperature. Stop strings are trimmed from the text unless include_stop_str_in_output.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+    max_tokens: int = 16
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    logprobs: int | None = None
+    skip_special_tokens: bool = True
+
+    def clone(self) -> SamplingParams:
+        return copy.deepcopy(self)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.repetition_penalty != 1.0
+            or self.frequency_penalty != 0.0
+            or self.presence_penalty != 0.0
+        )
+
+    def validate(self, vocab_size: int) -> None:
+        """Raise InvalidRequestError naming the first bad value and its limit."""
+        for name, kind in _NUMBER_FIELDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise InvalidRequestError(
+                    name, value, "must be an integer" if kind is int else "must be a number"
+                )
+        _check("temperature", self.temperature, self.temperature >= 0.0, ">= 0")
+        _check("top_p", self.top_p, 0.0 < self.top_p <= 1.0, "in (0, 1]")
+        _check("top_k", self.top_k, self.top_k >= -1, "-1, 0 (off) or > 0")
+        _check("repetition_penalty", self.repetition_penalty, self.repetition_penalty > 0, "> 0")
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            _check(name, value, -2.0 <= value <= 2.0, "in [-2, 2]")
+        _check("max_tokens", self.max_tokens, self.max_tokens >= 1, ">= 1")
+        if self.seed is not None:
+            _check("seed", self.seed, 0 <= self.seed < 2**63, "in [0, 2^63)")
+        if self.logprobs is not None:
+            limit = f"in [0, {MAX_TOP_LOGPROBS}]"
+            _check("logprobs", self.logprobs, 0 <= self.logprobs <= MAX_TOP_LOGPROBS, limit)
+        for stop in self.stop:
+            _check("stop", stop, isinstance(stop, str) and stop != "", "non-empty strings")
+        for token in self.stop_token_ids:
+            _check("stop_token_ids", token, 0 <= token < vocab_size, f"in [0, {vocab_size})")
+
+
+_NUMBER_FIELDS = {
+    "temperature": (int, float),
+    "top_p": (int, float),
+    "top_k": int,
+    "repetition_penalty": (int, float),
+    "frequency_penalty": (int, float),
+    "presence_penalty": (int, float),
+    "max_tokens": int,
+}
+
+
+def _check(name: str, value, ok: bool, limit: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    if not ok:
+        raise InvalidRequestError(name, value, f"must be {limit}")

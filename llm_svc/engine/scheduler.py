@@ -1,0 +1,132 @@
+"""Continuous batching with chunked prefill under a per-step token budget.
+
+Each step: running sequences in decode go first (one token each), then running sequences
+part-way through their prefill, then waiting sequences in arrival order — each takes
+min(its remaining tokens, budget left). Prefill chunks and decodes share one step. When a
+sequence needs a page and none is left, the most recently admitted running sequence is
+preempted: its pages are released (full ones stay in the prefix cache) and it waits at the
+head of the queue to be prefilled again, prompt and output so far.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from llm_svc.engine.block_manager import BlockManager
+from llm_svc.engine.config import EngineConfig
+from llm_svc.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledChunk:
+    """`seq` computes tokens [start, start + num_tokens) this step."""
+
+    seq: Sequence
+    start: int
+    num_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """The chunk reaches the sequence's last token, so its logits give a new token."""
+        return self.start + self.num_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(chunk.num_tokens for chunk in self.chunks)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+        self.max_num_seqs = config.max_num_seqs
+        self.token_budget = config.max_num_batched_tokens
+        self.blocks = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        decoding = [s for s in self.running if s.num_uncomputed_tokens == 1]
+        prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        for seq in decoding + prefilling:
+            budget = self.token_budget - out.num_tokens
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            count = min(seq.num_uncomputed_tokens, budget)
+            if not self._make_room(seq, count, out):
+                continue
+            self.blocks.append(seq, count)
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
+        if not out.preempted:
+            self._admit(out, self.token_budget - out.num_tokens)
+        return out
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            fresh = seq.num_output_tokens == 0
+            matched = self.blocks.match_prefix(seq)
+            count = min(seq.num_uncomputed_tokens, budget)
+            if not self.blocks.can_append(seq, count):
+                self.blocks.release(seq)
+                seq.num_computed_tokens = 0
+                break
+            if fresh:
+                seq.num_cached_tokens = matched
+            self.waiting.popleft()
+            self.blocks.append(seq, count)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
+            budget -= count
+
+    def _make_room(self, seq: Sequence, count: int, out: SchedulerOutput) -> bool:
+        """Preempt the newest running sequences until `seq` can grow; False if `seq` itself
+        had to go."""
+        while not self.blocks.can_append(seq, count):
+            victim = self.running[-1]
+            self._preempt(victim, out)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        for index, chunk in enumerate(out.chunks):
+            if chunk.seq is seq:
+                del out.chunks[index]
+                break
+        self.running.remove(seq)
+        self.blocks.release(seq)
+        seq.reset_for_recompute()
+        self.waiting.appendleft(seq)
+        out.preempted.append(seq)
+        self.num_preemptions += 1
+
+    def finish(self, seq: Sequence) -> None:
+        """Drop a finished or aborted sequence and give its pages back."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.release(seq)
+
+    def pending_prefill_tokens(self) -> int:
+        """Tokens still to prefill across waiting and running sequences (a load signal)."""
+        return sum(max(0, s.num_uncomputed_tokens - 1) for s in self.running) + sum(
+            s.num_tokens for s in self.waiting
+        )

@@ -1,0 +1,121 @@
+"""One request inside the engine: its tokens, its pages and its progress."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm_svc.engine.sampling_params import SamplingParams
+
+_arrival = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+@dataclass
+class TokenLogprobs:
+    """The sampled token's log-probability and the `logprobs` most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+class Sequence:
+    """Prompt + generated tokens; `num_computed_tokens` of them have KV in `block_table`.
+
+    `block_table[i]` is the page holding positions [i*page, (i+1)*page); the first
+    `len(tree_nodes)` pages are shared through the radix cache, the rest are private.
+    `items` (multimodal items with offsets into token_ids) and `mrope_positions` ([3, N]
+    for Qwen2-VL) are carried for the multimodal path; None/empty means plain text.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        items: list[Any] | None = None,
+        mrope_positions: np.ndarray | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.token_ids)
+        self.params = params
+        self.items = items or []
+        self.mrope_positions = mrope_positions
+        self.arrival = next(_arrival)
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at admission
+        self.block_table: list[int] = []
+        self.tree_nodes: list[Any] = []
+        self.finish_reason: FinishReason | None = None
+        self.text = ""
+        self.num_text_emitted = 0
+        self.num_tokens_emitted = 0
+        self.logprobs: list[TokenLogprobs] = []
+        self.generator: torch.Generator | None = None
+        if params.seed is not None:
+            self.generator = torch.Generator().manual_seed(params.seed)
+        self.detokenizer: Any = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def positions(self, start: int, end: int) -> np.ndarray:
+        """Rotary positions of tokens [start, end): [n] for text, [3, n] with M-RoPE. Tokens
+        past the stored M-RoPE table (generated ones) continue from its maximum + 1."""
+        if self.mrope_positions is None:
+            return np.arange(start, end, dtype=np.int64)
+        table = self.mrope_positions
+        stored = table[:, start:end]
+        extra = end - max(start, table.shape[1])
+        if extra <= 0:
+            return stored
+        first = int(table.max()) + 1 + max(start, table.shape[1]) - table.shape[1]
+        tail = np.arange(first, first + extra, dtype=np.int64)
+        return np.concatenate([stored, np.broadcast_to(tail, (3, extra))], axis=1)
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def reset_for_recompute(self) -> None:
+        """After preemption: KV is gone; prompt and output so far are prefilled again."""
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0
+        self.block_table = []
+        self.tree_nodes = []

@@ -1,0 +1,108 @@
+"""Fixtures for the engine tests: tiny checkpoints of both families (plain LM and VLM
+layouts), HF transformers' greedy output as the reference, and engine builders."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams
+from tests.llm_svc.checkpoints import tiny_checkpoint
+
+# The adapters work provides these in tests/fixtures/models.py; own builds stand in until then.
+_SHARED_FIXTURES = {"idefics3": "tiny_idefics3_dir", "qwen2_vl": "tiny_qwen2_vl_dir"}
+KINDS = ["llama", "qwen2", "idefics3", "qwen2_vl"]
+
+
+def _shared_or_own(request, kind: str):
+    name = _SHARED_FIXTURES.get(kind)
+    if name is not None:
+        try:
+            return request.getfixturevalue(name)
+        except (pytest.FixtureLookupError, ImportError):
+            pass
+    return tiny_checkpoint(kind)
+
+
+@pytest.fixture(scope="session", params=KINDS)
+def model_dir(request):
+    """Each tiny checkpoint in turn: Llama and Qwen2 LMs, Idefics3 and Qwen2-VL layouts."""
+    return _shared_or_own(request, request.param)
+
+
+@pytest.fixture(scope="session")
+def llama_dir():
+    return tiny_checkpoint("llama")
+
+
+@pytest.fixture(scope="session")
+def demo_dir(request):
+    """The demo model (real SmolLM2-135M LM in Idefics3 layout) when the fixture exists."""
+    try:
+        return request.getfixturevalue("demo_model_dir")
+    except (pytest.FixtureLookupError, ImportError) as error:
+        pytest.skip(f"demo model not available yet: {error}")
+
+
+class HFReference:
+    """HF transformers' greedy continuation, one loaded model per directory, memoised."""
+
+    def __init__(self) -> None:
+        self._models: dict = {}
+        self._outputs: dict = {}
+
+    def _model(self, model_dir):
+        import transformers as tf
+
+        if model_dir not in self._models:
+            config = tf.AutoConfig.from_pretrained(model_dir)
+            auto = tf.AutoModelForCausalLM
+            if getattr(config, "vision_config", None) is not None:
+                auto = tf.AutoModelForImageTextToText
+            self._models[model_dir] = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+        return self._models[model_dir]
+
+    def greedy(self, model_dir, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        key = (str(model_dir), tuple(prompt_ids), max_new_tokens)
+        if key not in self._outputs:
+            ids = torch.tensor([prompt_ids])
+            with torch.inference_mode():
+                out = self._model(model_dir).generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new_tokens,
+                    min_new_tokens=max_new_tokens,
+                    do_sample=False,
+                )
+            self._outputs[key] = out[0, len(prompt_ids) :].tolist()
+        return self._outputs[key]
+
+
+@pytest.fixture(scope="session")
+def hf_reference():
+    return HFReference()
+
+
+def make_engine(model_dir, **overrides) -> LLMEngine:
+    args = dict(page_size=4, max_num_batched_tokens=64, num_pages=256, max_num_seqs=8)
+    args.update(overrides)
+    return LLMEngine(EngineConfig(model_dir, **args))
+
+
+def greedy(max_tokens: int, **extra) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **extra)
+
+
+def run_all(engine: LLMEngine, requests: dict[str, tuple[list[int], SamplingParams]]):
+    """Add every request, step until done; returns {request_id: [outputs...]}."""
+    for request_id, (ids, params) in requests.items():
+        engine.add_request(request_id, ids, params)
+    outputs: dict[str, list] = {request_id: [] for request_id in requests}
+    while engine.has_unfinished():
+        for out in engine.step():
+            outputs.setdefault(out.request_id, []).append(out)
+    return outputs
+
+
+def token_ids(outputs) -> list[int]:
+    return [token for out in outputs for token in out.new_token_ids]

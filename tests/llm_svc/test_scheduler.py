@@ -1,0 +1,71 @@
+"""Scheduler decisions on their own (no model): budget, mixing, preemption order."""
+
+from __future__ import annotations
+
+from llm_svc.engine import EngineConfig, SamplingParams
+from llm_svc.engine.block_manager import BlockManager
+from llm_svc.engine.radix_cache import RadixCache
+from llm_svc.engine.scheduler import Scheduler
+from llm_svc.engine.sequence import Sequence, SequenceStatus
+
+
+def _scheduler(model_dir, num_pages=32, budget=8, max_seqs=4):
+    config = EngineConfig(
+        model_dir, page_size=4, max_num_batched_tokens=budget, max_num_seqs=max_seqs
+    )
+    blocks = BlockManager(num_pages, 4, RadixCache(4, bytes(32)))
+    return Scheduler(config, blocks)
+
+
+def _step(scheduler, sampled=7):
+    """Pretend the model ran: mark chunks computed, append a token where one is sampled."""
+    out = scheduler.schedule()
+    for chunk in out.chunks:
+        chunk.seq.num_computed_tokens += chunk.num_tokens
+        scheduler.blocks.commit(chunk.seq)
+        if chunk.seq.num_computed_tokens == chunk.seq.num_tokens:
+            chunk.seq.append_token(sampled)
+    return out
+
+
+def test_chunked_prefill_fills_the_budget_and_mixes_with_decode(llama_dir):
+    scheduler = _scheduler(llama_dir, budget=8)
+    a = Sequence("a", list(range(6)), SamplingParams())
+    b = Sequence("b", list(range(100, 120)), SamplingParams())
+    scheduler.add(a)
+    scheduler.add(b)
+    first = _step(scheduler)
+    assert [(c.seq.request_id, c.start, c.num_tokens) for c in first.chunks] == [
+        ("a", 0, 6),
+        ("b", 0, 2),
+    ]
+    second = _step(scheduler)
+    # a decodes (1 token) first, b's prefill takes the rest of the budget.
+    assert [(c.seq.request_id, c.start, c.num_tokens) for c in second.chunks] == [
+        ("a", 6, 1),
+        ("b", 2, 7),
+    ]
+
+
+def test_max_num_seqs_limits_admission(llama_dir):
+    scheduler = _scheduler(llama_dir, budget=64, max_seqs=2)
+    for i in range(3):
+        scheduler.add(Sequence(str(i), [i] * 3, SamplingParams()))
+    out = scheduler.schedule()
+    assert [c.seq.request_id for c in out.chunks] == ["0", "1"]
+    assert [s.request_id for s in scheduler.waiting] == ["2"]
+
+
+def test_preemption_takes_the_newest_and_requeues_it_first(llama_dir):
+    scheduler = _scheduler(llama_dir, num_pages=4, budget=64)
+    old = Sequence("old", list(range(8)), SamplingParams())  # 2 pages
+    new = Sequence("new", list(range(50, 57)), SamplingParams())  # 2 pages
+    scheduler.add(old)
+    scheduler.add(new)
+    _step(scheduler)
+    out = _step(scheduler)  # old's 9th token needs a third page: new must go
+    assert [s.request_id for s in out.preempted] == ["new"]
+    assert [c.seq.request_id for c in out.chunks] == ["old"]
+    assert new.status is SequenceStatus.WAITING and new.num_computed_tokens == 0
+    assert new.token_ids[-1] == 7  # its generated token is kept and will be prefilled
+    assert scheduler.waiting[0] is new and scheduler.num_preemptions == 1
