@@ -1,0 +1,321 @@
+"""Image-reuse multi-turn chat through the gateway: A/B of routing + embedding reuse.
+
+Users hold multi-turn conversations that share a system prompt; each turn may attach an
+image drawn from a pool with Zipf reuse, and every turn resends the whole history (as chat
+clients do). Sessions start at a chosen rate. Both modes run in this one process on the
+same workload (same seed), each on a freshly started platform (`iris up` processes):
+
+  (a) prefix-aware routing + embedding reuse      (b) round-robin + no embedding reuse
+
+Reported per mode: TTFT p50 / p90 / p99 (all turns and later turns), TPOT, throughput,
+prefix hit rate (cached / prompt tokens, from usage), embedding reuse (images the gateway
+did not send to an encoder) and encoder calls; then the (b)/(a) ratios, and a PNG of both
+TTFT distributions under bench/out/.
+
+    python bench/workload.py [--model DIR] [--users 12] [--turns 3] [--rate 0.5] [--pods 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)]
+
+from iris.up.platform import Platform, UpConfig  # noqa: E402
+
+SYSTEM_PROMPT = (
+    "You are Iris, a careful assistant for a photo library. Describe what you see plainly, "
+    "name colours and shapes, say when you are unsure, and keep answers short. "
+) * 6
+QUESTIONS = [
+    "What is in this picture?",
+    "What colours stand out?",
+    "Is there anything unusual here?",
+    "Describe the shapes you see.",
+    "Summarise our conversation so far.",
+]
+
+
+@dataclass
+class TurnResult:
+    user: int
+    turn: int
+    ttft_s: float
+    total_s: float
+    completion_tokens: int
+    prompt_tokens: int
+    cached_tokens: int
+    ok: bool
+
+
+@dataclass
+class ModeResult:
+    name: str
+    turns: list[TurnResult] = field(default_factory=list)
+    wall_s: float = 0.0
+    encoded_images: float = 0.0
+    images_sent: int = 0
+
+
+def make_image_pool(size: int, seed: int) -> list[bytes]:
+    from PIL import Image, ImageDraw
+
+    rng = random.Random(seed)
+    pool = []
+    for _ in range(size):
+        image = Image.new("RGB", (384, 288), tuple(rng.randrange(256) for _ in range(3)))
+        draw = ImageDraw.Draw(image)
+        for _ in range(6):
+            x, y = rng.randrange(300), rng.randrange(200)
+            draw.ellipse((x, y, x + 80, y + 80), fill=tuple(rng.randrange(256) for _ in range(3)))
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        pool.append(buffer.getvalue())
+    return pool
+
+
+def zipf_choice(rng: random.Random, n: int, s: float = 1.1) -> int:
+    weights = [1.0 / (rank + 1) ** s for rank in range(n)]
+    return rng.choices(range(n), weights=weights)[0]
+
+
+def build_plan(users: int, turns: int, pool_size: int, seed: int) -> list[list[int | None]]:
+    """Per user, per turn: the pool index of the image attached (None: text only)."""
+    rng = random.Random(seed)
+    plan = []
+    for _ in range(users):
+        plan.append(
+            [
+                zipf_choice(rng, pool_size) if turn == 0 or rng.random() < 0.3 else None
+                for turn in range(turns)
+            ]
+        )
+    return plan
+
+
+def image_part(png: bytes) -> dict:
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+async def run_turn(client, url, model, messages, max_tokens) -> tuple[float, float, dict, str]:
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    ttft, text, usage = None, [], {}
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        if response.status_code != 200:
+            await response.aread()
+            raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise RuntimeError(event["error"])
+            for choice in event.get("choices", []):
+                delta = choice.get("delta", {}).get("content")
+                if delta:
+                    ttft = ttft or time.perf_counter() - started
+                    text.append(delta)
+            usage = event.get("usage") or usage
+    total = time.perf_counter() - started
+    return (ttft or total), total, usage, "".join(text)
+
+
+async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeResult, client):
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for turn, image_index in enumerate(plan_row):
+        content = [{"type": "text", "text": QUESTIONS[turn % len(QUESTIONS)]}]
+        if image_index is not None:
+            content.insert(0, image_part(pool[image_index]))
+            result.images_sent += 1
+        messages.append({"role": "user", "content": content})
+        try:
+            ttft, total, usage, text = await run_turn(client, url, model, messages, max_tokens)
+            details = usage.get("prompt_tokens_details") or {}
+            result.turns.append(
+                TurnResult(
+                    user,
+                    turn,
+                    ttft,
+                    total,
+                    usage.get("completion_tokens", 0),
+                    usage.get("prompt_tokens", 0),
+                    details.get("cached_tokens", 0) or 0,
+                    True,
+                )
+            )
+        except Exception as err:  # a failed turn is counted, and the conversation ends
+            print(f"  user {user} turn {turn} failed: {err}", file=sys.stderr)
+            result.turns.append(TurnResult(user, turn, 0, 0, 0, 0, 0, False))
+            return
+        messages.append({"role": "assistant", "content": text})
+
+
+def encoder_images(platform: Platform) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for service in platform.services:
+        if service.kind != "encoder":
+            continue
+        page = httpx.get(service.health_url.rsplit("/", 1)[0] + "/metrics", timeout=5).text
+        for family in text_string_to_metric_families(page):
+            for sample in family.samples:
+                if sample.name == "iris_encoder_images_total":
+                    total += sample.value
+    return total
+
+
+async def drive(platform, plan, pool, rate, max_tokens, name) -> ModeResult:
+    result = ModeResult(name)
+    url = platform.gateway_url
+    async with httpx.AsyncClient(timeout=600) as client:
+        model = (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
+        rng = random.Random(7)
+        tasks, started = [], time.perf_counter()
+        for user, row in enumerate(plan):
+            tasks.append(
+                asyncio.create_task(
+                    run_user(user, row, pool, url, model, max_tokens, result, client)
+                )
+            )
+            await asyncio.sleep(rng.expovariate(rate))
+        await asyncio.gather(*tasks)
+        result.wall_s = time.perf_counter() - started
+    result.encoded_images = encoder_images(platform)
+    return result
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def summarise(result: ModeResult) -> dict:
+    ok = [t for t in result.turns if t.ok]
+    later = [t.ttft_s for t in ok if t.turn > 0]
+    ttfts = [t.ttft_s for t in ok]
+    tpots = [
+        (t.total_s - t.ttft_s) / (t.completion_tokens - 1) for t in ok if t.completion_tokens > 1
+    ]
+    prompt = sum(t.prompt_tokens for t in ok)
+    return {
+        "turns_ok": len(ok),
+        "turns_failed": len(result.turns) - len(ok),
+        "ttft_p50_ms": percentile(ttfts, 50) * 1e3,
+        "ttft_p90_ms": percentile(ttfts, 90) * 1e3,
+        "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
+        "later_ttft_p50_ms": percentile(later, 50) * 1e3,
+        "later_ttft_mean_ms": (statistics.fmean(later) * 1e3) if later else float("nan"),
+        "tpot_ms": (statistics.fmean(tpots) * 1e3) if tpots else float("nan"),
+        "throughput_tok_s": sum(t.completion_tokens for t in ok) / max(result.wall_s, 1e-9),
+        "prefix_hit_rate": sum(t.cached_tokens for t in ok) / max(prompt, 1),
+        "images_sent": result.images_sent,
+        "encoder_calls": result.encoded_images,
+        "embedding_reuse": 1 - result.encoded_images / max(result.images_sent, 1),
+    }
+
+
+def plot(results: list[ModeResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    for result in results:
+        values = sorted(t.ttft_s * 1e3 for t in result.turns if t.ok)
+        if values:
+            axis.plot(
+                values, [(i + 1) / len(values) for i in range(len(values))], label=result.name
+            )
+    axis.set_xscale("log")
+    axis.set_xlabel("TTFT (ms, log scale)")
+    axis.set_ylabel("fraction of turns")
+    axis.set_title("TTFT distribution: image-reuse multi-turn chat")
+    axis.grid(True, alpha=0.3)
+    axis.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+
+
+def run_mode(args, name, router, reuse, plan, pool) -> ModeResult:
+    config = UpConfig(
+        model_dir=args.model,
+        llm_pods=args.pods,
+        encoders=1,
+        router=router,
+        embedding_reuse=reuse,
+        torch_threads=1,
+    )
+    with Platform(config) as platform:
+        print(f"[{name}] platform up at {platform.gateway_url}", file=sys.stderr)
+        return asyncio.run(drive(platform, plan, pool, args.rate, args.max_tokens, name))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
+    parser.add_argument("--users", type=int, default=12)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=0.5, help="new conversations per second")
+    parser.add_argument("--pods", type=int, default=4)
+    parser.add_argument("--pool", type=int, default=6, help="distinct images")
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--png", type=Path, default=ROOT / "bench" / "out" / "workload_ttft.png")
+    args = parser.parse_args()
+    if args.model is None:
+        from iris.models import make_demo
+        from iris.up.cli import default_demo_dir
+
+        args.model = make_demo(default_demo_dir())
+    plan = build_plan(args.users, args.turns, args.pool, args.seed)
+    pool = make_image_pool(args.pool, args.seed)
+    results = [
+        run_mode(args, "(a) prefix + reuse", "prefix", True, plan, pool),
+        run_mode(args, "(b) round-robin, no reuse", "round-robin", False, plan, pool),
+    ]
+    summaries = [summarise(result) for result in results]
+    print(
+        f"model {args.model}; {args.users} users x {args.turns} turns, rate {args.rate}/s, "
+        f"{args.pods} LLM pods, pool {args.pool} images"
+    )
+    for result, summary in zip(results, summaries, strict=True):
+        print(f"{result.name}:")
+        for key, value in summary.items():
+            print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
+    a, b = summaries
+    print(f"ratio TTFT p90 (b)/(a): {b['ttft_p90_ms'] / a['ttft_p90_ms']:.2f}")
+    print(
+        f"ratio later-turn TTFT p50 (b)/(a): {b['later_ttft_p50_ms'] / a['later_ttft_p50_ms']:.2f}"
+    )
+    plot(results, args.png)
+    print(f"wrote {args.png}")
+
+
+if __name__ == "__main__":
+    main()
