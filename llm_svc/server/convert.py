@@ -1,0 +1,128 @@
+"""Wire ↔ domain: GenerateRequest fields into engine inputs, engine outputs into messages.
+
+Proto3 cannot tell an unset number from zero, so zero means "the default" wherever zero is
+not a legal value (top_p, repetition_penalty, max_tokens); temperature 0 is greedy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from iris.multimodal import Modality, MultimodalItem, check_spans, hash_of_identity
+from iris.proto import common_pb2
+from llm_svc.engine import SamplingParams, TokenLogprobs
+from llm_svc.proto import llm_pb2
+from llm_svc.server.errors import RequestError
+
+IDENTITY_BYTES = 32
+_MODALITIES = {
+    common_pb2.IMAGE: Modality.IMAGE,
+    common_pb2.VIDEO: Modality.VIDEO,
+    common_pb2.AUDIO: Modality.AUDIO,
+}
+
+
+def sampling_params(
+    proto: common_pb2.SamplingParams, prompt_len: int, max_model_len: int
+) -> SamplingParams:
+    """The engine's SamplingParams; the engine validates ranges when the request is added."""
+    max_tokens = proto.max_tokens or max(1, max_model_len - prompt_len)
+    params = SamplingParams(
+        temperature=float(proto.temperature),
+        top_p=float(proto.top_p) if proto.top_p else 1.0,
+        top_k=int(proto.top_k),
+        repetition_penalty=float(proto.repetition_penalty) if proto.repetition_penalty else 1.0,
+        frequency_penalty=float(proto.frequency_penalty),
+        presence_penalty=float(proto.presence_penalty),
+        max_tokens=int(max_tokens),
+        stop=list(proto.stop),
+        stop_token_ids=[int(token) for token in proto.stop_token_ids],
+        ignore_eos=proto.ignore_eos,
+        logprobs=int(proto.top_logprobs) if proto.logprobs else None,
+    )
+    if proto.HasField("seed"):
+        # The wire seed is 64-bit unsigned; the engine's generator takes [0, 2^63).
+        params.seed = int(proto.seed) % 2**63
+    return params
+
+
+def multimodal_items(protos: Sequence[common_pb2.MultimodalItem], length: int) -> list:
+    """Items as iris.multimodal.MultimodalItem, checked against the prompt length.
+
+    Raises RequestError naming the item and the rule it breaks.
+    """
+    items = [_item(index, proto) for index, proto in enumerate(protos)]
+    try:
+        check_spans(items, length)
+    except ValueError as err:
+        raise RequestError(f"items: {err}") from None
+    return items
+
+
+def _item(index: int, proto: common_pb2.MultimodalItem) -> MultimodalItem:
+    where = f"items[{index}]"
+    modality = _MODALITIES.get(proto.modality)
+    if modality is None:
+        raise RequestError(f"{where}.modality={proto.modality} is invalid: must be IMAGE")
+    item = MultimodalItem(modality=modality)
+    if proto.identity:
+        if len(proto.identity) != IDENTITY_BYTES:
+            raise RequestError(
+                f"{where}.identity has {len(proto.identity)} bytes: must be {IDENTITY_BYTES}"
+            )
+        item.set_identity(proto.identity)
+        if proto.hash and proto.hash != hash_of_identity(proto.identity):
+            raise RequestError(
+                f"{where}.hash={proto.hash:#018x} is invalid: must be the identity's first "
+                f"8 bytes {item.hash:#018x}"
+            )
+    elif proto.hash:
+        item.set_hash(proto.hash)
+    else:
+        raise RequestError(f"{where} has neither identity nor hash")
+    item.offsets = [(span.start, span.end) for span in proto.offsets]
+    if not item.offsets:
+        raise RequestError(f"{where}.offsets is empty: an item needs at least one span")
+    item.grid = tuple(proto.grid)
+    item.token_count = proto.token_count
+    spans = sum(end - start + 1 for start, end in item.offsets if end >= start)
+    if item.token_count != spans:
+        raise RequestError(
+            f"{where}.token_count={item.token_count} is invalid: must equal the span "
+            f"lengths' sum {spans}"
+        )
+    return item
+
+
+def token_chunk(
+    token_ids: Sequence[int],
+    text: str,
+    logprobs: Sequence[TokenLogprobs],
+    token_text: Callable[[int], str],
+) -> llm_pb2.GenerateResponse:
+    chunk = llm_pb2.TokenChunk(token_ids=list(token_ids), text=text)
+    for entry in logprobs:
+        chunk.logprobs.append(
+            llm_pb2.TokenLogprob(
+                token_id=entry.token_id,
+                token=token_text(entry.token_id),
+                logprob=entry.logprob,
+                top=[
+                    llm_pb2.TopLogprob(token_id=token, token=token_text(token), logprob=value)
+                    for token, value in entry.top
+                ],
+            )
+        )
+    return llm_pb2.GenerateResponse(tokens=chunk)
+
+
+def accepted(prompt_tokens: int, cached_tokens: int, image_tokens: int) -> llm_pb2.GenerateResponse:
+    return llm_pb2.GenerateResponse(
+        accepted=llm_pb2.Accepted(
+            prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, image_tokens=image_tokens
+        )
+    )
+
+
+def finished(reason: str, usage: llm_pb2.Usage) -> llm_pb2.GenerateResponse:
+    return llm_pb2.GenerateResponse(finished=llm_pb2.Finished(finish_reason=reason, usage=usage))

@@ -1,0 +1,76 @@
+"""Request errors before acceptance, and the gRPC status each one maps to (DESIGN.md §3).
+
+The engine's errors are matched by class name along their MRO, so the multimodal errors the
+engine grows later (EmbeddingMissingError, ImageFailedError, CacheUnavailableError) map
+without this module importing names that may not exist yet. Anything unknown is INTERNAL.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+EMBEDDING_MISSING = "embedding missing"  # the gateway matches this text to retry once
+
+
+class RequestError(Exception):
+    """A request the server refuses itself, with the status it gets."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class QueueFullError(RequestError):
+    """Too many requests wait for admission; the caller should retry after `retry_after_ms`."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, waiting: int, limit: int, retry_after_ms: int) -> None:
+        self.retry_after_ms = retry_after_ms
+        super().__init__(
+            f"{waiting} requests are waiting for admission, the limit is {limit}; "
+            f"retry after {retry_after_ms} ms"
+        )
+
+
+class AbortedBeforeAcceptance(RequestError):
+    """Abort (or shutdown) reached the request while it still waited for admission."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
+class EngineFailure(RequestError):
+    """The engine raised while running the request's step; the request is dropped."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+_CODES_BY_NAME = {
+    "InvalidRequestError": grpc.StatusCode.INVALID_ARGUMENT,
+    "ImageFailedError": grpc.StatusCode.INVALID_ARGUMENT,
+    "EmbeddingMissingError": grpc.StatusCode.FAILED_PRECONDITION,
+    "CacheUnavailableError": grpc.StatusCode.UNAVAILABLE,
+    "QueueFullError": grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and details for an error that ends a request before acceptance.
+
+    FAILED_PRECONDITION details always carry "embedding missing", which the gateway keys on.
+    """
+    if isinstance(error, RequestError):
+        return error.code, str(error)
+    for cls in type(error).__mro__:
+        code = _CODES_BY_NAME.get(cls.__name__)
+        if code is None:
+            continue
+        details = str(error)
+        if code is grpc.StatusCode.FAILED_PRECONDITION and EMBEDDING_MISSING not in details:
+            details = f"{EMBEDDING_MISSING}: {details}"
+        return code, details
+    return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+
+
+def retry_after_ms(error: BaseException) -> int | None:
+    """The retry hint (trailing metadata `retry-after-ms`) an error carries, if any."""
+    value = getattr(error, "retry_after_ms", None)
+    return int(value) if value is not None else None

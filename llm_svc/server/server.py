@@ -1,0 +1,175 @@
+"""Assembles an LLM pod: engine thread, gRPC servicer and health, /metrics + /healthz.
+
+gRPC health (service "" and "iris.llm.LLM") is SERVING once the model is loaded and the
+engine thread runs, NOT_SERVING from the moment shutdown begins. /healthz answers 200 while
+the engine thread is alive (liveness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from opentelemetry import trace
+from opentelemetry.trace import TracerProvider
+
+from llm_svc.engine import LLMEngine
+from llm_svc.proto import llm_pb2, llm_pb2_grpc
+from llm_svc.server.builder import build_engine
+from llm_svc.server.http import MetricsHttpServer
+from llm_svc.server.kv_events import KVEventLog
+from llm_svc.server.metrics import LLMMetrics
+from llm_svc.server.service import KVNotifier, LLMServicer, ServingLimits
+from llm_svc.server.streams import StreamRegistry
+from llm_svc.server.worker import EngineWorker
+from llm_svc.settings import LLMSettings
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "iris.llm.LLM"
+
+
+def model_info(engine: LLMEngine, settings: LLMSettings) -> llm_pb2.ModelInfo:
+    """What GetModelInfo answers (the gateway checks the fingerprint and page size)."""
+    template = getattr(engine.tokenizer, "chat_template", None)
+    return llm_pb2.ModelInfo(
+        model_id=settings.model_id or Path(engine.config.model_dir).name,
+        fingerprint=engine.fingerprint,
+        page_size=engine.config.page_size,
+        vocab_size=engine.model_config.vocab_size,
+        max_model_len=engine.config.max_model_len,
+        chat_template=template if isinstance(template, str) else "",
+        pod_name=settings.pod_name,
+    )
+
+
+class LLMServer:
+    """One LLM pod. `start()` loads the model (unless an engine is given) and binds (port 0
+    picks a free port); `stop()` lets streams finish for the grace period, then aborts.
+
+    `engine` and `tracer_provider` default to the configured checkpoint and the global
+    provider; tests pass their own."""
+
+    def __init__(
+        self,
+        settings: LLMSettings,
+        engine: LLMEngine | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.metrics = LLMMetrics()
+        self.streams = StreamRegistry()
+        self.health = health.aio.HealthServicer()
+        self._tracer = trace.get_tracer("llm_svc.server", tracer_provider=tracer_provider)
+        self.kv_log: KVEventLog | None = None
+        self.worker: EngineWorker | None = None
+        self.servicer: LLMServicer | None = None
+        self.port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._http: MetricsHttpServer | None = None
+        self._serving = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.host}:{self.port}"
+
+    async def start(self) -> None:
+        settings = self.settings
+        if self.engine is None:
+            self.engine = await asyncio.to_thread(build_engine, settings)
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        notifier = KVNotifier()
+        self.kv_log = KVEventLog(
+            settings.kv_event_buffer, lambda: loop.call_soon_threadsafe(notifier.published)
+        )
+        self.worker = EngineWorker(
+            engine,
+            lambda events: loop.call_soon_threadsafe(self.streams.dispatch, events),
+            self.kv_log,
+            self.metrics,
+        )
+        limits = ServingLimits(
+            fingerprint=engine.fingerprint,
+            max_model_len=engine.config.max_model_len,
+            max_waiting=settings.max_waiting,
+            retry_after_ms=settings.retry_after_ms,
+        )
+        self.servicer = LLMServicer(
+            self.worker,
+            self.streams,
+            self.kv_log,
+            notifier,
+            model_info(engine, settings),
+            limits,
+            engine.tokenizer,
+            self._tracer,
+        )
+        self.worker.start()
+        self._server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", settings.max_message_bytes)]
+        )
+        llm_pb2_grpc.add_LLMServicer_to_server(self.servicer, self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self.port = self._server.add_insecure_port(f"{settings.host}:{settings.port}")
+        await self._server.start()
+        self._http = MetricsHttpServer(
+            self.metrics.registry, self._health_body, settings.host, settings.metrics_port
+        )
+        self._http.start()
+        self.metrics_port = self._http.port
+        await self._set_health(serving=True)
+        log.info(
+            "llm pod %s serving %s on %s, metrics on %d",
+            settings.pod_name,
+            engine.config.model_dir,
+            self.address,
+            self.metrics_port,
+        )
+
+    async def wait(self) -> None:
+        assert self._server is not None, "start() first"
+        await self._server.wait_for_termination()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """NOT_SERVING, let open streams run for `grace_s`, then abort the rest and end."""
+        grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        await self._set_health(serving=False)
+        if self._server is not None:
+            await self._server.stop(grace_s)
+        if self.worker is not None:
+            await asyncio.to_thread(self.worker.stop)
+        if self._http is not None:
+            self._http.stop()
+
+    def _health_body(self) -> dict:
+        alive = self.worker is not None and self.worker.alive
+        return {"ok": alive, "serving": self._serving, "pod": self.settings.pod_name}
+
+    async def _set_health(self, serving: bool) -> None:
+        self._serving = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+
+async def serve(settings: LLMSettings) -> None:
+    """Run an LLM pod until cancelled (SIGINT / SIGTERM end it through asyncio.run)."""
+    from iris.telemetry import setup_tracing, shutdown_tracing
+
+    setup_tracing("iris-llm", settings.otlp_endpoint)
+    server = LLMServer(settings)
+    await server.start()
+    try:
+        await server.wait()
+    finally:
+        await server.stop()
+        shutdown_tracing()

@@ -1,0 +1,66 @@
+"""Settings of an LLM pod (env prefix ``IRIS_LLM_``), read once at start."""
+
+from __future__ import annotations
+
+import socket
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import SettingsConfigDict
+
+from iris.metrics import CACHE_GRPC_PORT, LLM_GRPC_PORT, LLM_METRICS_PORT
+from iris.settings import ServiceSettings
+
+
+class LLMSettings(ServiceSettings):
+    """Everything `iris llm` reads from the environment.
+
+    KV cache size: `kv_num_pages` if set, else as many pages as fit in `kv_cache_bytes`,
+    else the engine's default (512 MiB on CPU; `gpu_memory_utilization` of the free GPU
+    memory on CUDA). `max_batch_tokens` is the per-step token budget shared by decodes and
+    prefill chunks, so it is also the largest prefill chunk. `max_waiting` bounds requests
+    that are submitted but not yet admitted; beyond it Generate answers RESOURCE_EXHAUSTED
+    with `retry_after_ms` as a hint. `pod_name` falls back to the Kubernetes downward-API
+    variable POD_NAME, then the host name.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="IRIS_LLM_", extra="forbid", validate_default=True, populate_by_name=True
+    )
+
+    model: str = ""  # local HF model directory (required to serve)
+    model_id: str = ""  # the name GetModelInfo reports; default: the directory's name
+    cache_address: str = f"127.0.0.1:{CACHE_GRPC_PORT}"  # embedding cache (multimodal path)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    port: int = Field(LLM_GRPC_PORT, ge=0, le=65535)
+    metrics_port: int = Field(LLM_METRICS_PORT, ge=0, le=65535)
+    pod_name: str = Field(
+        default_factory=socket.gethostname,
+        validation_alias=AliasChoices("IRIS_LLM_POD_NAME", "POD_NAME", "pod_name"),
+    )
+
+    # Engine
+    page_size: int = Field(16, gt=0, le=1024)
+    max_num_seqs: int = Field(64, gt=0)
+    max_batch_tokens: int = Field(2048, gt=0)
+    max_model_len: int | None = Field(None, gt=1)
+    kv_cache_bytes: int | None = Field(None, gt=0)
+    kv_num_pages: int | None = Field(None, gt=0)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    torch_threads: int = Field(0, ge=0)  # 0: leave torch's default
+
+    # Embeddings (the multimodal path): how long admission waits for an item another
+    # process is still encoding, and how long the cache may stay unreachable before a
+    # request fails UNAVAILABLE.
+    embedding_wait_s: float = Field(30.0, gt=0)
+    cache_timeout_s: float = Field(5.0, gt=0)
+
+    # Serving
+    max_waiting: int = Field(256, gt=0)
+    retry_after_ms: int = Field(500, gt=0)
+    kv_event_buffer: int = Field(65536, gt=0)  # events kept for subscribers that lag
+    max_message_bytes: int = Field(64 << 20, ge=4 << 20)  # gRPC receive limit
+    shutdown_grace_s: float = Field(5.0, ge=0)

@@ -1,0 +1,95 @@
+"""`iris llm` / `python -m llm_svc`: settings from flags and env, a real process that
+serves, and a light import (no torch until the command runs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from typer.testing import CliRunner
+
+from iris.metrics import LLM_GRPC_PORT, LLM_METRICS_PORT
+from iris.settings import SettingsError
+from llm_svc.proto import llm_pb2, llm_pb2_grpc
+from llm_svc.settings import LLMSettings
+from tests.llm_svc.server.pods import dead_address
+
+
+def test_settings_defaults_and_pod_name_sources(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("IRIS_LLM_") or name == "POD_NAME":
+            monkeypatch.delenv(name)
+    settings = LLMSettings.load()
+    assert (settings.port, settings.metrics_port) == (LLM_GRPC_PORT, LLM_METRICS_PORT)
+    monkeypatch.setenv("POD_NAME", "from-downward-api")
+    assert LLMSettings.load().pod_name == "from-downward-api"
+    monkeypatch.setenv("IRIS_LLM_POD_NAME", "from-iris-up")
+    assert LLMSettings.load().pod_name == "from-iris-up"
+    assert LLMSettings.load(pod_name="from-flag").pod_name == "from-flag"
+    monkeypatch.setenv("IRIS_LLM_MAX_WAITING", "0")
+    with pytest.raises(SettingsError, match="IRIS_LLM_MAX_WAITING"):
+        LLMSettings.load()
+
+
+def test_the_cli_module_imports_no_torch():
+    code = "import sys, llm_svc.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_iris_llm_is_a_subcommand():
+    from iris.cli import app
+
+    result = CliRunner().invoke(app, ["llm", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--model", "--port", "--metrics-port", "--page-size", "--cache-address"):
+        assert flag in result.output
+
+
+def _free_port() -> int:
+    return int(dead_address().rsplit(":", 1)[1])
+
+
+def test_python_m_llm_svc_serves_until_sigterm(tiny_idefics3_dir):
+    port, metrics_port = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "IRIS_LLM_DEVICE": "cpu",
+        "IRIS_LLM_KV_NUM_PAGES": "64",
+        "IRIS_LLM_PAGE_SIZE": "8",
+        "IRIS_LLM_POD_NAME": "cli-pod",
+        "IRIS_LLM_SHUTDOWN_GRACE_S": "0.5",
+    }
+    argv = [
+        sys.executable, "-m", "llm_svc", "--model", str(tiny_idefics3_dir),
+        "--port", str(port), "--metrics-port", str(metrics_port), "--host", "127.0.0.1",
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, process.stdout.read().decode()
+            try:
+                if httpx.get(f"http://127.0.0.1:{metrics_port}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the pod never became healthy"
+            time.sleep(0.2)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            info = llm_pb2_grpc.LLMStub(channel).GetModelInfo(llm_pb2.ModelInfoRequest())
+            assert (info.pod_name, info.page_size) == ("cli-pod", 8)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
