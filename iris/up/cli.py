@@ -36,7 +36,7 @@ def command(
     ] = False,
 ) -> None:
     """Start cache, encoder(s), LLM pod(s) and gateway as processes on loopback."""
-    from iris.up.demo import examples, send_demo_request
+    from iris.up.demo import examples, send_demo_request, served_model
     from iris.up.platform import Platform, UpConfig
 
     if embedding_reuse not in ("on", "off"):
@@ -70,7 +70,7 @@ def command(
         url = platform.gateway_url
         typer.echo(f"Iris is up: {url}")
         typer.echo(f"logs: {platform.log_dir}")
-        typer.echo(examples(url))
+        typer.echo(examples(url, served_model(url)))
         if demo_request:
             reply = send_demo_request(url)
             typer.echo("demo request (an image + 'What is in this picture?') answered:")

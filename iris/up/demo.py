@@ -39,8 +39,7 @@ def demo_chat_body(model: str, question: str = "What is in this picture?") -> di
 
 def send_demo_request(gateway_url: str, timeout_s: float = 120.0) -> dict:
     """POST the demo chat (image + question) and return the parsed response."""
-    models = httpx.get(f"{gateway_url}/v1/models", timeout=timeout_s).json()
-    model = models["data"][0]["id"]
+    model = served_model(gateway_url)
     response = httpx.post(
         f"{gateway_url}/v1/chat/completions", json=demo_chat_body(model), timeout=timeout_s
     )
@@ -48,12 +47,17 @@ def send_demo_request(gateway_url: str, timeout_s: float = 120.0) -> dict:
     return response.json()
 
 
-def examples(gateway_url: str) -> str:
+def served_model(gateway_url: str) -> str:
+    """The model id the gateway serves (what clients put in "model")."""
+    return httpx.get(f"{gateway_url}/v1/models", timeout=10).json()["data"][0]["id"]
+
+
+def examples(gateway_url: str, model: str) -> str:
     """The curl and openai-client examples `iris up` prints."""
     return f"""\
 Try it:
   curl -s {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{{"model": "iris", "max_tokens": 32,
+    -d '{{"model": "{model}", "max_tokens": 32,
          "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
 
   python - <<'PY'
