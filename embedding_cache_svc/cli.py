@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import typer
 
 
@@ -16,37 +14,18 @@ def command(
     memory_bytes: int = typer.Option(None, help="memory store bytes (IRIS_CACHE_MEMORY_BYTES)"),
 ) -> None:
     """Run the embedding cache service (gRPC; memory or Redis store)."""
-    import asyncio
-    import logging
-    import signal
-
     from embedding_cache_svc.server import serve
     from embedding_cache_svc.settings import CacheSettings
-    from iris.settings import SettingsError
+    from iris.service_main import load_settings, run_until_signalled
 
-    try:
-        settings = CacheSettings.load(
-            store=store,
-            host=host,
-            port=port,
-            metrics_port=metrics_port,
-            redis_url=redis_url,
-            memory_bytes=memory_bytes,
-        )
-    except SettingsError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    settings = load_settings(
+        CacheSettings,
+        store=store,
+        host=host,
+        port=port,
+        metrics_port=metrics_port,
+        redis_url=redis_url,
+        memory_bytes=memory_bytes,
     )
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(settings)
-
-    asyncio.run(main())
+    run_until_signalled(lambda: serve(settings))

@@ -127,13 +127,6 @@ class CacheServer:
 
 async def serve(settings: CacheSettings) -> None:
     """Run a cache service until cancelled (SIGINT / SIGTERM end it through asyncio.run)."""
-    from iris.telemetry import setup_tracing, shutdown_tracing
+    from iris.service_main import serve_with_tracing
 
-    setup_tracing("iris-cache", settings.otlp_endpoint)
-    server = CacheServer(settings)
-    await server.start()
-    try:
-        await server.wait()
-    finally:
-        await server.stop()
-        shutdown_tracing()
+    await serve_with_tracing("iris-cache", settings, CacheServer(settings))

@@ -18,41 +18,19 @@ def command(
     device: str = typer.Option(None, help="cpu | cuda (env IRIS_ENCODER_DEVICE)"),
 ) -> None:
     """Run the encoder service (gRPC): batched, deduplicated vision encoding."""
-    import asyncio
-    import contextlib
-    import logging
-    import signal
-
     from encoder_svc.server import serve
     from encoder_svc.settings import EncoderSettings
-    from iris.settings import SettingsError
+    from iris.service_main import load_settings, run_until_signalled
 
-    try:
-        settings = EncoderSettings.load(
-            model=model,
-            host=host,
-            port=port,
-            metrics_port=metrics_port,
-            cache_address=cache_address,
-            device=device,
-        )
-    except SettingsError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
-    if not settings.model:
-        typer.echo("no model directory: pass --model or set IRIS_ENCODER_MODEL", err=True)
-        raise typer.Exit(2)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    settings = load_settings(
+        EncoderSettings,
+        require_model=True,
+        model=model,
+        host=host,
+        port=port,
+        metrics_port=metrics_port,
+        cache_address=cache_address,
+        device=device,
     )
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(settings)
-
-    asyncio.run(main())
+    run_until_signalled(lambda: serve(settings))

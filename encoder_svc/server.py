@@ -189,13 +189,6 @@ def _cache_client(address: str, fingerprint: bytes):
 
 async def serve(settings: EncoderSettings) -> None:
     """Run an encoder until cancelled (SIGINT / SIGTERM end it through asyncio.run)."""
-    from iris.telemetry import setup_tracing, shutdown_tracing
+    from iris.service_main import serve_with_tracing
 
-    setup_tracing("iris-encoder", settings.otlp_endpoint)
-    server = EncoderServer(settings)
-    await server.start()
-    try:
-        await server.wait()
-    finally:
-        await server.stop()
-        shutdown_tracing()
+    await serve_with_tracing("iris-encoder", settings, EncoderServer(settings))

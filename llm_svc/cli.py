@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import typer
 
 
@@ -20,42 +18,21 @@ def command(
     pod_name: str = typer.Option(None, help="name GetModelInfo reports (env IRIS_LLM_POD_NAME)"),
 ) -> None:
     """Run an LLM pod: streaming generation over gRPC, KV events, /metrics."""
-    import asyncio
-    import logging
-    import signal
-
-    from iris.settings import SettingsError
+    from iris.service_main import load_settings, run_until_signalled
     from llm_svc.settings import LLMSettings
 
-    try:
-        settings = LLMSettings.load(
-            model=model,
-            host=host,
-            port=port,
-            metrics_port=metrics_port,
-            device=device,
-            page_size=page_size,
-            cache_address=cache_address,
-            pod_name=pod_name,
-        )
-    except SettingsError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
-    if not settings.model:
-        typer.echo("no model directory: pass --model or set IRIS_LLM_MODEL", err=True)
-        raise typer.Exit(2)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    settings = load_settings(
+        LLMSettings,
+        require_model=True,
+        model=model,
+        host=host,
+        port=port,
+        metrics_port=metrics_port,
+        device=device,
+        page_size=page_size,
+        cache_address=cache_address,
+        pod_name=pod_name,
     )
     from llm_svc.server import serve
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(settings)
-
-    asyncio.run(main())
+    run_until_signalled(lambda: serve(settings))

@@ -163,13 +163,6 @@ class LLMServer:
 
 async def serve(settings: LLMSettings) -> None:
     """Run an LLM pod until cancelled (SIGINT / SIGTERM end it through asyncio.run)."""
-    from iris.telemetry import setup_tracing, shutdown_tracing
+    from iris.service_main import serve_with_tracing
 
-    setup_tracing("iris-llm", settings.otlp_endpoint)
-    server = LLMServer(settings)
-    await server.start()
-    try:
-        await server.wait()
-    finally:
-        await server.stop()
-        shutdown_tracing()
+    await serve_with_tracing("iris-llm", settings, LLMServer(settings))
