@@ -6,16 +6,24 @@
    its longest output. Counted: the output tokens the requests asked for, per second.
 2. TTFT of a ~1k-token prompt: cold (empty prefix cache) against warm (same prefix cached,
    different last few tokens).
+3. TTFT of a prompt with an image, the embeddings served by a real cache service on
+   loopback (memory store, in this process): cold (the image is not encoded yet: the
+   encoder's work — vision tower + put — runs while the request waits on its reservation),
+   warm embedding cache with a cold prefix (fetch + full prefill), and warm prefix (the
+   image's pages are cached: no fetch, only the last tokens prefilled).
 
 Prints `ratio R` lines and the peak memory. Run: .venv/bin/python bench/engine.py
+(`--only mm` runs part 3 alone).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -94,6 +102,108 @@ def ttft(engine: LLMEngine, request_id: str, prompt: list[int]) -> float:
     return time.perf_counter() - start
 
 
+class CacheService:
+    """A memory-store cache service on its own event loop thread (loopback, free port)."""
+
+    def __init__(self) -> None:
+        from embedding_cache_svc.server import CacheServer
+        from embedding_cache_svc.settings import CacheSettings
+
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        settings = CacheSettings.load(host="127.0.0.1", port=0, metrics_port=0, store="memory")
+        self.server = CacheServer(settings)
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
+        self.address = self.server.address
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(0.2), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def image_request(adapter, fingerprint: bytes, seed: int, text_tokens: int, vocab: int):
+    """(padded ids, items, PIL image): `text_tokens` of text, one 256x256 image, then 48
+    tokens of text (so that the image ends at least two KV pages before the prompt does)."""
+    import numpy as np
+    from PIL import Image
+
+    from iris.multimodal import Modality, MultimodalItem, image_identity, pad_with_offsets
+
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8))
+    count, grid = adapter.image_token_count(256, 256)
+    words = random.Random(seed)
+    text = [words.randrange(100, min(vocab, 30000)) for _ in range(text_tokens)]
+    question = [words.randrange(100, min(vocab, 30000)) for _ in range(48)]
+    ids = text + [adapter.image_token_id] + question
+    expanded, spans = adapter.expand_prompt(ids, [grid])
+    item = MultimodalItem(Modality.IMAGE, offsets=[tuple(s) for s in spans[0]],
+                          token_count=count, grid=tuple(grid))  # fmt: skip
+    item.set_identity(image_identity(image.tobytes(), fingerprint))
+    return pad_with_offsets(expanded, [item]).tolist(), [item], image
+
+
+def mm_ttft(engine: LLMEngine, request_id: str, ids, items, before_steps=None) -> float:
+    start = time.perf_counter()
+    engine.add_request(request_id, ids, SamplingParams(temperature=0.0, max_tokens=1),
+                       items=items)  # fmt: skip
+    if before_steps is not None:
+        before_steps()
+    while not any(out.new_token_ids for out in engine.step()):
+        pass
+    while engine.has_unfinished():
+        engine.step()
+    return time.perf_counter() - start
+
+
+def bench_multimodal(directory: Path, args) -> None:
+    from embedding_cache_svc.client import CacheClient
+    from iris.models import load_adapter
+
+    service = CacheService()
+    config = EngineConfig(directory, max_num_batched_tokens=512, kv_cache_bytes=1 << 30,
+                          cache_address=service.address, embedding_wait_s=60.0)  # fmt: skip
+    engine = LLMEngine(config)
+    adapter = load_adapter(directory)
+    runner = adapter.vision_runner(device=config.device, dtype=config.torch_dtype)
+    client = CacheClient(service.address, engine.fingerprint)
+    vocab = engine.model_config.vocab_size
+
+    def encoder(item, image):
+        # What the encoder service does for a RESERVED item: encode, then put.
+        embedding = runner.encode([runner.preprocess(image)])[0]
+        client.put(item.key, embedding, item.token_count)
+
+    cold = warm_cache = warm_prefix = float("inf")
+    for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
+        ids, items, image = image_request(adapter, engine.fingerprint, 100 + repeat,
+                                          args.mm_text, vocab)  # fmt: skip
+        item = items[0]
+        clear_prefix_cache(engine)
+        client.reserve([(item.key, item.token_count)], lease_ms=60_000)
+        worker = threading.Thread(target=encoder, args=(item, image))
+        c = mm_ttft(engine, f"cold{repeat}", ids, items, worker.start)
+        worker.join()
+        clear_prefix_cache(engine)
+        wc = mm_ttft(engine, f"cache{repeat}", ids, items)
+        fetched = engine.fetcher.num_fetched
+        again = ids[:-1] + [ids[-1] + 1]  # same image, the question's last token changed
+        wp = mm_ttft(engine, f"prefix{repeat}", again, items)
+        assert engine.fetcher.num_fetched == fetched, "a warm prefix must not fetch"
+        if repeat:
+            cold, warm_cache, warm_prefix = min(cold, c), min(warm_cache, wc), min(warm_prefix, wp)
+    print(f"TTFT {len(ids)}-token prompt with one image ({item.token_count} image tokens): "
+          f"cold {cold * 1000:.0f} ms, warm embedding cache + cold prefix "
+          f"{warm_cache * 1000:.0f} ms, warm prefix {warm_prefix * 1000:.0f} ms")  # fmt: skip
+    print(f"ratio R {cold / warm_prefix:.2f}  TTFT cold / warm prefix (repeated image)")
+    print(f"ratio R {warm_cache / warm_prefix:.2f}  TTFT warm embedding cache + cold prefix "
+          f"/ warm prefix")  # fmt: skip
+    print(f"ratio R {cold / warm_cache:.2f}  TTFT cold / warm embedding cache + cold prefix")
+    engine.close()
+    client.close()
+    service.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=32)
@@ -102,10 +212,15 @@ def main() -> None:
     parser.add_argument("--max-out", type=int, default=96)
     parser.add_argument("--ttft-prompt", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs, best kept")
+    parser.add_argument("--mm-text", type=int, default=256, help="text tokens before the image")
+    parser.add_argument("--only", choices=["all", "mm"], default="all")
     args = parser.parse_args()
     torch.manual_seed(0)
     directory, label = model_dir()
     print(f"model: {label}\n  {directory}")
+    if args.only == "mm":
+        bench_multimodal(directory, args)
+        return
     config = EngineConfig(
         directory, max_num_seqs=args.batch, max_num_batched_tokens=512,
         kv_cache_bytes=2 << 30,
@@ -147,6 +262,8 @@ def main() -> None:
     print(f"TTFT {args.ttft_prompt}-token prompt: cold {cold * 1000:.0f} ms, "
           f"warm prefix {warm * 1000:.0f} ms")  # fmt: skip
     print(f"ratio R {cold / warm:.2f}  TTFT cold / warm prefix")
+    if engine.adapter is not None:
+        bench_multimodal(directory, args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory: RSS {peak:.0f} MiB (process, includes both models and the KV cache)")
     if torch.cuda.is_available():

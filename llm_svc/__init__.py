@@ -1,4 +1,5 @@
-"""llm_svc: the LLM pod — engine (llm_svc.engine), offline `LLM`, and (later) the server.
+"""llm_svc: the LLM pod — engine (llm_svc.engine), offline `LLM` (images encoded
+in-process: `LLM(dir).generate(prompts, params, images=...)`), and the server.
 
 `from llm_svc import LLM, SamplingParams` loads torch on first use only, so light modules
 (the CLI) can import this package cheaply.

@@ -1,4 +1,5 @@
-"""Offline inference: `LLM(model_dir).generate(prompts, params)` on an in-process engine."""
+"""Offline inference: `LLM(model_dir).generate(prompts, params, images=...)` on an
+in-process engine; a VLM's images are encoded here by its own vision tower, each once."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llm_svc.engine import EngineConfig, InvalidRequestError, LLMEngine, SamplingParams
+from llm_svc.engine.embeddings import VisionEmbeddingSource, image_prompt
+from llm_svc.engine.engine import load_vlm_adapter
+from llm_svc.engine.models import TextModelConfig
 from llm_svc.engine.sequence import TokenLogprobs
 
 
@@ -26,10 +30,20 @@ class GenerateOutput:
 
 
 class LLM:
-    """`LLM(model_dir, **engine_args)`: engine_args are EngineConfig fields."""
+    """`LLM(model_dir, **engine_args)`: engine_args are EngineConfig fields. For a VLM the
+    vision tower is loaded on the first image (`vision.num_encoded` counts encodes)."""
 
     def __init__(self, model_dir: str | Path, **engine_args) -> None:
-        self.engine = LLMEngine(EngineConfig(model_dir=model_dir, **engine_args))
+        config = EngineConfig(model_dir=model_dir, **engine_args)
+        architecture = TextModelConfig.from_model_dir(config.model_dir).architecture
+        self.adapter = load_vlm_adapter(config.model_dir, architecture)
+        self.vision: VisionEmbeddingSource | None = None
+        if self.adapter is not None:
+            adapter = self.adapter
+            self.vision = VisionEmbeddingSource(
+                lambda: adapter.vision_runner(device=config.device, dtype=config.torch_dtype)
+            )
+        self.engine = LLMEngine(config, embedding_source=self.vision)
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
 
@@ -39,34 +53,67 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         prompt_token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        images: Sequence | None = None,
         use_tqdm: bool = True,
     ) -> list[GenerateOutput]:
         """Run every prompt to completion; results in input order.
 
         Pass text `prompts` or `prompt_token_ids` (one list of ids, or one per prompt).
-        `sampling_params`: one shared by all, or one per prompt; they are copied, never
-        changed. A request the engine refuses raises InvalidRequestError naming its index;
-        then nothing runs.
+        `images`: per prompt, a list of images (encoded bytes or PIL images) whose
+        placeholders (the model's image token, one per image) the prompt holds in order; a
+        single prompt may take a flat list. `sampling_params`: one shared by all, or one per
+        prompt; they are copied, never changed. A request the engine refuses raises
+        InvalidRequestError naming its index; then nothing runs. A request whose image
+        cannot be encoded raises ImageFailedError after the others have finished.
         """
         texts, id_lists = self._normalise_prompts(prompts, prompt_token_ids)
         params = self._normalise_params(sampling_params, len(id_lists))
+        image_lists = self._normalise_images(images, len(id_lists))
         results: dict[str, GenerateOutput] = {}
-        order = []
-        for index, (ids, param) in enumerate(zip(id_lists, params, strict=True)):
-            request_id = f"offline-{next(self._ids)}"
-            try:
-                self.engine.add_request(request_id, ids, param)
-            except InvalidRequestError as error:
-                for added in order:
-                    self.engine.abort(added)
-                self.engine.step()  # collect the aborts' outputs
-                raise InvalidRequestError(
-                    f"prompt {index}: {error.field}", error.value, error.limit
-                ) from error
-            order.append(request_id)
-            results[request_id] = GenerateOutput(request_id, texts[index], list(ids))
-        self._run(results, use_tqdm)
+        order, keys = [], []
+        try:
+            for index, (ids, param) in enumerate(zip(id_lists, params, strict=True)):
+                request_id = f"offline-{next(self._ids)}"
+                try:
+                    ids, items = self._with_images(ids, image_lists[index], keys)
+                    self.engine.add_request(request_id, ids, param, items=items)
+                except InvalidRequestError as error:
+                    for added in order:
+                        self.engine.abort(added)
+                    self.engine.step()  # collect the aborts' outputs
+                    raise InvalidRequestError(
+                        f"prompt {index}: {error.field}", error.value, error.limit
+                    ) from error
+                order.append(request_id)
+                results[request_id] = GenerateOutput(request_id, texts[index], list(ids))
+            self._run(results, use_tqdm)
+        finally:
+            for key in keys:
+                self.vision.unregister(key)
         return [results[request_id] for request_id in order]
+
+    def _with_images(self, ids: list[int], images: list, keys: list[bytes]):
+        """(padded ids, items) of a prompt with `images`; registers them for encoding."""
+        if not images:
+            return ids, None
+        if self.vision is None:
+            raise InvalidRequestError("images", len(images), "this model takes no images")
+        padded, items, decoded = image_prompt(self.adapter, ids, images, self.engine.fingerprint)
+        for item, image in zip(items, decoded, strict=True):
+            self.vision.register(item.key, image)
+            keys.append(item.key)
+        return padded, items
+
+    @staticmethod
+    def _normalise_images(images, count: int) -> list[list]:
+        if images is None:
+            return [[] for _ in range(count)]
+        lists = list(images)
+        if count == 1 and lists and not isinstance(lists[0], (list, tuple)):
+            lists = [lists]  # one prompt's images given flat
+        if len(lists) != count:
+            raise ValueError(f"{len(lists)} image lists for {count} prompts")
+        return [list(each or []) for each in lists]
 
     def chat(
         self,
@@ -116,6 +163,7 @@ class LLM:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(results), desc="generate", disable=not use_tqdm)
+        failed: Exception | None = None
         try:
             while self.engine.has_unfinished():
                 for out in self.engine.step():
@@ -125,9 +173,13 @@ class LLM:
                     result.token_ids.extend(out.new_token_ids)
                     result.text += out.new_text
                     result.logprobs.extend(out.new_logprobs)
+                    if out.error is not None:
+                        failed = failed or out.error
                     if out.finished:
                         result.finish_reason = out.finish_reason
                         result.num_cached_tokens = out.num_cached_tokens
                         bar.update(1)
         finally:
             bar.close()
+        if failed is not None:
+            raise failed

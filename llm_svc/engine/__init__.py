@@ -1,9 +1,20 @@
-"""The LLM engine: scheduler, radix prefix cache over paged KV, chunked prefill, sampling,
-incremental detokenization (see engine.py for the request loop)."""
+"""The LLM engine: scheduler, radix prefix cache over paged KV, chunked prefill with image
+embeddings scattered in, sampling, incremental detokenization (README.md walks a request)."""
 
 from llm_svc.engine.config import EngineConfig
+from llm_svc.engine.embeddings import (
+    CacheEmbeddingSource,
+    EmbeddingSource,
+    VisionEmbeddingSource,
+)
 from llm_svc.engine.engine import LLMEngine
-from llm_svc.engine.errors import InvalidRequestError, RequestTooLargeError
+from llm_svc.engine.errors import (
+    CacheUnavailableError,
+    EmbeddingMissingError,
+    ImageFailedError,
+    InvalidRequestError,
+    RequestTooLargeError,
+)
 from llm_svc.engine.kv_events import BlockRemoved, BlockStored, KVEvent, replay
 from llm_svc.engine.outputs import EngineStats, RequestOutput
 from llm_svc.engine.sampling_params import SamplingParams
@@ -12,9 +23,14 @@ from llm_svc.engine.sequence import FinishReason, TokenLogprobs
 __all__ = [
     "BlockRemoved",
     "BlockStored",
+    "CacheEmbeddingSource",
+    "CacheUnavailableError",
+    "EmbeddingMissingError",
+    "EmbeddingSource",
     "EngineConfig",
     "EngineStats",
     "FinishReason",
+    "ImageFailedError",
     "InvalidRequestError",
     "KVEvent",
     "LLMEngine",
@@ -22,5 +38,6 @@ __all__ = [
     "RequestTooLargeError",
     "SamplingParams",
     "TokenLogprobs",
+    "VisionEmbeddingSource",
     "replay",
 ]

@@ -19,7 +19,13 @@ class EngineConfig:
     The KV cache holds `num_pages` pages if given, else as many as fit in
     `kv_cache_bytes` (default: 512 MiB on CPU; on CUDA, `gpu_memory_utilization` of the
     free memory after loading the weights). device / dtype "auto": CUDA + bfloat16 when a
-    GPU is present, else CPU + float32."""
+    GPU is present, else CPU + float32.
+
+    Images: with `cache_address` (host:port of the embedding cache) the engine fetches
+    embeddings from it, waiting up to `embedding_wait_s` for an image still being encoded,
+    each cache call bounded by `cache_timeout_s`; `embedding_fetch_workers` threads fetch
+    off the engine loop. Without it, only an embedding source passed to LLMEngine (the
+    offline LLM's in-process vision tower) lets requests carry images."""
 
     model_dir: str | Path
     page_size: int = 16
@@ -35,13 +41,25 @@ class EngineConfig:
     attention_backend: str = "sdpa"
     seed: int = 0
     tokenizer_dir: str | Path | None = None
+    cache_address: str | None = None
+    embedding_wait_s: float = 30.0
+    cache_timeout_s: float = 5.0
+    embedding_fetch_workers: int = 4
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise ValueError(f"model_dir {self.model_dir} has no config.json")
         self.tokenizer_dir = Path(self.tokenizer_dir or self.model_dir)
-        for name in ("page_size", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("embedding_wait_s", "cache_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in (
+            "page_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "embedding_fetch_workers",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_pages is not None and self.num_pages < 1:

@@ -11,6 +11,12 @@ from iris.multimodal import check_vocab_size, processor_fingerprint
 from llm_svc.engine.block_manager import BlockManager
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.detokenizer import IncrementalDetokenizer
+from llm_svc.engine.embeddings import (
+    CacheEmbeddingSource,
+    EmbeddingFetcher,
+    EmbeddingSource,
+    assemble_input_embeds,
+)
 from llm_svc.engine.errors import InvalidRequestError
 from llm_svc.engine.kv_events import KVEvent
 from llm_svc.engine.model_runner import ModelRunner
@@ -25,18 +31,45 @@ from llm_svc.engine.validation import check_request
 log = logging.getLogger(__name__)
 
 
+# A fetch can be waited on this long when nothing else can run, so an idle loop does not spin.
+IDLE_WAIT_S = 0.005
+
+
 def load_tokenizer(path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def load_vlm_adapter(model_dir, architecture: str):
+    """The model adapter of a vision-language checkpoint, or None for a plain LM (no
+    adapter serves its architecture)."""
+    from iris.models import adapter_class, load_adapter
+
+    try:
+        adapter_class(architecture)
+    except ValueError:
+        return None
+    return load_adapter(model_dir, allow_pad_equals_eos=True)
+
+
 class LLMEngine:
     """`add_request` (validated: a bad request raises InvalidRequestError and nothing else
     is affected) → `step()` until `has_unfinished()` is False → `abort` at any time.
-    `take_kv_events()` drains the prefix cache's stored / removed events."""
+    `take_kv_events()` drains the prefix cache's stored / removed events.
 
-    def __init__(self, config: EngineConfig, tokenizer: Any = None) -> None:
+    Requests may carry images (`items`) when the model is a VLM and embeddings have a
+    source: `embedding_source`, else the cache service at `config.cache_address`. A request
+    whose embeddings cannot be had ends with finish_reason "error" and
+    `RequestOutput.error` (ImageFailedError, EmbeddingMissingError, CacheUnavailableError)
+    before it is accepted (`Sequence.accepted`: first scheduled, every embedding held)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        tokenizer: Any = None,
+        embedding_source: EmbeddingSource | None = None,
+    ) -> None:
         self.config = config
         self.runner = ModelRunner(config)
         self.model_config = self.runner.model_config
@@ -47,7 +80,10 @@ class LLMEngine:
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
         self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache)
-        self.scheduler = Scheduler(config, self.blocks)
+        self.adapter = load_vlm_adapter(config.model_dir, self.model_config.architecture)
+        self.image_token_id = self.adapter.image_token_id if self.adapter else None
+        self.fetcher = self._make_fetcher(embedding_source)
+        self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
@@ -55,6 +91,32 @@ class LLMEngine:
         self.requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self._prompt_tokens = self._hit_tokens = self._generated_tokens = 0
+
+    def _make_fetcher(self, source: EmbeddingSource | None) -> EmbeddingFetcher | None:
+        config = self.config
+        if self.adapter is None:
+            return None
+        if source is None and config.cache_address:
+            source = CacheEmbeddingSource.connect(
+                config.cache_address,
+                self.fingerprint,
+                wait_s=config.embedding_wait_s,
+                timeout_s=config.cache_timeout_s,
+            )
+        if source is None:
+            return None
+        return EmbeddingFetcher(
+            source,
+            self.model_config.hidden_size,
+            config.torch_dtype,
+            self.runner.device,
+            config.embedding_fetch_workers,
+        )
+
+    def close(self) -> None:
+        """Stop the embedding fetcher (and its source's connections)."""
+        if self.fetcher is not None:
+            self.fetcher.close()
 
     # --- requests ----------------------------------------------------------------------
     def add_request(
@@ -66,9 +128,14 @@ class LLMEngine:
         items: list[Any] | None = None,
         mrope_positions: np.ndarray | None = None,
     ) -> Sequence:
-        """Queue one request; raises InvalidRequestError (naming value and limit) if bad."""
+        """Queue one request; raises InvalidRequestError (naming value and limit) if bad.
+
+        `items` (iris.multimodal.MultimodalItem: key, offsets, token_count, grid) describe
+        the images whose sentinels fill their spans of `prompt_token_ids`; M-RoPE positions
+        are derived from their grids when the model needs them and none are given."""
         if request_id in self.requests:
             raise InvalidRequestError("request_id", request_id, "already in use")
+        items = list(items or [])
         ids = check_request(
             prompt_token_ids,
             params,
@@ -76,13 +143,26 @@ class LLMEngine:
             max_model_len=self.config.max_model_len,
             page_size=self.config.page_size,
             num_pages=self.runner.num_pages,
+            items=items,
+            accepts_images=self.fetcher is not None,
+            image_token_id=self.image_token_id,
         )
+        if mrope_positions is None and items and self.model_config.mrope_section:
+            mrope_positions = self._mrope_positions(len(ids), items)
         seq = Sequence(request_id, ids, params, items=items, mrope_positions=mrope_positions)
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens)
         self.requests[request_id] = seq
         self.scheduler.add(seq)
         self._prompt_tokens += len(ids)
         return seq
+
+    def _mrope_positions(self, length: int, items: list) -> np.ndarray:
+        try:
+            positions, _ = self.adapter.mrope_positions(length, items)
+        except (ValueError, TypeError) as err:
+            grids = [tuple(item.grid) for item in items]
+            raise InvalidRequestError("items grid", grids, str(err)) from None
+        return positions
 
     def abort(self, request_id: str) -> bool:
         """Stop a request; its final output (finish_reason "abort") comes with the next step."""
@@ -100,11 +180,21 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once, sample, detokenize; outputs of requests that moved."""
         outputs, self._pending = self._pending, []
+        self._collect_fetches(outputs)
         scheduled = self.scheduler.schedule()
         if not scheduled.chunks:
+            if self.fetcher is not None and not outputs:
+                self.fetcher.wait(IDLE_WAIT_S)
             return outputs
         inputs = self.runner.prepare(scheduled.chunks)
-        logits = self.runner.execute(inputs)
+        embeds = assemble_input_embeds(
+            self.runner.model.embed,
+            inputs.input_ids,
+            scheduled.chunks,
+            inputs.meta.query_starts,
+            self.model_config.vocab_size,
+        )
+        logits = self.runner.execute(inputs, embeds)
         for chunk in scheduled.chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
             self.blocks.commit(chunk.seq)
@@ -112,6 +202,22 @@ class LLMEngine:
         for seq, sampled in zip(seqs, self.sampler(logits, seqs), strict=True):
             outputs.append(self._accept(seq, sampled))
         return outputs
+
+    def _collect_fetches(self, outputs: list[RequestOutput]) -> None:
+        """Landed fetches: their sequences rejoin the queue, or end with the fetch's error."""
+        if self.fetcher is None:
+            return
+        ready = []
+        for result in self.fetcher.collect():
+            seq = result.seq
+            if result.error is not None:
+                seq.error = result.error
+                self._finish(seq, FinishReason.ERROR)
+                outputs.append(self._output(seq))
+            else:
+                seq.embeddings.update(result.embeddings)
+                ready.append(seq)
+        self.scheduler.requeue_fetched(ready)
 
     def _accept(self, seq: Sequence, sampled: SampledToken) -> RequestOutput:
         if seq.num_output_tokens == 0:
@@ -161,6 +267,8 @@ class LLMEngine:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.scheduler.finish(seq)
+        if self.fetcher is not None:
+            self.fetcher.release(seq)
         del self.requests[seq.request_id]
 
     def _output(self, seq: Sequence) -> RequestOutput:
@@ -182,6 +290,7 @@ class LLMEngine:
             new_logprobs=seq.logprobs[first:],
             num_prompt_tokens=seq.num_prompt_tokens,
             num_cached_tokens=seq.num_cached_tokens,
+            error=seq.error,
         )
 
     # --- observability -----------------------------------------------------------------
@@ -192,7 +301,7 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         return EngineStats(
             running=len(self.scheduler.running),
-            waiting=len(self.scheduler.waiting),
+            waiting=len(self.scheduler.waiting) + self.scheduler.num_fetching,
             kv_utilisation=self.blocks.num_used / self.blocks.num_pages,
             num_pages=self.blocks.num_pages,
             pending_prefill_tokens=self.scheduler.pending_prefill_tokens(),

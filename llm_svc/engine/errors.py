@@ -1,5 +1,7 @@
-"""Errors a request can get at the engine's boundary (the server maps them to gRPC
-INVALID_ARGUMENT); they concern one request and never stop the engine."""
+"""Errors one request can get from the engine; they concern that request only and never
+stop the engine. The server maps them to gRPC codes by class name: InvalidRequestError and
+ImageFailedError → INVALID_ARGUMENT, EmbeddingMissingError → FAILED_PRECONDITION,
+CacheUnavailableError → UNAVAILABLE."""
 
 from __future__ import annotations
 
@@ -16,3 +18,26 @@ class InvalidRequestError(ValueError):
 
 class RequestTooLargeError(InvalidRequestError):
     """The request could never fit in the KV cache, even alone."""
+
+
+class ImageFailedError(Exception):
+    """The cache holds a failed(reason) entry for one of the request's images (it could not
+    be decoded or encoded); the message is that reason. The server answers INVALID_ARGUMENT."""
+
+    def __init__(self, reason: str, item_index: int | None = None) -> None:
+        self.reason, self.item_index = reason, item_index
+        super().__init__(reason)
+
+
+class EmbeddingMissingError(Exception):
+    """An image the request needs is in neither the prefix cache, the embedding cache, nor
+    being encoded (or still pending at the deadline). The server answers FAILED_PRECONDITION
+    and the gateway reserves, encodes and retries once; the message says "embedding missing"."""
+
+    def __init__(self, detail: str, item_index: int | None = None) -> None:
+        self.item_index = item_index
+        super().__init__(f"embedding missing: {detail}")
+
+
+class CacheUnavailableError(Exception):
+    """The embedding cache could not be reached within its timeout (server: UNAVAILABLE)."""

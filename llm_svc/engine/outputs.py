@@ -13,7 +13,9 @@ class RequestOutput:
 
     `text` is released only once it can no longer turn out to be the start of a stop string;
     the final output (finished=True) carries what was held back. `finish_reason` is "stop",
-    "length" or "abort" when finished.
+    "length", "abort" or "error" when finished; with "error", `error` is the exception that
+    ended the request (ImageFailedError, EmbeddingMissingError, CacheUnavailableError), raised
+    before it was accepted unless a preempted request had to fetch again.
     """
 
     request_id: str
@@ -24,6 +26,7 @@ class RequestOutput:
     new_logprobs: list[TokenLogprobs] = field(default_factory=list)
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    error: Exception | None = None
 
 
 @dataclass

@@ -6,16 +6,27 @@ min(its remaining tokens, budget left). Prefill chunks and decodes share one ste
 sequence needs a page and none is left, the most recently admitted running sequence is
 preempted: its pages are released (full ones stay in the prefix cache) and it waits at the
 head of the queue to be prefilled again, prompt and output so far.
+
+Images: at admission a sequence first shares its cached prefix (those pages stay locked by
+their reference count); the items with tokens past that prefix whose embeddings it does not
+hold yet are fetched by the `EmbeddingFetcher` on its threads while the sequence waits in
+FETCHING, out of the queue. When the fetch lands it goes back to the head of the queue and
+is admitted like any other — that first admission is its *acceptance*. An image wholly
+inside the cached prefix is never fetched.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llm_svc.engine.block_manager import BlockManager
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.sequence import Sequence, SequenceStatus
+
+if TYPE_CHECKING:
+    from llm_svc.engine.embeddings import EmbeddingFetcher
 
 
 @dataclass
@@ -43,10 +54,16 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        block_manager: BlockManager,
+        fetcher: EmbeddingFetcher | None = None,
+    ) -> None:
         self.max_num_seqs = config.max_num_seqs
         self.token_budget = config.max_num_batched_tokens
         self.blocks = block_manager
+        self.fetcher = fetcher
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -55,7 +72,17 @@ class Scheduler:
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.num_fetching)
+
+    @property
+    def num_fetching(self) -> int:
+        return len(self.fetcher) if self.fetcher is not None else 0
+
+    def requeue_fetched(self, seqs: list[Sequence]) -> None:
+        """Sequences whose embeddings arrived go back to the head of the queue, oldest first."""
+        for seq in sorted(seqs, key=lambda s: s.arrival, reverse=True):
+            seq.status = SequenceStatus.WAITING
+            self.waiting.appendleft(seq)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -79,18 +106,27 @@ class Scheduler:
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            fresh = seq.num_output_tokens == 0
-            matched = self.blocks.match_prefix(seq)
+            self.blocks.match_prefix(seq)  # keeps the prefix it holds since a fetch
+            missing = seq.missing_embeddings()
+            if missing:
+                if self.num_fetching >= self.max_num_seqs:
+                    break
+                self.waiting.popleft()
+                seq.status = SequenceStatus.FETCHING
+                assert self.fetcher is not None, "items are refused without a fetcher"
+                self.fetcher.start(seq, missing)
+                continue
             count = min(seq.num_uncomputed_tokens, budget)
             if not self.blocks.can_append(seq, count):
                 self.blocks.release(seq)
                 seq.num_computed_tokens = 0
                 break
-            if fresh:
-                seq.num_cached_tokens = matched
+            if seq.num_output_tokens == 0:
+                seq.num_cached_tokens = seq.num_computed_tokens
             self.waiting.popleft()
             self.blocks.append(seq, count)
             seq.status = SequenceStatus.RUNNING
+            seq.accepted = True
             self.running.append(seq)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
             budget -= count
@@ -123,10 +159,13 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        elif self.fetcher is not None:
+            self.fetcher.cancel(seq)
         self.blocks.release(seq)
 
     def pending_prefill_tokens(self) -> int:
         """Tokens still to prefill across waiting and running sequences (a load signal)."""
+        fetching = list(self.fetcher.inflight) if self.fetcher is not None else []
         return sum(max(0, s.num_uncomputed_tokens - 1) for s in self.running) + sum(
-            s.num_tokens for s in self.waiting
+            s.num_tokens for s in [*self.waiting, *fetching]
         )

@@ -17,6 +17,7 @@ _arrival = itertools.count()
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
+    FETCHING = "fetching"  # waiting for its image embeddings (off the engine loop)
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -25,6 +26,7 @@ class FinishReason(enum.StrEnum):
     STOP = "stop"
     LENGTH = "length"
     ABORT = "abort"
+    ERROR = "error"  # refused before acceptance: `Sequence.error` says why
 
 
 @dataclass
@@ -43,6 +45,9 @@ class Sequence:
     `len(tree_nodes)` pages are shared through the radix cache, the rest are private.
     `items` (multimodal items with offsets into token_ids) and `mrope_positions` ([3, N]
     for Qwen2-VL) are carried for the multimodal path; None/empty means plain text.
+    `embeddings[i]` is item i's embedding once fetched, held until the sequence ends (so
+    preemption re-prefills from it and cache eviction cannot break assembly). The sequence
+    is *accepted* once the scheduler first runs it, i.e. every embedding it needs is held.
     """
 
     def __init__(
@@ -75,6 +80,9 @@ class Sequence:
         if params.seed is not None:
             self.generator = torch.Generator().manual_seed(params.seed)
         self.detokenizer: Any = None
+        self.embeddings: dict[int, torch.Tensor] = {}
+        self.accepted = False
+        self.error: Exception | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -109,6 +117,20 @@ class Sequence:
         first = int(table.max()) + 1 + max(start, table.shape[1]) - table.shape[1]
         tail = np.arange(first, first + extra, dtype=np.int64)
         return np.concatenate([stored, np.broadcast_to(tail, (3, extra))], axis=1)
+
+    def items_needed_from(self, start: int) -> list[int]:
+        """Indices of the items with tokens at or past `start` (those a prefill from `start`
+        must scatter in)."""
+        return [
+            index
+            for index, item in enumerate(self.items)
+            if any(end >= start for _, end in item.offsets)
+        ]
+
+    def missing_embeddings(self) -> list[int]:
+        """Items the prefill from `num_computed_tokens` needs and this sequence does not hold."""
+        needed = self.items_needed_from(self.num_computed_tokens)
+        return [index for index in needed if index not in self.embeddings]
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)

@@ -94,6 +94,8 @@ class EngineWorker:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.warning("engine thread still running %.1f s after stop", timeout_s)
+        # Ends the embedding fetch threads and the cache channel (a waiting fetch stops).
+        self.engine.close()
 
     # --- engine thread -----------------------------------------------------------------
     def _run(self) -> None:
@@ -177,7 +179,9 @@ class EngineWorker:
             return
         if not live.admitted:  # aborted while waiting for admission
             del self._live[output.request_id]
-            error = AbortedBeforeAcceptance(f"request {output.request_id!r} aborted while waiting")
+            error = output.error or AbortedBeforeAcceptance(
+                f"request {output.request_id!r} aborted while waiting"
+            )
             self._events.append(Rejected(output.request_id, error))
             return
         self._events.append(Produced(output.request_id, output))

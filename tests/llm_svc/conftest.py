@@ -106,3 +106,18 @@ def run_all(engine: LLMEngine, requests: dict[str, tuple[list[int], SamplingPara
 
 def token_ids(outputs) -> list[int]:
     return [token for out in outputs for token in out.new_token_ids]
+
+
+@pytest.fixture(scope="session", params=["qwen2_vl", "idefics3"])
+def mm_reference(request):
+    """Each tiny VLM family with its HF multimodal reference (tests/llm_svc/mm_reference.py)."""
+    from tests.llm_svc.mm_reference import FAMILIES, MMReference
+
+    return MMReference(request.getfixturevalue(FAMILIES[request.param]))
+
+
+@pytest.fixture(scope="session")
+def qwen_reference(tiny_qwen2_vl_dir):
+    from tests.llm_svc.mm_reference import MMReference
+
+    return MMReference(tiny_qwen2_vl_dir)

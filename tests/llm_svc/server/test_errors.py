@@ -22,7 +22,6 @@ from tests.llm_svc.server.pods import (
 )
 
 PROMPT = list(range(20, 52))
-ISSUE_8 = "the engine does not take multimodal items yet (issue 8)"
 
 
 async def refusal(stub, message, timeout_s: float = 30.0) -> grpc.aio.AioRpcError:
@@ -173,7 +172,6 @@ async def _refusal_on(pod: PodThread, message) -> grpc.aio.AioRpcError:
         return await refusal(llm_pb2_grpc.LLMStub(channel), message)
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_8)
 async def test_an_image_in_neither_prefix_nor_cache_is_embedding_missing(mm_pod, tiny_idefics3_dir):
     message, _ = image_request(tiny_idefics3_dir, mm_pod.engine.fingerprint, "mm-missing")
     error = await _refusal_on(mm_pod, message)
@@ -181,7 +179,6 @@ async def test_an_image_in_neither_prefix_nor_cache_is_embedding_missing(mm_pod,
     assert "embedding missing" in error.details()
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_8)
 async def test_a_failed_image_is_invalid_argument_with_its_reason(
     mm_pod, cache_service, tiny_idefics3_dir
 ):
@@ -198,7 +195,6 @@ async def test_a_failed_image_is_invalid_argument_with_its_reason(
     assert reason in error.details()
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_8)
 async def test_an_unreachable_cache_is_unavailable(cacheless_pod, tiny_idefics3_dir):
     message, _ = image_request(tiny_idefics3_dir, cacheless_pod.engine.fingerprint, "mm-nocache")
     error = await _refusal_on(cacheless_pod, message)

@@ -1,0 +1,106 @@
+"""Fetching a sequence's embeddings on a small thread pool, so the engine loop never waits
+on the cache or the vision tower."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from llm_svc.engine.embeddings.base import EmbeddingSource
+from llm_svc.engine.errors import EmbeddingMissingError
+from llm_svc.engine.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FetchResult:
+    """A finished fetch: the embeddings by item index, or the error that ends the request."""
+
+    seq: Sequence
+    embeddings: dict[int, torch.Tensor]
+    error: BaseException | None = None
+
+
+class EmbeddingFetcher:
+    """`start(seq, indices)` → later `collect()` the finished ones; `cancel(seq)` for a
+    sequence that ended meanwhile (what arrives for it is released). `num_fetched` counts
+    the items fetched (each one once per fetch)."""
+
+    def __init__(
+        self,
+        source: EmbeddingSource,
+        hidden: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        workers: int = 4,
+    ) -> None:
+        self.source = source
+        self.hidden, self.dtype, self.device = hidden, dtype, device
+        self.pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="llm-embeddings")
+        self.inflight: dict[Sequence, cf.Future] = {}
+        self.num_fetched = 0
+
+    def __len__(self) -> int:
+        return len(self.inflight)
+
+    def start(self, seq: Sequence, indices: list[int]) -> None:
+        assert seq not in self.inflight, "one fetch per sequence at a time"
+        items = {index: seq.items[index] for index in indices}
+        self.num_fetched += len(items)
+        self.inflight[seq] = self.pool.submit(self._fetch, items)
+
+    def _fetch(self, items) -> dict[int, torch.Tensor]:
+        out = self.source.fetch(items, self.hidden, self.dtype)
+        for index, item in items.items():
+            embedding = out.get(index)
+            expected = (item.token_count, self.hidden)
+            if embedding is None or tuple(embedding.shape) != expected:
+                self.source.release(list(items.values()))
+                shape = None if embedding is None else tuple(embedding.shape)
+                raise EmbeddingMissingError(
+                    f"items[{index}] came back with shape {shape}, expected {expected}", index
+                )
+            out[index] = embedding.to(self.device, self.dtype, non_blocking=True)
+        return out
+
+    def collect(self) -> list[FetchResult]:
+        """The fetches that have finished since the last call."""
+        done = [seq for seq, future in self.inflight.items() if future.done()]
+        results = []
+        for seq in done:
+            future = self.inflight.pop(seq)
+            error = future.exception()
+            results.append(FetchResult(seq, {} if error else future.result(), error))
+        return results
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until a fetch finishes or `timeout_s` passes (when nothing else can run)."""
+        if self.inflight:
+            cf.wait(list(self.inflight.values()), timeout_s, return_when=cf.FIRST_COMPLETED)
+
+    def cancel(self, seq: Sequence) -> None:
+        """`seq` ended while fetching: drop its fetch and release what it brings."""
+        future = self.inflight.pop(seq, None)
+        if future is None:
+            return
+        items = seq.items
+
+        def release(done: cf.Future) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self.source.release([items[index] for index in done.result()])
+
+        future.cancel() or future.add_done_callback(release)
+
+    def release(self, seq: Sequence) -> None:
+        """`seq` has ended: give back the embeddings it held."""
+        if seq.embeddings:
+            self.source.release([seq.items[index] for index in seq.embeddings])
+            seq.embeddings = {}
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.source.close()
