@@ -22,11 +22,21 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A TCP port that is free on `host` right now and not handed out before by this
+    process (the kernel may offer a just-released port again; services started together
+    must not be given the same one)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh free port found in 100 tries")
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

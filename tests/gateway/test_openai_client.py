@@ -1,6 +1,5 @@
 """The official `openai` client, unmodified, against a gateway wired to real cache, encoder
-and LLM processes (tests/fixtures/platform.py). Skipped only while a service command does
-not exist yet."""
+and LLM processes (tests/fixtures/platform.py). """
 
 import base64
 import io
@@ -46,7 +45,11 @@ def test_chat_with_an_image_counts_its_tokens_and_reuses_the_prefix(platform):
     first = client.chat.completions.create(
         model=platform.model_name, messages=messages, max_tokens=2, temperature=0
     )
-    assert first.usage.prompt_tokens > text_only.usage.prompt_tokens + 10
+    from iris.models import load_adapter
+
+    image_tokens, _ = load_adapter(platform.model_dir).image_token_count(96, 64)
+    # The image adds its tokens plus <|vision_start|> and <|vision_end|>.
+    assert first.usage.prompt_tokens == text_only.usage.prompt_tokens + image_tokens + 2
     second = client.chat.completions.create(
         model=platform.model_name, messages=messages, max_tokens=2, temperature=0
     )
