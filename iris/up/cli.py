@@ -36,7 +36,7 @@ def command(
     ] = False,
 ) -> None:
     """Start cache, encoder(s), LLM pod(s) and gateway as processes on loopback."""
-    from iris.up.demo import examples, send_demo_request, served_model
+    from iris.up.demo import examples, send_demo_requests, served_model
     from iris.up.platform import Platform, UpConfig
 
     if embedding_reuse not in ("on", "off"):
@@ -72,10 +72,11 @@ def command(
         typer.echo(f"logs: {platform.log_dir}")
         typer.echo(examples(url, served_model(url)))
         if demo_request:
-            reply = send_demo_request(url)
-            typer.echo("demo request (an image + 'What is in this picture?') answered:")
-            typer.echo("  " + reply["choices"][0]["message"]["content"].strip())
-            typer.echo(f"  usage: {reply['usage']}")
+            for question, reply in send_demo_requests(url):
+                typer.echo(f"demo request: {question}")
+                answer = reply["choices"][0]["message"]["content"].strip() or "(empty)"
+                typer.echo(f"  answer: {answer}")
+                typer.echo(f"  usage: {reply['usage']}")
         if not exit_after_demo:
             typer.echo("Ctrl-C to stop.")
             stop.wait()

@@ -37,14 +37,26 @@ def demo_chat_body(model: str, question: str = "What is in this picture?") -> di
     }
 
 
-def send_demo_request(gateway_url: str, timeout_s: float = 120.0) -> dict:
-    """POST the demo chat (image + question) and return the parsed response."""
+def send_demo_requests(gateway_url: str, timeout_s: float = 120.0) -> list[tuple[str, dict]]:
+    """POST the demo chats — one with an image, one text question — and return
+    (description, parsed response) pairs. The demo model's vision tower is random, so the
+    image answer shows the path works, not that the model sees; the text one is sensible."""
     model = served_model(gateway_url)
-    response = httpx.post(
-        f"{gateway_url}/v1/chat/completions", json=demo_chat_body(model), timeout=timeout_s
-    )
-    response.raise_for_status()
-    return response.json()
+    text_body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 32,
+        "temperature": 0,
+    }
+    replies = []
+    for description, body in (
+        ("an image + 'What is in this picture?'", demo_chat_body(model)),
+        ("'What is the capital of France?'", text_body),
+    ):
+        response = httpx.post(f"{gateway_url}/v1/chat/completions", json=body, timeout=timeout_s)
+        response.raise_for_status()
+        replies.append((description, response.json()))
+    return replies
 
 
 def served_model(gateway_url: str) -> str:
