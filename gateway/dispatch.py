@@ -10,10 +10,13 @@ to encode → 400. After acceptance the caller streams the pod's chunks.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+import blake3
 import grpc
 
 from encoder_svc.proto import encoder_pb2
@@ -26,6 +29,7 @@ from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
 from gateway.routing.registry import PodRegistry
 from gateway.routing.router import Decision, Router
+from iris.multimodal import pad_with_offsets
 from iris.proto import common_pb2
 from iris.telemetry import grpc_metadata, inject_headers, tracer
 from llm_svc.proto import llm_pb2
@@ -114,6 +118,8 @@ class Dispatcher:
         decision: Decision | None = None,
     ) -> Generation:
         """Route (unless given a decision), prepare embeddings, Generate until accepted."""
+        if not self.embedding_reuse and prompt.items:
+            prompt = with_request_unique_images(prompt)
         tried: set[str] = set()
         retried_missing = False
         force_all = not self.embedding_reuse
@@ -280,6 +286,21 @@ class Dispatcher:
         finally:
             if not read.done():
                 read.cancel()
+
+
+def with_request_unique_images(prompt: PreparedPrompt) -> PreparedPrompt:
+    """The no-reuse baseline (`--embedding-reuse off`): each image gets an identity unique to
+    this request, so nothing keyed by image content — cache entries, encoder dedup, KV pages
+    over image spans — is reused; every image is encoded afresh, as in a deployment without
+    content-addressed image caching."""
+    items = []
+    for item in prompt.items:
+        fresh = dataclasses.replace(item, offsets=list(item.offsets))
+        fresh.set_identity(blake3.blake3(item.key + os.urandom(16)).digest())
+        items.append(fresh)
+    return dataclasses.replace(
+        prompt, input_ids=pad_with_offsets(prompt.input_ids, items), items=items
+    )
 
 
 def _raise_for_encode(task: asyncio.Task) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -15,6 +16,11 @@ import typer
 from iris.settings import ServiceSettings, SettingsError
 
 S = TypeVar("S", bound=ServiceSettings)
+
+# A service never uses gRPC in a forked child, but libraries it loads do fork (and exec) now
+# and then; with gRPC's fork support on, such a fork can break the parent's poller ("epoll_wait
+# error: Bad file descriptor", then abort). Read by gRPC when it starts: set before that.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 
 class Server(Protocol):

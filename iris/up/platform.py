@@ -86,6 +86,8 @@ class Platform:
             "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
+            # See iris/service_main.py: a library's fork must not break the gRPC poller.
+            "GRPC_ENABLE_FORK_SUPPORT": "false",
         }
         if self.config.otlp_endpoint:
             common["OTEL_EXPORTER_OTLP_ENDPOINT"] = self.config.otlp_endpoint
