@@ -148,8 +148,15 @@ async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeRes
         content = [{"type": "text", "text": QUESTIONS[turn % len(QUESTIONS)]}]
         if image_index is not None:
             content.insert(0, image_part(pool[image_index]))
-            result.images_sent += 1
         messages.append({"role": "user", "content": content})
+        # Every image in the history travels again with each turn.
+        result.images_sent += sum(
+            1
+            for message in messages
+            if isinstance(message["content"], list)
+            for part in message["content"]
+            if part["type"] == "image_url"
+        )
         try:
             ttft, total, usage, text = await run_turn(client, url, model, messages, max_tokens)
             details = usage.get("prompt_tokens_details") or {}
@@ -229,11 +236,13 @@ def summarise(result: ModeResult) -> dict:
         "ttft_p90_ms": percentile(ttfts, 90) * 1e3,
         "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
         "later_ttft_p50_ms": percentile(later, 50) * 1e3,
+        "first_turn_ttft_p50_ms": percentile([t.ttft_s for t in ok if t.turn == 0], 50) * 1e3,
+        "first_turn_ttft_p90_ms": percentile([t.ttft_s for t in ok if t.turn == 0], 90) * 1e3,
         "later_ttft_mean_ms": (statistics.fmean(later) * 1e3) if later else float("nan"),
         "tpot_ms": (statistics.fmean(tpots) * 1e3) if tpots else float("nan"),
         "throughput_tok_s": sum(t.completion_tokens for t in ok) / max(result.wall_s, 1e-9),
         "prefix_hit_rate": sum(t.cached_tokens for t in ok) / max(prompt, 1),
-        "images_sent": result.images_sent,
+        "images_in_requests": result.images_sent,
         "encoder_calls": result.encoded_images,
         "embedding_reuse": 1 - result.encoded_images / max(result.images_sent, 1),
     }
