@@ -158,33 +158,6 @@ def main() -> None:
     for name, value in medians.items():
         print(f"  {name:<20} {value * 1e3:7.3f} ms  {value / p50:6.1%} of p50")
 
-    # The proposed iris/multimodal/decode.py change, measured in the same run: PIL's
-    # getexif() on a PNG decodes the whole image to look for a late eXIf chunk; reading
-    # only the chunks before the pixel data (image.info) keeps the header read O(header).
-    import iris.multimodal.decode as decode
-
-    original = decode._orientation
-
-    def header_only(image):
-        if image.format != "PNG":
-            return original(image)
-        raw = image.info.get("exif")
-        if not raw:
-            return 1
-        value = Image.Exif()
-        value.load(raw)
-        orientation = value.get(decode.EXIF_ORIENTATION, 1)
-        return orientation if isinstance(orientation, int) and 1 <= orientation <= 8 else 1
-
-    decode._orientation = header_only
-    patched, _ = asyncio.run(run())
-    decode._orientation = original
-    fixed = percentile(patched, 50)
-    print(
-        f"with the proposed PNG header fix: p50 {fixed * 1e3:.2f} ms "
-        f"({p50 / fixed:.1f}x faster than as-is)"
-    )
-
 
 if __name__ == "__main__":
     main()
