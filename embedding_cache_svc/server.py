@@ -15,12 +15,12 @@ import logging
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from embedding_cache_svc.http import MetricsHttp
 from embedding_cache_svc.metrics import CacheMetrics
 from embedding_cache_svc.proto import cache_pb2_grpc
 from embedding_cache_svc.service import CacheServicer
 from embedding_cache_svc.settings import CacheSettings
 from embedding_cache_svc.store import Store, StoreUnavailable, make_store
+from iris.metrics_http import MetricsHTTPServer
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "iris.cache.EmbeddingCache"
@@ -45,7 +45,7 @@ class CacheServer:
         self.metrics = CacheMetrics(self.store.name)
         self.servicer = CacheServicer(self.store, settings, self.metrics)
         self.health = health.aio.HealthServicer()
-        self.http = MetricsHttp(self.metrics.registry, self._health_body)
+        self.http: MetricsHTTPServer | None = None
         self.store_ok = True
         self.port = 0
         self.metrics_port = 0
@@ -67,7 +67,11 @@ class CacheServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self.port = self._server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         await self._server.start()
-        self.metrics_port = await self.http.start(self.settings.host, self.settings.metrics_port)
+        self.http = MetricsHTTPServer(
+            self.metrics.registry, self._health_body, self.settings.host, self.settings.metrics_port
+        )
+        self.http.start()
+        self.metrics_port = self.http.port
         await self._check_store()
         self._health_task = asyncio.create_task(self._health_loop())
         log.info(
@@ -89,7 +93,8 @@ class CacheServer:
                 await self._health_task
         if self._server is not None:
             await _bounded("grpc server stop", self._server.stop(grace_s), grace_s + STOP_SLACK_S)
-        await _bounded("metrics http stop", self.http.stop(), STOP_SLACK_S)
+        if self.http is not None:
+            await _bounded("metrics http stop", asyncio.to_thread(self.http.stop), STOP_SLACK_S)
         await _bounded("store close", self.store.close(), STOP_SLACK_S)
 
     def _health_body(self) -> dict:

@@ -11,10 +11,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from iris import metrics as names
 
@@ -146,54 +144,3 @@ class EncoderMetrics:
         self.vision_tokens.inc(tokens)
         self.images_window.add(1)
         self.tokens_window.add(tokens)
-
-
-class MetricsServer:
-    """/metrics (Prometheus text) and /healthz (200 while `healthy()`, else 503) over HTTP,
-    served from a daemon thread so a busy event loop never delays a scrape."""
-
-    def __init__(
-        self, registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool]
-    ) -> None:
-        handler = _handler(registry, healthy)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.1,), name="metrics-http", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-def _handler(registry: CollectorRegistry, healthy: Callable[[], bool]):
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server interface
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
-            elif path == "/healthz":
-                ok = healthy()
-                self._send(200 if ok else 503, "text/plain", b"ok\n" if ok else b"unavailable\n")
-            else:
-                self._send(404, "text/plain", b"not found\n")
-
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args) -> None:  # scrapes are not worth a log line
-            return
-
-    return Handler

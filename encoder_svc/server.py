@@ -18,13 +18,14 @@ from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
 from encoder_svc.batcher import Batcher, BatchLimits
-from encoder_svc.metrics import EncoderMetrics, MetricsServer
+from encoder_svc.metrics import EncoderMetrics
 from encoder_svc.preprocess import Preprocessor
 from encoder_svc.proto import encoder_pb2_grpc
 from encoder_svc.service import EncoderServicer
 from encoder_svc.settings import EncoderSettings
 from encoder_svc.sink import CacheSink, EmbeddingSink
 from encoder_svc.validate import RequestLimits
+from iris.metrics_http import MetricsHTTPServer
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "iris.encoder.Encoder"
@@ -101,7 +102,7 @@ class EncoderServer:
         self.metrics_port = 0
         self._serving = False
         self._server: grpc.aio.Server | None = None
-        self._http: MetricsServer | None = None
+        self._http: MetricsHTTPServer | None = None
 
     @property
     def address(self) -> str:
@@ -145,8 +146,11 @@ class EncoderServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self.port = self._server.add_insecure_port(f"{settings.host}:{settings.port}")
         await self._server.start()
-        self._http = MetricsServer(
-            self.metrics.registry, settings.host, settings.metrics_port, lambda: self._serving
+        self._http = MetricsHTTPServer(
+            self.metrics.registry,
+            lambda: {"ok": self._serving},
+            settings.host,
+            settings.metrics_port,
         )
         self._http.start()
         self.metrics_port = self._http.port

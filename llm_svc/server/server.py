@@ -16,10 +16,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
+from iris.metrics_http import MetricsHTTPServer
 from llm_svc.engine import LLMEngine
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from llm_svc.server.builder import build_engine
-from llm_svc.server.http import MetricsHttpServer
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.metrics import LLMMetrics
 from llm_svc.server.service import KVNotifier, LLMServicer, ServingLimits
@@ -70,7 +70,7 @@ class LLMServer:
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
-        self._http: MetricsHttpServer | None = None
+        self._http: MetricsHTTPServer | None = None
         self._serving = False
 
     @property
@@ -117,7 +117,7 @@ class LLMServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         self.port = self._server.add_insecure_port(f"{settings.host}:{settings.port}")
         await self._server.start()
-        self._http = MetricsHttpServer(
+        self._http = MetricsHTTPServer(
             self.metrics.registry, self._health_body, settings.host, settings.metrics_port
         )
         self._http.start()

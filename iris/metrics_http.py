@@ -1,5 +1,9 @@
-"""/metrics and /healthz over plain HTTP on the metrics port, on a thread of its own so a
-busy event loop never fails a liveness probe."""
+"""/metrics (Prometheus text) and /healthz over plain HTTP on a service's metrics port.
+
+Served from a daemon thread, so a busy event loop or engine never delays a scrape or fails a
+liveness probe. `/healthz` answers the `health()` dict as JSON: 200 while its "ok" is true,
+503 otherwise. Anything else is 404. One implementation for every gRPC service.
+"""
 
 from __future__ import annotations
 
@@ -14,16 +18,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 log = logging.getLogger(__name__)
 
 
-class MetricsHttpServer:
-    """GET /metrics (Prometheus text) and /healthz (200 while `health()["ok"]`, else 503)."""
+class MetricsHTTPServer:
+    """GET /metrics and /healthz on (host, port); port 0 binds any free port (see `.port`)."""
 
     def __init__(
-        self, registry: CollectorRegistry, health: Callable[[], dict], host: str, port: int
+        self,
+        registry: CollectorRegistry,
+        health: Callable[[], dict],
+        host: str,
+        port: int,
+        name: str = "metrics-http",
     ) -> None:
         self._server = ThreadingHTTPServer((host, port), _handler(registry, health))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="llm-metrics-http", daemon=True
+            target=self._server.serve_forever, args=(0.1,), name=name, daemon=True
         )
 
     @property
