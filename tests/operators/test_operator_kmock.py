@@ -145,7 +145,7 @@ def _declare_resources(k8s: kmocklib.KubernetesEmulator) -> None:
 @contextlib.asynccontextmanager
 async def _operator(k8s: kmocklib.KubernetesEmulator) -> AsyncIterator[None]:
     settings = OperatorSettings.load(
-        namespace=NS, interval_s=0.3, scrape_timeout_s=0.5, api_server=str(k8s.url)
+        namespace=NS, interval_s=0.3, scrape_timeout_s=2.0, api_server=str(k8s.url)
     )
     stop = asyncio.Event()
     task = asyncio.create_task(serve(settings, stop_flag=stop))
@@ -156,7 +156,7 @@ async def _operator(k8s: kmocklib.KubernetesEmulator) -> AsyncIterator[None]:
         await asyncio.wait_for(task, timeout=10)
 
 
-async def _until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not check():
