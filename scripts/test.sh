@@ -6,4 +6,5 @@ cd "$ROOT"
 bash scripts/setup.sh
 export PATH="$ROOT/.tools:$PATH"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check . >/dev/null
 .venv/bin/python -m pytest -q "$@"

@@ -1,5 +1,5 @@
 """The official `openai` client, unmodified, against a gateway wired to real cache, encoder
-and LLM processes (tests/fixtures/platform.py). """
+and LLM processes (tests/fixtures/platform.py)."""
 
 import base64
 import io
