@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up (idempotently) and runs the whole test suite, then ruff.
+# Sets up (idempotently), checks ruff (lint + format), then runs the whole test suite.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
