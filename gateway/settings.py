@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
 from iris.metrics import GATEWAY_HTTP_PORT
-from iris.settings import AddressList, ServiceSettings
-
-
-def _split_list(value: object) -> object:
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            import json
-
-            return json.loads(text)
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return value
-
-
-# API keys and host allow-lists: JSON list or comma-separated, like AddressList.
-StringList = Annotated[list[str], NoDecode, Field(default_factory=list)]
+from iris.settings import AddressList, ServiceSettings, StringList
 
 
 class GatewaySettings(ServiceSettings):
@@ -51,12 +36,12 @@ class GatewaySettings(ServiceSettings):
     discovery_interval_s: float = Field(5.0, gt=0)
 
     router_config: str = "prefix-aware"  # a built-in policy name or a YAML file path
-    api_keys: StringList
+    api_keys: StringList = []  # JSON list or comma-separated
     embedding_reuse: bool = True  # skip Reserve/Encode for images the pod's prefix covers
 
     # Image intake.
     allow_remote_images: bool = False
-    remote_image_hosts: StringList  # allow-list: "example.com" or "*.example.com"
+    remote_image_hosts: StringList = []  # allow-list: "example.com" or "*.example.com"
     remote_image_timeout_s: float = Field(5.0, gt=0)
     max_image_bytes: int = Field(20 * 1024 * 1024, gt=0)
     max_image_pixels: int = Field(40_000_000, gt=0)
@@ -74,11 +59,6 @@ class GatewaySettings(ServiceSettings):
     grpc_timeout_s: float = Field(10.0, gt=0)
     accept_timeout_s: float = Field(120.0, gt=0)
     load_poll_interval_s: float = Field(0.5, gt=0)
-
-    @field_validator("api_keys", "remote_image_hosts", mode="before")
-    @classmethod
-    def _lists(cls, value: object) -> object:
-        return _split_list(value)
 
     @property
     def model_name(self) -> str:

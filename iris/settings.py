@@ -30,22 +30,29 @@ def parse_address(value: str) -> str:
     return text
 
 
-def _split_addresses(value: Any) -> Any:
+def split_list(value: Any) -> Any:
+    """A list setting from the environment: a JSON list or comma-separated text (an IPv6
+    address such as ``[::1]:80`` is text, not JSON). Lists pass through unchanged."""
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("[") and text.endswith("]") and not text.startswith("[:"):
             import json
 
-            value = json.loads(text)
-        else:
-            value = [part for part in text.split(",") if part.strip()]
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+def _split_addresses(value: Any) -> Any:
+    value = split_list(value)
     if isinstance(value, (list, tuple)):
         return [parse_address(str(item)) for item in value]
     return value
 
 
-# NoDecode: the raw env string reaches _split_addresses, which accepts both JSON and CSV.
+# NoDecode: the raw env string reaches the validator, which accepts both JSON and CSV.
 AddressList = Annotated[list[str], NoDecode, BeforeValidator(_split_addresses)]
+StringList = Annotated[list[str], NoDecode, BeforeValidator(split_list)]
 
 
 class ServiceSettings(BaseSettings):
