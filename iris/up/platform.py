@@ -264,13 +264,3 @@ class Platform:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def redis_cli_ok(url: str) -> bool:
-    """True when a Redis server answers PING at `url` (used by fault tests)."""
-    try:
-        import redis
-
-        return bool(redis.Redis.from_url(url, socket_timeout=0.5).ping())
-    except Exception:
-        return False
