@@ -6,6 +6,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite forks service processes while its own gRPC servers and channels are running;
+# gRPC's fork handlers must stay out of that (see iris/service_main.py).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 pytest_plugins = [
     "tests.fixtures.models",

@@ -1,14 +1,13 @@
 """Child processes that never outlive their parent.
 
-Each child runs in its own process group (so a stop reaches its own children too) and, on
-Linux, asks the kernel to SIGTERM it if the parent dies first (PR_SET_PDEATHSIG) — a
-`kill -9` of `iris up` leaves no orphans.
+Each child runs in its own session and process group (so a stop reaches its own children
+too) and, on Linux, is SIGTERMed by the kernel if the parent dies first (PR_SET_PDEATHSIG,
+set by the `iris.up.child` launcher) — a `kill -9` of `iris up` leaves no orphans.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -18,9 +17,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-_PR_SET_PDEATHSIG = 1
-
 
 _handed_out: set[int] = set()
 
@@ -39,14 +35,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise RuntimeError("no fresh free port found in 100 tries")
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setpgid(0, 0)
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 @dataclass
 class ChildProcess:
     """One service process: its command line, environment and log file."""
@@ -60,13 +48,17 @@ class ChildProcess:
     def start(self) -> None:
         env = {**os.environ, **self.env}
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        # A new session is a new process group; the launcher (iris.up.child) arranges for
+        # the child to die with us. No preexec_fn: no Python may run between fork and exec
+        # in a parent with gRPC threads (it aborted children with "epoll_wait error").
+        launcher = [sys.executable, "-m", "iris.up.child", str(os.getpid())]
         self.process = subprocess.Popen(
-            list(self.argv),
+            [*launcher, *self.argv],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            start_new_session=True,
         )
         if log is not subprocess.DEVNULL:
             log.close()  # the child holds its own descriptor
