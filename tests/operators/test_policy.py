@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import kopf
 import pytest
 
 from operators.policy import (
@@ -243,3 +244,119 @@ def test_no_scale_down_until_a_whole_window_is_seen():
         assert decision.llm.desired == 5
     decision = decide([llm(0.0)] * current, current, spec, history, now=307.0)
     assert decision.llm.desired == 3
+
+
+# --- scaleUp.lookaheadSeconds: sizing for the load expected when new pods are ready ---
+
+
+def _ahead(seconds: int = 60, max_step: int = 10):
+    return make_spec(
+        scaleUp={"stabilisationSeconds": 0, "maxStep": max_step, "lookaheadSeconds": seconds}
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "lookahead_s"),
+    [(None, 0.0), (0, 0.0), (75, 75.0), (3600, 3600.0)],
+)
+def test_lookahead_seconds_parses(value, lookahead_s):
+    scale_up = {"stabilisationSeconds": 0, "maxStep": 4}
+    if value is not None:
+        scale_up["lookaheadSeconds"] = value
+    assert make_spec(scaleUp=scale_up).scale_up.lookahead_s == lookahead_s
+
+
+@pytest.mark.parametrize(
+    ("key", "section", "match"),
+    [
+        ("scaleUp", {"lookaheadSeconds": -1}, r"spec\.scaleUp\.lookaheadSeconds: -1 is outside"),
+        ("scaleUp", {"lookaheadSeconds": 3601}, r"spec\.scaleUp\.lookaheadSeconds: 3601"),
+        ("scaleUp", {"lookaheadSeconds": 7.5}, r"spec\.scaleUp\.lookaheadSeconds: 7\.5 is not"),
+        ("scaleUp", {"lookaheadSeconds": "60"}, r"spec\.scaleUp\.lookaheadSeconds: '60' is not"),
+        ("scaleUp", {"lookaheadSeconds": True}, r"spec\.scaleUp\.lookaheadSeconds: True is not"),
+        # A fall is never projected, so the field has no meaning for scaling down.
+        ("scaleDown", {"lookaheadSeconds": 60}, r"spec\.scaleDown: unknown field\(s\) lookahead"),
+    ],
+)
+def test_lookahead_seconds_refused(key, section, match):
+    with pytest.raises(kopf.PermanentError, match=match):
+        make_spec(**{key: section})
+
+
+def rounds(spec, per_round, encoders=None, step_s=15.0):
+    """Decide once per round from each round's LLM pods (a list of loads; its length is the
+    pool's size) and, optionally, each round's encoder pool; return every decision."""
+    history, decisions = History(), []
+    for i, pods in enumerate(per_round):
+        encoder = encoders[i] if encoders else None
+        decision = decide(pods, len(pods), spec, history, now=i * step_s, encoder=encoder)
+        history = decision.history
+        decisions.append(decision)
+    return decisions
+
+
+@pytest.mark.parametrize(
+    ("case", "per_round", "without", "with_lookahead"),
+    [
+        # 2 waiting -> 4 over 15 s: 16 more in 60 s, 20 / 4 per pod -> 5 pods.
+        ("queue rose once", [[llm(0.5)] * 2, [llm(0.5, waiting=2)] * 2], 2, 5),
+        # KV 0.25 -> 0.5 per pod is one rise: a step (load that arrived), not a trend.
+        ("ratio rose once", [[llm(0.25)] * 2, [llm(0.5)] * 2], 2, 2),
+        # Totals 0.6, 0.7, 0.8: two rises of 0.1 per 15 s; 0.8 + 0.4 = 1.2 / 0.5 -> 3.
+        ("ratio rose twice", [[llm(0.3)] * 2, [llm(0.35)] * 2, [llm(0.4)] * 2], 2, 3),
+        # Totals 0.9, 1.35, 1.8 would project to 3.6 (8 pods), but 3 pods show at most 3.0.
+        ("ratio capped at 1 per pod", [[llm(0.3)] * 3, [llm(0.45)] * 3, [llm(0.6)] * 3], 4, 6),
+        # The queue total rose only because a third pod joined: not a trend.
+        ("pods joined", [[llm(0.5)] * 2, [llm(0.5, waiting=4 / 3)] * 3], 3, 3),
+        # Totals 0.6, 0.8, 0.9: the slower rise (0.1 per 15 s) gives 1.3 -> 3 pods; the
+        # faster one would give 1.7 -> 4.
+        ("slower rate", [[llm(0.3)] * 2, [llm(0.4)] * 2, [llm(0.45)] * 2], 2, 3),
+    ],
+)
+def test_lookahead_table(case, per_round, without, with_lookahead):
+    plain = rounds(make_spec(), per_round)[-1].llm
+    ahead = rounds(_ahead(), per_round)[-1].llm
+    assert (plain.desired, ahead.desired) == (without, with_lookahead), case
+    assert "rising to" not in plain.message
+
+
+def test_ratio_cap_lets_the_queue_speak():
+    # As in "ratio capped at 1 per pod", with a queue growing too: it drives past the cap.
+    per_round = [[llm(0.3)] * 3, [llm(0.45, waiting=2)] * 3, [llm(0.6, waiting=4)] * 3]
+    decision = rounds(_ahead(), per_round)[-1].llm
+    assert decision.desired == 9  # 12 waiting + 6 per 15 s * 60 s = 36 / 4 per pod
+    assert "requests_waiting 12 rising to 36 in 60s" in decision.message
+
+
+def test_lookahead_never_projects_a_fall():
+    # Load falling every round: the same sizes and recommendations with and without.
+    per_round = [[llm(0.9 - 0.05 * i, waiting=max(0.0, 6.0 - i))] * 4 for i in range(12)]
+    plain = [(d.llm.desired, d.llm.recommended) for d in rounds(make_spec(), per_round)]
+    ahead = [(d.llm.desired, d.llm.recommended) for d in rounds(_ahead(), per_round)]
+    assert plain == ahead
+
+
+def test_vision_backlog_rising_is_projected_for_both_pools():
+    idle = PoolLoads(current=1, pods=(EncoderLoad(0, 0, busy_ratio=0.8),))
+    queued = PoolLoads(current=1, pods=(EncoderLoad(4, 1000, busy_ratio=0.8),))
+    per_round = [[llm(0.5)] * 2, [llm(0.5)] * 2]
+    plain = rounds(make_spec(), per_round, encoders=[idle, queued])[-1]
+    ahead = rounds(_ahead(), per_round, encoders=[idle, queued])[-1]
+    # Encoder: 1000 queued vision tokens, +4000 in 60 s at that rate; 5000 / 2000 -> 3.
+    assert (plain.encoder.desired, ahead.encoder.desired) == (1, 3)
+    # LLM: those tokens are prefill on the way (coupling 1.0): 5000 / 1000 per pod -> 5.
+    assert (plain.llm.desired, ahead.llm.desired) == (2, 5)
+
+
+def test_history_remembers_totals_and_keeps_them_through_a_metrics_gap():
+    spec = _ahead()
+    first = decide([llm(0.5, waiting=1)] * 2, 2, spec, History(), now=0.0)
+    seen = first.history.llm_seen
+    assert (seen.time, seen.pods, dict(seen.totals)["requests_waiting"]) == (0.0, 2, 2.0)
+    assert seen.rises == ()  # nothing earlier to compare with
+    gap = decide([], 2, spec, first.history, now=15.0, failed=2)
+    assert gap.history.llm_seen == seen
+    # The next round with metrics measures its rise against the last round that had them.
+    after = decide([llm(0.5, waiting=4)] * 2, 2, spec, gap.history, now=30.0)
+    assert dict(after.history.llm_seen.rises)["requests_waiting"] == pytest.approx(6 / 30)
+    assert after.llm.desired == 5  # 8 + 0.2 * 60 = 20 waiting / 4 per pod
