@@ -68,6 +68,7 @@ class ModeResult:
     wall_s: float = 0.0
     encoded_images: float = 0.0
     images_sent: int = 0
+    requests_per_pod: list[int] = field(default_factory=list)
 
 
 def make_image_pool(size: int, seed: int) -> list[bytes]:
@@ -179,19 +180,24 @@ async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeRes
         messages.append({"role": "assistant", "content": text})
 
 
-def encoder_images(platform: Platform) -> float:
+def service_totals(platform: Platform, kind: str, metric: str) -> list[float]:
+    """The sum of `metric`'s samples on each service of `kind`, from its /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    total = 0.0
+    totals = []
     for service in platform.services:
-        if service.kind != "encoder":
+        if service.kind != kind:
             continue
         page = httpx.get(service.health_url.rsplit("/", 1)[0] + "/metrics", timeout=5).text
-        for family in text_string_to_metric_families(page):
-            for sample in family.samples:
-                if sample.name == "iris_encoder_images_total":
-                    total += sample.value
-    return total
+        totals.append(
+            sum(
+                sample.value
+                for family in text_string_to_metric_families(page)
+                for sample in family.samples
+                if sample.name == metric
+            )
+        )
+    return totals
 
 
 async def drive(platform, plan, pool, rate, max_tokens, name) -> ModeResult:
@@ -210,7 +216,10 @@ async def drive(platform, plan, pool, rate, max_tokens, name) -> ModeResult:
             await asyncio.sleep(rng.expovariate(rate))
         await asyncio.gather(*tasks)
         result.wall_s = time.perf_counter() - started
-    result.encoded_images = encoder_images(platform)
+    result.encoded_images = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
+    result.requests_per_pod = [
+        int(n) for n in service_totals(platform, "llm", "iris_llm_requests_finished_total")
+    ]
     return result
 
 
@@ -245,6 +254,7 @@ def summarise(result: ModeResult) -> dict:
         "images_in_requests": result.images_sent,
         "encoder_calls": result.encoded_images,
         "embedding_reuse": 1 - result.encoded_images / max(result.images_sent, 1),
+        "requests_per_pod": result.requests_per_pod,
     }
 
 

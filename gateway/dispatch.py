@@ -25,6 +25,7 @@ from gateway.clients.cache import CacheClient, ReserveStatus
 from gateway.clients.encoders import EncoderPool, EncodersUnavailable
 from gateway.errors import APIError, bad_request
 from gateway.intake.prompt import PreparedPrompt
+from gateway.routing.inflight import Ticket
 from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
 from gateway.routing.registry import PodRegistry
@@ -54,12 +55,14 @@ def item_to_proto(item) -> common_pb2.MultimodalItem:
 
 @dataclass
 class Generation:
-    """An accepted generation: the pod, its `accepted` message, and the rest of the stream."""
+    """An accepted generation: the pod, its `accepted` message, the rest of the stream, and
+    its placement ticket (closed when the stream ends, fails or is cancelled)."""
 
     request_id: str
     pod: Pod
     accepted: llm_pb2.Accepted
     call: grpc.aio.UnaryStreamCall
+    ticket: Ticket | None = None
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
         """Token chunks, then `finished`; a pod failure mid-stream raises APIError(503)."""
@@ -68,6 +71,8 @@ class Generation:
                 message = await self.call.read()
                 if message is grpc.aio.EOF:
                     return
+                if self.ticket is not None and message.HasField("tokens"):
+                    self.ticket.first_token()
                 yield message
         except grpc.aio.AioRpcError as err:
             raise APIError(
@@ -75,10 +80,17 @@ class Generation:
                 f"LLM pod {self.pod.address} failed mid-stream: {err.details()}",
                 code="upstream_error",
             ) from None
+        finally:
+            self._close_ticket()
 
     def cancel(self) -> None:
         """Stop the pod's work (the client left or another choice failed)."""
         self.call.cancel()
+        self._close_ticket()
+
+    def _close_ticket(self) -> None:
+        if self.ticket is not None:
+            self.ticket.close()
 
 
 class Dispatcher:
@@ -117,7 +129,10 @@ class Dispatcher:
         request_id: str,
         decision: Decision | None = None,
     ) -> Generation:
-        """Route (unless given a decision), prepare embeddings, Generate until accepted."""
+        """Route (unless given a decision), prepare embeddings, Generate until accepted.
+
+        The decision's in-flight ticket passes to the Generation; the ticket of a decision
+        given up (another pod is tried, or the start fails) is closed here."""
         if not self.embedding_reuse and prompt.items:
             prompt = with_request_unique_images(prompt)
         tried: set[str] = set()
@@ -130,31 +145,48 @@ class Dispatcher:
                     decision = self.route(prompt, frozenset(tried))
                 except APIError as err:
                     raise self._exhausted(err, last_error) from None
-            pod = decision.pod
-            indices = self._uncovered(prompt, 0 if force_all else decision.matched_tokens)
-            encode = await self._prepare_embeddings(prompt, indices)
             try:
-                return await self._generate(prompt, sampling, request_id, pod, encode)
+                return await self._attempt(prompt, sampling, request_id, decision, force_all)
             except grpc.aio.AioRpcError as err:
                 code, details = err.code(), err.details() or ""
                 if code == grpc.StatusCode.FAILED_PRECONDITION and EMBEDDING_MISSING in details:
-                    if retried_missing:
-                        raise APIError(
-                            503,
-                            f"image embeddings missing on retry: {details}",
-                            code="embedding_missing",
-                        ) from None
-                    retried_missing, force_all = True, True
-                    metrics.RETRIES.labels("embedding_missing").inc()
-                    continue  # same pod: its prefix was evicted or a lease lapsed
+                    if not retried_missing:
+                        retried_missing, force_all = True, True
+                        metrics.RETRIES.labels("embedding_missing").inc()
+                        continue  # same pod: its prefix was evicted or a lease lapsed
+                    _close(decision)
+                    raise APIError(
+                        503,
+                        f"image embeddings missing on retry: {details}",
+                        code="embedding_missing",
+                    ) from None
+                _close(decision)
                 if code in _NEXT_POD:
-                    tried.add(pod.address)
+                    tried.add(decision.pod.address)
                     last_error = err
                     metrics.RETRIES.labels(code.name.lower()).inc()
-                    log.warning("pod %s refused %s: %s", pod.address, request_id, details)
+                    log.warning("pod %s refused %s: %s", decision.pod.address, request_id, details)
                     decision = None
                     continue
                 raise upstream_error(err) from None
+            except BaseException:
+                _close(decision)
+                raise
+
+    async def _attempt(
+        self,
+        prompt: PreparedPrompt,
+        sampling: common_pb2.SamplingParams,
+        request_id: str,
+        decision: Decision,
+        force_all: bool,
+    ) -> Generation:
+        """One try on the decision's pod: embeddings it lacks, then Generate until accepted."""
+        indices = self._uncovered(prompt, 0 if force_all else decision.matched_tokens)
+        encode = await self._prepare_embeddings(prompt, indices)
+        generation = await self._generate(prompt, sampling, request_id, decision.pod, encode)
+        generation.ticket = decision.ticket
+        return generation
 
     def _exhausted(self, err: APIError, last: grpc.aio.AioRpcError | None) -> APIError:
         if err.status == 503 and last is not None:
@@ -301,6 +333,11 @@ def with_request_unique_images(prompt: PreparedPrompt) -> PreparedPrompt:
     return dataclasses.replace(
         prompt, input_ids=pad_with_offsets(prompt.input_ids, items), items=items
     )
+
+
+def _close(decision: Decision) -> None:
+    if decision.ticket is not None:
+        decision.ticket.close()
 
 
 def _raise_for_encode(task: asyncio.Task) -> None:

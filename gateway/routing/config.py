@@ -21,14 +21,14 @@ from gateway.routing.plugins import create_plugin
 from gateway.routing.plugins.base import Filter, Picker, Scorer
 
 BUILTIN_POLICIES: dict[str, str] = {
+    # Prefix reuse and load in one unit (see plugins/estimated_wait.py): additive scores
+    # of prefix share and load sent every request sharing a system prompt to one pod.
     "prefix-aware": """
 filters:
   - type: healthy
   - type: not-saturated
 scorers:
-  - {type: prefix, weight: 3}
-  - {type: kv-utilisation, weight: 1}
-  - {type: queue-depth, weight: 1}
+  - {type: estimated-wait, weight: 1}
 picker: {type: max-score}
 """,
     "round-robin": """

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gateway.routing.inflight import InflightLedger
+
 
 @dataclass
 class PodLoad:
@@ -26,6 +28,8 @@ class Pod:
     healthy: bool = False
     refused: str | None = None  # why the pod may never be used (e.g. a fingerprint mismatch)
     load: PodLoad = field(default_factory=PodLoad)
+    # This gateway's own placements, counted at routing time (fresher than `load`).
+    inflight: InflightLedger = field(default_factory=InflightLedger, compare=False, repr=False)
 
     @property
     def usable(self) -> bool:

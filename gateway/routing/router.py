@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from gateway import metrics
 from gateway.errors import APIError
 from gateway.routing.config import RouterConfig
+from gateway.routing.inflight import Ticket
 from gateway.routing.kv_index import KVIndex
 from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
@@ -16,11 +17,14 @@ from gateway.routing.pods import Pod
 
 @dataclass(frozen=True)
 class Decision:
-    """The chosen pod and how many leading prompt tokens its cached prefix covers."""
+    """The chosen pod, how many leading prompt tokens its cached prefix covers, and the
+    placement's ticket in the pod's in-flight ledger (whoever holds the decision closes it
+    when the request ends or goes elsewhere)."""
 
     pod: Pod
     matched_tokens: int
     hashes: list[bytes]
+    ticket: Ticket | None = None
 
 
 class Router:
@@ -62,7 +66,10 @@ class Router:
         metrics.PREFIX_HIT_RATIO.observe(matched / total if total else 0.0)
         hashes = request.block_hashes(pod.page_size)
         self.index.record_decision(pod.address, hashes)
-        return Decision(pod, matched * pod.page_size, hashes)
+        matched_tokens = matched * pod.page_size
+        # Counted now, before any await: the next request routed sees this one.
+        ticket = pod.inflight.open(len(request.input_ids) - matched_tokens)
+        return Decision(pod, matched_tokens, hashes, ticket)
 
 
 def _timed(name: str, call, *args):

@@ -83,6 +83,7 @@ class PodWatcher:
 
     async def _poll_load(self) -> None:
         while True:
+            mine_before = self.pod.inflight.view()
             try:
                 load = await self.stub.GetLoad(llm_pb2.LoadRequest(), timeout=self.timeout_s)
             except grpc.aio.AioRpcError as err:
@@ -97,6 +98,9 @@ class PodWatcher:
                 self.pod.load.running = load.running
                 self.pod.load.waiting = load.waiting
                 self.pod.load.pending_prefill_tokens = load.pending_prefill_tokens
+                self.pod.inflight.observe(
+                    load.running + load.waiting, load.pending_prefill_tokens, mine_before
+                )
             await asyncio.sleep(self.poll_interval_s)
 
     async def _follow_events(self) -> None:

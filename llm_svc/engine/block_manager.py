@@ -66,6 +66,15 @@ class BlockManager:
         seq.num_computed_tokens = len(nodes) * self.page_size
         return seq.num_computed_tokens
 
+    def peek_prefix(self, seq: Sequence) -> int:
+        """Tokens of `seq` the prefix cache holds now, without taking them (a load estimate:
+        they may be evicted before `seq` is admitted)."""
+        if seq.block_table:
+            return seq.num_computed_tokens
+        if self.cache is None:
+            return 0
+        return len(self.cache.match(seq.token_ids[: seq.num_tokens - 1])) * self.page_size
+
     def commit(self, seq: Sequence) -> None:
         """Publish `seq`'s pages whose KV is now complete to the prefix cache.
 

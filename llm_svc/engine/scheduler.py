@@ -164,8 +164,13 @@ class Scheduler:
         self.blocks.release(seq)
 
     def pending_prefill_tokens(self) -> int:
-        """Tokens still to prefill across waiting and running sequences (a load signal)."""
+        """Tokens still to prefill across waiting and running sequences (a load signal).
+
+        A waiting sequence counts only what its cached prefix does not cover: a long
+        conversation's next turn is mostly a cache hit, and counting its whole prompt made
+        the pod that holds the conversation look too busy to route it there."""
         fetching = list(self.fetcher.inflight) if self.fetcher is not None else []
-        return sum(max(0, s.num_uncomputed_tokens - 1) for s in self.running) + sum(
-            s.num_tokens for s in [*self.waiting, *fetching]
+        running = sum(max(0, s.num_uncomputed_tokens - 1) for s in self.running)
+        return running + sum(
+            max(0, s.num_tokens - self.blocks.peek_prefix(s)) for s in [*self.waiting, *fetching]
         )

@@ -69,3 +69,17 @@ def test_preemption_takes_the_newest_and_requeues_it_first(llama_dir):
     assert new.status is SequenceStatus.WAITING and new.num_computed_tokens == 0
     assert new.token_ids[-1] == 7  # its generated token is kept and will be prefilled
     assert scheduler.waiting[0] is new and scheduler.num_preemptions == 1
+
+
+def test_pending_prefill_counts_what_the_prefix_cache_does_not_hold(llama_dir):
+    scheduler = _scheduler(llama_dir, budget=64, max_seqs=1)
+    first = Sequence("first", list(range(16)), SamplingParams())
+    scheduler.add(first)
+    _step(scheduler)  # 16 tokens computed; 4 full pages published to the cache
+    # The next turn resends the 16 tokens plus 6 new ones; it waits (max_seqs=1). The
+    # cache holds its first 16 tokens, so only 6 remain to prefill.
+    turn = Sequence("turn", [*range(16), 90, 91, 92, 93, 94, 95], SamplingParams())
+    stranger = Sequence("stranger", list(range(200, 210)), SamplingParams())
+    scheduler.add(turn)
+    scheduler.add(stranger)
+    assert scheduler.pending_prefill_tokens() == 6 + 10

@@ -23,11 +23,7 @@ def pods(*loads):
 def test_builtin_policies_and_files_load(tmp_path):
     config = load_router_config("prefix-aware")
     assert [f.type for f in config.filters] == ["healthy", "not-saturated"]
-    assert [(s.type, w) for s, w in config.scorers] == [
-        ("prefix", 3.0),
-        ("kv-utilisation", 1.0),
-        ("queue-depth", 1.0),
-    ]
+    assert [(s.type, w) for s, w in config.scorers] == [("estimated-wait", 1.0)]
     path = tmp_path / "router.yaml"
     path.write_text("filters: [{type: healthy}]\nscorers: [{type: prefix, weight: 2}]\n")
     assert load_router_config(str(path)).picker.type == "max-score"
@@ -90,7 +86,7 @@ def test_every_plugin_call_is_timed():
         )
         return value or 0.0
 
-    plugins = ["healthy", "not-saturated", "prefix", "kv-utilisation", "queue-depth", "max-score"]
+    plugins = ["healthy", "not-saturated", "estimated-wait", "max-score"]
     before = {name: count(name) for name in plugins}
     router = Router(load_router_config("prefix-aware"), KVIndex())
     router.route(RoutingRequest(np.arange(8, dtype=np.int64), FINGERPRINT), pods(PodLoad()))
@@ -103,3 +99,32 @@ def test_round_robin_policy_alternates():
     candidates = pods(PodLoad(), PodLoad())
     picks = [router.route(request, candidates).pod.address for _ in range(4)]
     assert picks == ["p0", "p1", "p0", "p1"]
+
+
+def test_a_decision_opens_a_ticket_on_the_chosen_pod():
+    router = Router(load_router_config("prefix-aware"), KVIndex())
+    candidates = pods(PodLoad())
+    decision = router.route(RoutingRequest(np.arange(10, dtype=np.int64), FINGERPRINT), candidates)
+    assert candidates[0].inflight.view().prefill_tokens == 10
+    decision.ticket.close()
+    assert candidates[0].inflight.view().requests == 0
+
+
+def test_a_burst_sharing_a_system_prompt_spreads_over_the_pods():
+    """Every request starts with the same long system prompt. Scoring prefix share and load
+    apart sent them all to the pod that held the prompt; weighed in one unit (with the
+    placements counted as they are made, before any pod reports load) they spread."""
+    system = np.arange(400, dtype=np.int64)
+    index = KVIndex()
+    index.load_snapshot("p0", 0, block_hashes(FINGERPRINT, system, 4))
+    router = Router(load_router_config("prefix-aware"), index)
+    candidates = pods(PodLoad(), PodLoad(), PodLoad(), PodLoad())
+    chosen = []
+    for user in range(16):
+        question = np.arange(1000 + 40 * user, 1040 + 40 * user, dtype=np.int64)
+        request = RoutingRequest(np.concatenate([system, question]), FINGERPRINT)
+        chosen.append(router.route(request, candidates).pod.address)
+    assert chosen[0] == "p0"  # the held prefix wins while the pods are equally idle
+    assert set(chosen) == {"p0", "p1", "p2", "p3"}
+    # The holder still takes more than its share: its prefix saves real work.
+    assert chosen.count("p0") > len(chosen) / 4

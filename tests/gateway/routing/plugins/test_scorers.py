@@ -1,6 +1,7 @@
-"""Scorers `prefix`, `kv-utilisation`, `queue-depth`: values in [0, 1]."""
+"""Scorers `prefix`, `kv-utilisation`, `queue-depth` (values in [0, 1]) and `estimated-wait`."""
 
 import numpy as np
+import pytest
 
 from gateway.routing.kv_index import KVIndex
 from gateway.routing.plugins import create_plugin
@@ -38,3 +39,51 @@ def test_queue_depth_is_min_max_scaled():
     assert create_plugin("queue-depth").score(None, pods, KVIndex()) == [1.0, 0.5, 0.0]
     same = [Pod("a", load=PodLoad(waiting=3)), Pod("b", load=PodLoad(waiting=3))]
     assert create_plugin("queue-depth").score(None, same, KVIndex()) == [1.0, 1.0]
+
+
+def _prompt(n):
+    return RoutingRequest(np.arange(n, dtype=np.int64), FINGERPRINT)
+
+
+def test_estimated_wait_prefers_the_held_prefix_between_equally_idle_pods():
+    ids = np.arange(64, dtype=np.int64)
+    index = KVIndex()
+    index.load_snapshot("b", 0, block_hashes(FINGERPRINT, ids[:48], 4))
+    pods = [Pod("a", page_size=4, healthy=True), Pod("b", page_size=4, healthy=True)]
+    scorer = create_plugin("estimated-wait")
+    request = RoutingRequest(ids, FINGERPRINT)
+    assert scorer.costs(request, pods, index) == [64.0, 16.0]
+    assert scorer.score(request, pods, index) == [17 / 65, 1.0]
+
+
+def test_estimated_wait_adds_other_gateways_load_to_its_own_placements():
+    scorer = create_plugin("estimated-wait", {"decode_tokens": 10})
+    polled = Pod("polled", page_size=4, healthy=True)
+    # Another gateway's work: the pod reports 3 requests and 200 tokens, none of them ours.
+    polled.inflight.observe(3, 200, polled.inflight.view())
+    placed = Pod("placed", page_size=4, healthy=True)
+    placed.inflight.open(50)
+    streaming = placed.inflight.open(7)
+    streaming.first_token()
+    # polled: 200 backlog + 8 uncached + 3 requests x 10; placed: 50 + 8 + 1 stream x 10.
+    assert scorer.costs(_prompt(8), [polled, placed], KVIndex()) == [238.0, 68.0]
+
+
+def test_estimated_wait_moves_off_a_hot_pod_once_its_queue_outweighs_the_prefix():
+    ids = np.arange(256, dtype=np.int64)
+    index = KVIndex()
+    index.load_snapshot("hot", 0, block_hashes(FINGERPRINT, ids, 4))
+    hot, idle = Pod("hot", page_size=4, healthy=True), Pod("idle", page_size=4, healthy=True)
+    scorer = create_plugin("estimated-wait", {"decode_tokens": 64})
+    request = RoutingRequest(ids, FINGERPRINT)
+    for _ in range(3):  # 3 streams: 192 tokens of delay < 256 saved
+        hot.inflight.open(0).first_token()
+    assert scorer.score(request, [hot, idle], index)[0] == 1.0
+    hot.inflight.open(0).first_token()  # a fourth: 256 + 0 vs 256 -> tie
+    hot.inflight.open(0).first_token()  # a fifth: the idle pod is now cheaper
+    assert scorer.score(request, [hot, idle], index)[1] == 1.0
+
+
+def test_estimated_wait_refuses_a_negative_decode_weight():
+    with pytest.raises(ValueError, match="decode_tokens"):
+        create_plugin("estimated-wait", {"decode_tokens": -1})

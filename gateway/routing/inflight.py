@@ -1,0 +1,101 @@
+"""What this gateway has placed on a pod and not yet seen finish.
+
+The pods' own load (GetLoad) arrives every poll interval; requests routed in between would
+all see the same stale numbers and pile onto one pod. So routing also counts its own
+placements, the moment it makes them: a request is *prefilling* from the routing decision
+until its first token (carrying the prompt tokens the pod still has to compute), then
+*decoding* until its stream ends.
+
+A pod's GetLoad answer also counts requests from other gateways. `observe` keeps what the
+answer shows beyond this gateway's own placements: the polled numbers themselves go stale
+between polls (a request that just finished still shows as waiting), and taken at face
+value they sent requests away from the pod that held their prefix.
+
+Every placement is a `Ticket`, closed exactly once whatever happens to the request. A ticket
+that never reached its first token within `stale_after_s` (a start that died between
+routing and dispatch) stops counting, so a leaked ticket cannot skew routing for long.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+STALE_AFTER_S = 120.0
+
+
+@dataclass(frozen=True)
+class InflightView:
+    """A snapshot of one pod's placements by this gateway, and the load beyond them that
+    the pod's last GetLoad answer showed (other gateways' requests)."""
+
+    prefilling: int = 0  # requests routed here, no token yet
+    prefill_tokens: int = 0  # prompt tokens those requests still need computed
+    decoding: int = 0  # requests streaming tokens
+    others_requests: int = 0  # running + waiting beyond ours, at the last poll
+    others_prefill_tokens: int = 0  # pending prefill beyond ours, at the last poll
+
+    @property
+    def requests(self) -> int:
+        return self.prefilling + self.decoding
+
+
+class Ticket:
+    """One placement. `first_token()` moves it from prefilling to decoding; `close()` ends
+    it (both idempotent, in any order)."""
+
+    __slots__ = ("_ledger", "prefill_tokens", "opened_at", "decoding", "closed")
+
+    def __init__(self, ledger: InflightLedger, prefill_tokens: int, now: float) -> None:
+        self._ledger = ledger
+        self.prefill_tokens = prefill_tokens
+        self.opened_at = now
+        self.decoding = False
+        self.closed = False
+
+    def first_token(self) -> None:
+        if not self.closed and not self.decoding:
+            self.decoding = True
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._ledger._tickets.discard(self)
+
+
+class InflightLedger:
+    """One pod's open tickets."""
+
+    def __init__(self, stale_after_s: float = STALE_AFTER_S, clock=time.monotonic) -> None:
+        self._tickets: set[Ticket] = set()
+        self._stale_after_s = stale_after_s
+        self._clock = clock
+        self._others = (0, 0)  # (requests, prefill tokens) beyond ours at the last poll
+
+    def open(self, prefill_tokens: int) -> Ticket:
+        ticket = Ticket(self, max(0, int(prefill_tokens)), self._clock())
+        self._tickets.add(ticket)
+        return ticket
+
+    def observe(self, requests: int, prefill_tokens: int, before: InflightView) -> None:
+        """Record a GetLoad answer (running + waiting, pending prefill tokens); `before` is
+        `view()` from when it was asked for. Our placements are taken at the larger of then
+        and now, so a request of ours that ended in between is not read as someone else's."""
+        after = self.view()
+        self._others = (
+            max(0, requests - max(before.requests, after.requests)),
+            max(0, prefill_tokens - max(before.prefill_tokens, after.prefill_tokens)),
+        )
+
+    def view(self) -> InflightView:
+        now = self._clock()
+        prefilling = prefill_tokens = decoding = 0
+        for ticket in list(self._tickets):
+            if ticket.decoding:
+                decoding += 1
+            elif now - ticket.opened_at > self._stale_after_s:
+                ticket.close()  # never reached a first token: a lost placement
+            else:
+                prefilling += 1
+                prefill_tokens += ticket.prefill_tokens
+        return InflightView(prefilling, prefill_tokens, decoding, *self._others)
