@@ -5,11 +5,14 @@ concurrent callers in small requests. Per model:
 
 - naive: in-process, one runner call per image, no dedup (decode, preprocess, encode; no
   gRPC, no cache — the cheapest possible per-image path);
-- service: the real encoder service (dynamic batching, dedup, preprocessing pool) on
-  loopback, storing every embedding in a real cache service (memory store).
+- service: the real encoder service (dynamic batching, dedup, preprocessing pool) as its own
+  process on loopback, as deployed, storing every embedding in the cache service (memory
+  store, its own process too); the callers run in this process. (Run in one process, the
+  callers' and the cache's gRPC work shared the encoder's GIL and event loop.)
 
 Prints images/s of both, `ratio R` (service / naive) and the dedup ratio the service
-reports. Run: .venv/bin/python -m bench.encoder [--models tiny-qwen2_vl,tiny-idefics3,demo]
+reports (tower calls and images encoded come from its /metrics).
+Run: .venv/bin/python -m bench.encoder [--models tiny-qwen2_vl,tiny-idefics3,demo]
 """
 
 from __future__ import annotations
@@ -82,47 +85,27 @@ def make_items(adapter, files: list[bytes]):
     return items
 
 
-class CountingRunner:
-    """Counts tower calls (to report batches); otherwise the runner itself."""
+def scrape(metrics_url: str) -> dict[str, float]:
+    """Every sample on a /metrics page, by name (labels ignored: summed)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
 
-    def __init__(self, runner) -> None:
-        self._runner = runner
-        self.hidden_size = runner.hidden_size
-        self.calls: list[int] = []
-
-    def preprocess(self, image):
-        return self._runner.preprocess(image)
-
-    def encode(self, prepared):
-        self.calls.append(len(prepared))
-        return self._runner.encode(prepared)
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=5).text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
 
 
-async def service_run(adapter, runner, files, callers: int, per_request: int, wait_ms: float):
+async def call_encoder(address, adapter, files, callers: int, per_request: int) -> float:
+    """Send `files` from `callers` concurrent callers; return the seconds it took."""
     import grpc
 
-    from embedding_cache_svc.server import CacheServer
-    from embedding_cache_svc.settings import CacheSettings
     from encoder_svc.proto import encoder_pb2, encoder_pb2_grpc
-    from encoder_svc.server import EncoderServer, LoadedModel
-    from encoder_svc.settings import EncoderSettings
 
-    cache = CacheServer(CacheSettings(host="127.0.0.1", port=0, metrics_port=0))
-    await cache.start()
-    counting = CountingRunner(runner)
-    settings = EncoderSettings(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=0,
-        cache_address=cache.address,
-        max_wait_ms=wait_ms,
-        max_queue_vision_tokens=1 << 24,
-    )
-    encoder = EncoderServer(settings, model=LoadedModel(counting, adapter.fingerprint))
-    await encoder.start()
     items = make_items(adapter, files)
     shares = [items[caller::callers] for caller in range(callers)]
-    channel = grpc.aio.insecure_channel(encoder.address)
+    channel = grpc.aio.insecure_channel(address)
     stub = encoder_pb2_grpc.EncoderStub(channel)
 
     async def caller(share) -> None:
@@ -138,13 +121,46 @@ async def service_run(adapter, runner, files, callers: int, per_request: int, wa
     try:
         begin = time.perf_counter()
         await asyncio.gather(*(caller(share) for share in shares))
-        elapsed = time.perf_counter() - begin
-        dedup = encoder.metrics.dedup_ratio()
+        return time.perf_counter() - begin
     finally:
         await channel.close()
-        await encoder.stop(grace_s=0)
-        await cache.stop(grace_s=0)
-    return len(files) / elapsed, dedup, counting.calls
+
+
+def service_run(adapter, model: Path, files, args) -> tuple[float, float, float, float]:
+    """images/s, dedup ratio, tower calls, images encoded: the encoder and cache services
+    started as processes (`iris up`'s launcher), driven from here."""
+    from iris.up.platform import Platform, UpConfig
+
+    config = UpConfig(
+        model_dir=model,
+        services=("cache", "encoder"),
+        torch_threads=args.torch_threads,
+        extra_env={
+            "encoder": {
+                "IRIS_ENCODER_MAX_WAIT_MS": str(args.wait_ms),
+                "IRIS_ENCODER_MAX_QUEUE_VISION_TOKENS": str(1 << 24),
+                "IRIS_ENCODER_MAX_ITEM_VISION_TOKENS": str(1 << 16),
+            }
+        },
+    )
+    with Platform(config) as platform:
+        (encoder,) = [s for s in platform.services if s.kind == "encoder"]
+        metrics_url = encoder.health_url.rsplit("/", 1)[0] + "/metrics"
+        warm = [png(999_998, 128, 128)]  # the service's first-call costs are not the workload's
+        asyncio.run(call_encoder(encoder.address, adapter, warm, 1, 1))
+        before = scrape(metrics_url)
+        elapsed = asyncio.run(
+            call_encoder(encoder.address, adapter, files, args.callers, args.per_request)
+        )
+        after = scrape(metrics_url)
+    calls = after["iris_encoder_batch_size_images_count"] - before.get(
+        "iris_encoder_batch_size_images_count", 0.0
+    )
+    encoded = after["iris_encoder_batch_size_images_sum"] - before.get(
+        "iris_encoder_batch_size_images_sum", 0.0
+    )
+    dedup = 1 - encoded / len(files)
+    return len(files) / elapsed, dedup, calls, encoded
 
 
 def bench_model(name: str, args) -> None:
@@ -157,14 +173,12 @@ def bench_model(name: str, args) -> None:
     warm = decode_image(png(999_999, 128, 128))
     runner.encode([runner.preprocess(warm)])  # first-call costs are not the workload's
     naive = naive_images_per_s(runner, files)
-    served, dedup, calls = asyncio.run(
-        service_run(adapter, runner, files, args.callers, args.per_request, args.wait_ms)
-    )
-    mean_batch = sum(calls) / len(calls) if calls else 0.0
+    served, dedup, calls, encoded = service_run(adapter, model_dir(name), files, args)
+    mean_batch = encoded / calls if calls else 0.0
     print(
         f"{name:14s} naive {naive:8.1f} img/s   service {served:8.1f} img/s   "
         f"ratio R {served / naive:5.2f}   dedup ratio {dedup:.3f}   "
-        f"tower calls {len(calls)} (mean batch {mean_batch:.1f}, images encoded {sum(calls)})",
+        f"tower calls {calls:.0f} (mean batch {mean_batch:.1f}, images encoded {encoded:.0f})",
         flush=True,
     )
 

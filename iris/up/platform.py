@@ -38,13 +38,18 @@ class UpConfig:
     torch_threads: int = 1  # per LLM pod / encoder: several pods share the machine's cores
     extra_env: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> env
     startup_timeout_s: float = 180.0
-    services: tuple[str, ...] = ("cache", "encoder", "llm", "gateway")  # which to start
+    # Which to start: the whole platform, or a leading part of it (benchmarks and tests
+    # of one service): ("cache",) or ("cache", "encoder").
+    services: tuple[str, ...] = ("cache", "encoder", "llm", "gateway")
 
     def __post_init__(self) -> None:
         if self.cache not in ("memory", "redis"):
             raise ValueError(f"cache must be memory or redis, got {self.cache!r}")
         if self.router not in ROUTER_POLICIES:
             raise ValueError(f"router must be prefix or round-robin, got {self.router!r}")
+        parts = [("cache",), ("cache", "encoder"), ("cache", "encoder", "llm", "gateway")]
+        if tuple(self.services) not in parts:
+            raise ValueError(f"services must be one of {parts}, got {self.services!r}")
         if self.llm_pods < 1 or self.encoders < 1:
             raise ValueError(
                 f"need at least one LLM pod and one encoder, got {self.llm_pods} and "
@@ -156,6 +161,8 @@ class Platform:
                     {"IRIS_ENCODER_MODEL": model, "IRIS_ENCODER_CACHE_ADDRESS": cache.address},
                 )
             )
+        if "llm" not in self.config.services:
+            return
         for index in range(self.config.llm_pods):
             self.services.append(
                 self._grpc_service(
