@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from typing import Any
 
@@ -127,8 +128,13 @@ class LLMEngine:
         *,
         items: list[Any] | None = None,
         mrope_positions: np.ndarray | None = None,
+        context: contextvars.Context | None = None,
     ) -> Sequence:
         """Queue one request; raises InvalidRequestError (naming value and limit) if bad.
+
+        `context` is the caller's contextvars context for this request: work done for it on
+        other threads (embedding fetches) runs inside it, so tracing spans there join the
+        request's trace.
 
         `items` (iris.multimodal.MultimodalItem: key, offsets, token_count, grid) describe
         the images whose sentinels fill their spans of `prompt_token_ids`; M-RoPE positions
@@ -150,6 +156,7 @@ class LLMEngine:
         if mrope_positions is None and items and self.model_config.mrope_section:
             mrope_positions = self._mrope_positions(len(ids), items)
         seq = Sequence(request_id, ids, params, items=items, mrope_positions=mrope_positions)
+        seq.context = context
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens)
         self.requests[request_id] = seq
         self.scheduler.add(seq)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import itertools
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class Sequence:
         if params.seed is not None:
             self.generator = torch.Generator().manual_seed(params.seed)
         self.detokenizer: Any = None
+        self.context: contextvars.Context | None = None  # the caller's, for off-loop work
         self.embeddings: dict[int, torch.Tensor] = {}
         self.accepted = False
         self.error: Exception | None = None

@@ -7,6 +7,7 @@ if the engine fails mid-way).
 
 from __future__ import annotations
 
+import contextvars
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,9 @@ class Submission:
     params: SamplingParams
     items: list[Any] = field(default_factory=list)
     arrival: float = field(default_factory=time.monotonic)
+    # The request's context (its llm.Generate span current), for work done on its behalf
+    # off the server's event loop (embedding fetches), so those spans join its trace.
+    context: contextvars.Context | None = None
 
     @property
     def image_tokens(self) -> int:

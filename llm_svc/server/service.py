@@ -9,12 +9,14 @@ which frees its pages.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -96,6 +98,7 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
                 stream = self.streams.open(submission.request_id)
             except RequestError as err:
                 await _refuse(context, span, err)
+            submission.context = _context_with(span)
             span.set_attribute("iris.request_id", submission.request_id)
             span.set_attribute("iris.prompt_tokens", len(submission.prompt_token_ids))
             self.worker.submit(submission)
@@ -230,3 +233,12 @@ def _trace_parent(request: llm_pb2.GenerateRequest, context: grpc.aio.ServicerCo
             headers["tracestate"] = request.trace.tracestate
         return extract_headers(headers)
     return parent
+
+
+def _context_with(span: trace.Span) -> contextvars.Context:
+    """A copy of the current context with `span` current in it (for the engine's threads)."""
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        return contextvars.copy_context()
+    finally:
+        otel_context.detach(token)

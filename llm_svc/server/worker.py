@@ -141,6 +141,7 @@ class EngineWorker:
                 submission.prompt_token_ids,
                 submission.params,
                 items=submission.items or None,
+                context=submission.context,
             )
         except Exception as err:  # any refusal concerns this request only
             self._events.append(Rejected(submission.request_id, err))

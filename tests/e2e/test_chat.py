@@ -54,9 +54,16 @@ def test_one_trace_spans_every_service(platform, otlp_session_collector):
     )
     wanted = {"iris-gateway", "iris-encoder", "iris-cache", "iris-llm"}
 
+    def llm_fetched_in_trace(spans) -> bool:
+        """The LLM pod's embedding fetch (on its fetch thread) is a child of its span."""
+        llm_spans = {span.span_id for span in spans if span.service == "iris-llm"}
+        return any(
+            span.service == "iris-cache" and span.parent_span_id in llm_spans for span in spans
+        )
+
     def a_trace_has_all() -> bool:
         return any(
-            wanted <= {span.service for span in spans}
+            wanted <= {span.service for span in spans} and llm_fetched_in_trace(spans)
             for spans in otlp_session_collector.traces().values()
         )
 

@@ -51,7 +51,10 @@ class EmbeddingFetcher:
         assert seq not in self.inflight, "one fetch per sequence at a time"
         items = {index: seq.items[index] for index in indices}
         self.num_fetched += len(items)
-        self.inflight[seq] = self.pool.submit(self._fetch, items)
+        if seq.context is None:
+            self.inflight[seq] = self.pool.submit(self._fetch, items)
+        else:  # in the request's context (a copy: a context runs in one thread at a time)
+            self.inflight[seq] = self.pool.submit(seq.context.copy().run, self._fetch, items)
 
     def _fetch(self, items) -> dict[int, torch.Tensor]:
         out = self.source.fetch(items, self.hidden, self.dtype)
