@@ -327,6 +327,14 @@ def main() -> None:
         print(f"{result.name}:")
         for key, value in summary.items():
             print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
+        slowest = sorted((t for t in result.turns if t.ok), key=lambda t: -t.ttft_s)[:6]
+        print(
+            "  slowest turns (user/turn ttft_ms prompt cached): "
+            + ", ".join(
+                f"{t.user}/{t.turn} {t.ttft_s * 1e3:.0f} {t.prompt_tokens} {t.cached_tokens}"
+                for t in slowest
+            )
+        )
     a, b = summaries
     print(f"ratio TTFT p90 (b)/(a): {b['ttft_p90_ms'] / a['ttft_p90_ms']:.2f}")
     print(
