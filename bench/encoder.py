@@ -11,7 +11,10 @@ concurrent callers in small requests. Per model:
   callers' and the cache's gRPC work shared the encoder's GIL and event loop.)
 
 Prints images/s of both, `ratio R` (service / naive) and the dedup ratio the service
-reports (tower calls and images encoded come from its /metrics).
+reports (tower calls and images encoded come from its /metrics). Then, per model, the
+measured cost of each stage per distinct image and the bound they put on R on this machine:
+the naive path's work over the service's least work (each distinct image prepared and
+encoded once, batched, on every core, with no gRPC, cache or load-generator cost).
 Run: .venv/bin/python -m bench.encoder [--models tiny-qwen2_vl,tiny-idefics3,demo]
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import os
 import random
 import time
 from pathlib import Path
@@ -64,6 +68,35 @@ def naive_images_per_s(runner, files: list[bytes]) -> float:
     for data in files:
         runner.encode([runner.preprocess(decode_image(data))])
     return len(files) / (time.perf_counter() - start)
+
+
+def stage_costs(runner, files: list[bytes], batch: int = 8) -> tuple[float, float, float]:
+    """Seconds per distinct image of (decode + preprocess, a one-image tower call, a tower
+    call in batches of `batch`), measured on the workload's distinct images."""
+    from iris.multimodal import decode_image
+
+    distinct = list(dict.fromkeys(files))
+    start = time.perf_counter()
+    prepared = [runner.preprocess(decode_image(data)) for data in distinct]
+    prepare_s = (time.perf_counter() - start) / len(distinct)
+    start = time.perf_counter()
+    for one in prepared:
+        runner.encode([one])
+    single_s = (time.perf_counter() - start) / len(distinct)
+    start = time.perf_counter()
+    for first in range(0, len(prepared), batch):
+        runner.encode(prepared[first : first + batch])
+    batched_s = (time.perf_counter() - start) / len(distinct)
+    return prepare_s, single_s, batched_s
+
+
+def ratio_bound(files: list[bytes], costs: tuple[float, float, float], cores: int) -> float:
+    """The most R can be here: the naive path pays every image's prepare + single call on
+    one core; the service must at least prepare and (batched) encode each distinct image
+    once, spread over `cores` with no other cost (no gRPC, no cache, no load generator)."""
+    prepare_s, single_s, batched_s = costs
+    distinct = len(set(files))
+    return len(files) * (prepare_s + single_s) * cores / (distinct * (prepare_s + batched_s))
 
 
 def make_items(adapter, files: list[bytes]):
@@ -179,6 +212,15 @@ def bench_model(name: str, args) -> None:
         f"{name:14s} naive {naive:8.1f} img/s   service {served:8.1f} img/s   "
         f"ratio R {served / naive:5.2f}   dedup ratio {dedup:.3f}   "
         f"tower calls {calls:.0f} (mean batch {mean_batch:.1f}, images encoded {encoded:.0f})",
+        flush=True,
+    )
+    costs = stage_costs(runner, files)
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"{'':14s} per distinct image: prepare {costs[0] * 1e3:.2f} ms, tower alone "
+        f"{costs[1] * 1e3:.2f} ms, tower in batches of 8 {costs[2] * 1e3:.2f} ms "
+        f"(batching gain {costs[1] / costs[2]:.2f}x); bound on R here with {cores} cores and "
+        f"no overhead: {ratio_bound(files, costs, cores):.2f}",
         flush=True,
     )
 
