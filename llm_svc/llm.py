@@ -3,6 +3,8 @@ in-process engine; a VLM's images are encoded here by its own vision tower, each
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -123,17 +125,37 @@ class LLM:
         use_tqdm: bool = True,
     ) -> list[GenerateOutput]:
         """Apply the model's chat template to one conversation (a list of {"role",
-        "content"}) or to several, then generate."""
+        "content"}) or to several, then generate.
+
+        Content is a string or OpenAI-style parts. A VLM takes image parts:
+        `{"type": "image", "image": <PIL image or encoded bytes>}` or
+        `{"type": "image_url", "image_url": {"url": "data:image/...;base64,..."}}` (offline:
+        nothing is fetched, so only data URLs)."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        texts = [
-            self.tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=True
-            )
-            for conversation in conversations
-        ]
-        ids = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+        texts, ids, images = [], [], []
+        for index, conversation in enumerate(conversations):
+            pictures = _chat_images(conversation, f"conversation {index}")
+            if self.adapter is not None:
+                try:
+                    text = self.adapter.apply_chat_template(conversation)
+                except ValueError as err:
+                    raise InvalidRequestError("messages", index, str(err)) from None
+                token_ids = self.adapter.encode_prompt(text)
+            elif pictures:
+                raise InvalidRequestError("images", len(pictures), "this model takes no images")
+            else:
+                text = self.tokenizer.apply_chat_template(
+                    conversation, tokenize=False, add_generation_prompt=True
+                )
+                token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            texts.append(text)
+            ids.append(token_ids)
+            images.append(pictures)
         outputs = self.generate(
-            sampling_params=sampling_params, prompt_token_ids=ids, use_tqdm=use_tqdm
+            sampling_params=sampling_params,
+            prompt_token_ids=ids,
+            images=images if any(images) else None,
+            use_tqdm=use_tqdm,
         )
         return [replace(out, prompt=text) for out, text in zip(outputs, texts, strict=True)]
 
@@ -183,3 +205,41 @@ class LLM:
             bar.close()
         if failed is not None:
             raise failed
+
+
+def _chat_images(conversation: list[dict], where: str) -> list:
+    """The images of a conversation's image parts, in order (PIL images or file bytes)."""
+    found = []
+    for message in conversation:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "image":
+                if part.get("image") is None:
+                    raise ValueError(f"{where}: an image part needs its 'image' (PIL or bytes)")
+                found.append(part["image"])
+            elif kind in ("image_url", "input_image"):
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                found.append(_data_url_bytes(url, where))
+    return found
+
+
+def _data_url_bytes(url: object, where: str) -> bytes:
+    if not isinstance(url, str) or not url.startswith("data:"):
+        shown = url[:40] if isinstance(url, str) else url
+        raise ValueError(
+            f"{where}: image URL {shown!r} is not a data: URL; the offline LLM fetches "
+            "nothing (pass the image's bytes as {'type': 'image', 'image': ...})"
+        )
+    header, comma, payload = url.partition(",")
+    if not comma or not header.endswith(";base64"):
+        raise ValueError(f"{where}: an image data URL must be data:<mime>;base64,<data>")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise ValueError(f"{where}: image data URL is not valid base64: {err}") from None

@@ -59,3 +59,9 @@ def test_chat_applies_the_template(llm):
     assert out[0].prompt_token_ids == expected
     two = llm.chat([messages, messages], SamplingParams(temperature=0.0), use_tqdm=False)
     assert two[0].token_ids == two[1].token_ids
+
+
+def test_chat_with_an_image_on_a_text_model_names_the_problem(llm):
+    part = {"type": "image", "image": b"\x89PNG"}
+    with pytest.raises(InvalidRequestError, match="takes no images"):
+        llm.chat([{"role": "user", "content": [part]}], use_tqdm=False)

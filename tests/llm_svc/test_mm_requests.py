@@ -142,3 +142,44 @@ def test_llm_refuses_undecodable_image_bytes_and_runs_nothing(qwen_llm, good):
             use_tqdm=False,
         )  # fmt: skip
     assert not qwen_llm.engine.has_unfinished() and qwen_llm.engine.blocks.num_used == 0
+
+
+def test_chat_takes_image_parts_as_pil_bytes_or_data_url(qwen_llm):
+    import base64
+    import io
+
+    from llm_svc import SamplingParams
+
+    image = make_image(11)
+    png = io.BytesIO()
+    image.save(png, format="PNG")
+    data_url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+
+    def conversation(part):
+        return [{"role": "user", "content": [part, {"type": "text", "text": "What is it?"}]}]
+
+    by_pil = qwen_llm.chat(conversation({"type": "image", "image": image}), params, use_tqdm=False)
+    by_url = qwen_llm.chat(
+        conversation({"type": "image_url", "image_url": {"url": data_url}}), params, use_tqdm=False
+    )
+    # The same as rendering the template and passing the image to generate.
+    text = qwen_llm.adapter.apply_chat_template(conversation({"type": "image"}))
+    direct = qwen_llm.generate(
+        prompt_token_ids=[qwen_llm.adapter.encode_prompt(text)],
+        sampling_params=params,
+        images=[[image]],
+        use_tqdm=False,
+    )
+    assert by_pil[0].prompt == text
+    assert by_pil[0].token_ids == by_url[0].token_ids == direct[0].token_ids
+    assert len(by_pil[0].token_ids) == 4
+
+
+def test_chat_refuses_an_image_it_cannot_have(qwen_llm):
+    remote = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    with pytest.raises(ValueError, match="fetches nothing"):
+        qwen_llm.chat([{"role": "user", "content": [remote]}], use_tqdm=False)
+    broken = {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}
+    with pytest.raises(ValueError, match="not valid base64"):
+        qwen_llm.chat([{"role": "user", "content": [broken]}], use_tqdm=False)
