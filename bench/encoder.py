@@ -11,7 +11,8 @@ concurrent callers in small requests. Per model:
   callers' and the cache's gRPC work shared the encoder's GIL and event loop.)
 
 Prints images/s of both, `ratio R` (service / naive) and the dedup ratio the service
-reports (tower calls and images encoded come from its /metrics). Then, per model, the
+reports (tower calls and images encoded come from its /metrics). `--device cuda` runs both
+paths on the GPU in bfloat16 (the service's own CUDA setting). Then, per model, the
 measured cost of each stage per distinct image and the bound they put on R on this machine:
 the naive path's work over the service's least work (each distinct image prepared and
 encoded once, batched, on every core, with no gRPC, cache or load-generator cost).
@@ -67,7 +68,16 @@ def naive_images_per_s(runner, files: list[bytes]) -> float:
     start = time.perf_counter()
     for data in files:
         runner.encode([runner.preprocess(decode_image(data))])
+    synchronize(runner)
     return len(files) / (time.perf_counter() - start)
+
+
+def synchronize(runner) -> None:
+    """Wait for the runner's device (CUDA work is asynchronous; host clocks need this)."""
+    import torch
+
+    if torch.device(runner.device).type == "cuda":
+        torch.cuda.synchronize(runner.device)
 
 
 def stage_costs(runner, files: list[bytes], batch: int = 8) -> tuple[float, float, float]:
@@ -82,10 +92,12 @@ def stage_costs(runner, files: list[bytes], batch: int = 8) -> tuple[float, floa
     start = time.perf_counter()
     for one in prepared:
         runner.encode([one])
+    synchronize(runner)
     single_s = (time.perf_counter() - start) / len(distinct)
     start = time.perf_counter()
     for first in range(0, len(prepared), batch):
         runner.encode(prepared[first : first + batch])
+    synchronize(runner)
     batched_s = (time.perf_counter() - start) / len(distinct)
     return prepare_s, single_s, batched_s
 
@@ -173,6 +185,7 @@ def service_run(adapter, model: Path, files, args) -> tuple[float, float, float,
                 "IRIS_ENCODER_MAX_WAIT_MS": str(args.wait_ms),
                 "IRIS_ENCODER_MAX_QUEUE_VISION_TOKENS": str(1 << 24),
                 "IRIS_ENCODER_MAX_ITEM_VISION_TOKENS": str(1 << 16),
+                "IRIS_ENCODER_DEVICE": args.device,
             }
         },
     )
@@ -197,11 +210,15 @@ def service_run(adapter, model: Path, files, args) -> tuple[float, float, float,
 
 
 def bench_model(name: str, args) -> None:
+    import torch
+
     from iris.models import load_adapter
     from iris.multimodal import decode_image
 
     adapter = load_adapter(model_dir(name))
-    runner = adapter.vision_runner()
+    # Both paths on the same device and dtype: the service runs bfloat16 on CUDA.
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    runner = adapter.vision_runner(device=args.device, dtype=dtype)
     files = workload(args.images, args.duplicates)
     warm = decode_image(png(999_999, 128, 128))
     runner.encode([runner.preprocess(warm)])  # first-call costs are not the workload's
@@ -233,6 +250,7 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=8)
     parser.add_argument("--per-request", type=int, default=2)
     parser.add_argument("--wait-ms", type=float, default=5.0)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument(
         "--torch-threads",
         type=int,
@@ -246,7 +264,7 @@ def main() -> None:
     print(
         f"{args.images} images, {args.duplicates:.0%} duplicates, {args.callers} callers, "
         f"{args.per_request} images per request, max_wait {args.wait_ms} ms, "
-        f"{args.torch_threads} torch thread(s)",
+        f"{args.torch_threads} torch thread(s), device {args.device}",
         flush=True,
     )
     for name in args.models.split(","):
