@@ -44,13 +44,16 @@ class EndpointSliceDiscovery:
         *,
         interval_s: float,
         port_name: str = "grpc",
+        api=None,
     ) -> None:
+        """`api`: a kubernetes DiscoveryV1Api; by default one from the in-cluster config,
+        else the kubeconfig."""
         self.namespace = namespace
         self.service = service
         self.on_change = on_change
         self.interval_s = interval_s
         self.port_name = port_name
-        self._api = None
+        self._api = api
         self._last: list[str] | None = None
 
     def _list(self) -> list[dict]:
@@ -65,7 +68,15 @@ class EndpointSliceDiscovery:
         result = self._api.list_namespaced_endpoint_slice(
             self.namespace, label_selector=f"{SERVICE_NAME_LABEL}={self.service}"
         )
-        return [self._api.api_client.sanitize_for_serialization(s) for s in result.items]
+        slices = [self._api.api_client.sanitize_for_serialization(s) for s in result.items]
+        # The API server applies the selector; checking it again here costs nothing and
+        # keeps another Service's endpoints out if a server (or an emulator) ignores it.
+        return [
+            item
+            for item in slices
+            if ((item.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL)
+            == self.service
+        ]
 
     async def run(self) -> None:
         while True:
