@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import contextlib
+
+from prometheus_client import Counter, Gauge, Histogram
 
 from iris import metrics as names
 
@@ -33,3 +35,26 @@ EMBEDDING_HITS = Counter(
 )
 ENCODE_DISPATCHED = Counter(names.GATEWAY_ENCODE_DISPATCHED, "images sent to an encoder")
 RETRIES = Counter(names.GATEWAY_RETRIES, "dispatch retries", [names.LABEL_REASON])
+POD_REQUESTS_IN_FLIGHT = Gauge(
+    names.GATEWAY_POD_REQUESTS_IN_FLIGHT,
+    "requests this gateway placed on the LLM pod that have not finished",
+    [names.LABEL_LLM_POD],
+)
+POD_PREFILL_TOKENS_IN_FLIGHT = Gauge(
+    names.GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT,
+    "prompt tokens of this gateway's requests on the LLM pod still awaiting a first token",
+    [names.LABEL_LLM_POD],
+)
+
+
+def show_inflight(address: str, requests: int, prefill_tokens: int) -> None:
+    """Publish routing's count of one pod's placements (refreshed on each load poll)."""
+    POD_REQUESTS_IN_FLIGHT.labels(address).set(requests)
+    POD_PREFILL_TOKENS_IN_FLIGHT.labels(address).set(prefill_tokens)
+
+
+def forget_pod(address: str) -> None:
+    """Drop a removed pod's series."""
+    for gauge in (POD_REQUESTS_IN_FLIGHT, POD_PREFILL_TOKENS_IN_FLIGHT):
+        with contextlib.suppress(KeyError):  # never shown
+            gauge.remove(address)

@@ -37,6 +37,7 @@ METRICS_PORTS: dict[str, int] = {
 # --- label names ---------------------------------------------------------------------
 LABEL_MODEL = "model"
 LABEL_POD = "pod"
+LABEL_LLM_POD = "llm_pod"  # an LLM pod's address, on the gateway's metrics ("pod" is the target's)
 LABEL_OP = "op"  # cache operation: put, get, reserve, wait, ...
 LABEL_STORE = "store"  # cache store: memory, redis
 LABEL_REASON = "reason"  # discard / failure reason
@@ -96,6 +97,9 @@ GATEWAY_PREFIX_HIT_RATIO = "iris_gateway_routed_prefix_ratio"  # histogram, 0..1
 GATEWAY_EMBEDDING_HITS = "iris_gateway_embedding_hits_total"  # counter
 GATEWAY_ENCODE_DISPATCHED = "iris_gateway_encode_dispatched_total"  # counter
 GATEWAY_RETRIES = "iris_gateway_retries_total"  # counter, label reason
+# This gateway's placements per LLM pod (routing's own count; label llm_pod = address).
+GATEWAY_POD_REQUESTS_IN_FLIGHT = "iris_gateway_pod_requests_in_flight"  # gauge
+GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT = "iris_gateway_pod_prefill_tokens_in_flight"  # gauge
 
 # --- operator ------------------------------------------------------------------------
 OPERATOR_DESIRED_REPLICAS = "iris_operator_desired_replicas"  # gauge, labels deployment,kind

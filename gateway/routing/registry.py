@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from gateway import metrics
 from gateway.clients.channels import open_channel
 from gateway.routing.kv_index import KVIndex
 from gateway.routing.pods import Pod
@@ -72,6 +73,7 @@ class PodRegistry:
         await asyncio.gather(connection.task, return_exceptions=True)
         await connection.channel.close()
         self.index.forget(address)
+        metrics.forget_pod(address)
         log.info("LLM pod %s left", address)
 
     async def close(self) -> None:

@@ -9,6 +9,7 @@ import logging
 
 import grpc
 
+from gateway import metrics
 from gateway.routing.kv_index import KVEventRecord, KVIndex
 from gateway.routing.pods import Pod
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
@@ -101,6 +102,8 @@ class PodWatcher:
                 self.pod.inflight.observe(
                     load.running + load.waiting, load.pending_prefill_tokens, mine_before
                 )
+            mine = self.pod.inflight.view()
+            metrics.show_inflight(self.pod.address, mine.requests, mine.prefill_tokens)
             await asyncio.sleep(self.poll_interval_s)
 
     async def _follow_events(self) -> None:

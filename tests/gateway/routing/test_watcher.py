@@ -106,3 +106,29 @@ async def test_an_unreachable_pod_is_not_usable():
     finally:
         task.cancel()
         await channel.close()
+
+
+async def test_each_poll_publishes_the_pods_in_flight_count(fake_pod):
+    from prometheus_client import REGISTRY
+
+    from gateway import metrics
+    from iris import metrics as names
+
+    def shown(name):
+        return REGISTRY.get_sample_value(name, {names.LABEL_LLM_POD: address})
+
+    address, _ = fake_pod
+    pod, channel, task = await start(address, KVIndex())
+    try:
+        pod.inflight.open(120)
+        streaming = pod.inflight.open(30)
+        streaming.first_token()
+        await eventually(lambda: shown(names.GATEWAY_POD_REQUESTS_IN_FLIGHT) == 2)
+        assert shown(names.GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT) == 120
+        streaming.close()
+        await eventually(lambda: shown(names.GATEWAY_POD_REQUESTS_IN_FLIGHT) == 1)
+    finally:
+        task.cancel()
+        await channel.close()
+    metrics.forget_pod(address)  # what the registry does when a pod leaves
+    assert shown(names.GATEWAY_POD_REQUESTS_IN_FLIGHT) is None
