@@ -333,16 +333,20 @@ def causal_bound() -> Bound:
     2. What one burst costs. `burst_over_slo_s(k)` counts the seconds over the SLO of a
        burst on k ready LLM pods with no queue, until the reaction serves. Fewer ready pods
        or a queue left from before only lengthen the queue and the delay, so a burst that
-       meets at most k pods costs at least that much. A burst is 20 requests/s wherever it
-       starts (10x the base rate, above the ramp), so the cost depends only on k and on
-       where in a decision period the burst starts; the trace's bursts start on a decision,
-       where the reaction comes latest.
+       starts on a decision and meets at most k pods costs at least that much. A burst is
+       20 requests/s wherever it starts (10x the base rate, above the ramp), so the cost
+       depends only on k and on where in a decision period the burst starts: on a decision
+       the reaction comes latest, and the cost is the largest (a burst later in the period
+       is seen sooner). The trace's bursts start on decisions; step 3 moves a burst to the
+       start of a decision period, so that cost is the one it needs.
     3. The policy must hold enough pods whenever a burst could start. Let k_need be the
        fewest LLM pods on which one burst stays within the budget. P changes only at
        decisions; if P is below k_need in a decision period that starts at d, the trace
        with the next burst moved to d is the same up to d, so P(d) is the same there, and
        that burst alone is over budget. So P >= k_need in every decision period whose start
-       a burst could take. Generously, the policy may know that there are exactly three
+       a burst could take. (The 15 s period is the simulator's; with a decision every
+       second a burst on 4 pods still costs 53 s, over the 36 s budget, so k_need and the
+       bound stay the same.) Generously, the policy may know that there are exactly three
        bursts: a burst cannot then start inside another, nor after the third has started.
     4. Any second without a ready LLM pod, or without a ready encoder, is over the SLO (the
        delay is infinite), so each pool pays for at least one pod on every second but the
@@ -364,7 +368,8 @@ def causal_bound() -> Bound:
     bursts = [60 * minute for minute in BURST_STARTS_MIN]
     peak_pods = StaticPeak.llm  # enough for the peak rate: a burst on these builds no queue
     per_burst = {k: [burst_over_slo_s(k, b) for b in bursts] for k in range(peak_pods + 1)}
-    # The cheapest of the trace's bursts: what one burst costs at least wherever it starts.
+    # Each of the trace's bursts starts on a decision (the most costly place in a period,
+    # which is where step 3 moves a burst); the cheapest of them is what one burst costs.
     over_by_pods = {k: min(costs) for k, costs in per_burst.items()}
     # peak_pods + 1 if even static peak's pods missed the budget (they do not here).
     one = next((k for k in range(peak_pods + 1) if over_by_pods[k] <= budget_s), peak_pods + 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from fastapi import APIRouter
@@ -14,6 +15,7 @@ from gateway.api.generation import (
     Choice,
     Job,
     apply,
+    closer,
     collect,
     merged,
     new_request_id,
@@ -74,8 +76,6 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
                 requested, prompt.prompt_tokens, gateway.max_model_len(), param
             )
             inference.span.set_max_tokens(max_tokens)
-            decision = gateway.dispatcher.route(prompt)
-            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
             jobs = [
                 Job(
                     i,
@@ -87,10 +87,12 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
                         top_logprobs=body.top_logprobs or 0,
                         choice=i,
                     ),
-                    decision if i == 0 else None,
                 )
                 for i in range(body.n)
             ]
+            # Routed last: a decision opens an in-flight ticket, which start_all now owns.
+            jobs[0].decision = gateway.dispatcher.route(prompt)
+            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
             generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:
         inference.close(err)
@@ -99,7 +101,7 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         chunks = _stream(generations, inference, request_id, created, model, include_usage, started)
-        return event_stream(chunks, inference.close, _pod_header(generations))
+        return event_stream(chunks, closer(generations, inference), _pod_header(generations))
     try:
         choices = await collect(generations)
     except BaseException as err:
@@ -155,17 +157,19 @@ async def _stream(generations, inference, request_id, created, model, include_us
     for choice in choices:
         yield chunk([delta(choice.index, {"role": "assistant", "content": ""})])
     first_token = True
-    async for index, message in merged(generations):
-        apply(choices[index], message)
-        kind = message.WhichOneof("kind")
-        if kind == "tokens":
-            if first_token:
-                first_token = False
-                metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
-            logprobs = chat_logprobs(message.tokens.logprobs) if message.tokens.logprobs else None
-            yield chunk([delta(index, {"content": message.tokens.text}, logprobs)])
-        elif kind == "finished":
-            yield chunk([delta(index, {}, None, choices[index].finish_reason)])
+    async with contextlib.aclosing(merged(generations)) as messages:
+        async for index, message in messages:
+            apply(choices[index], message)
+            kind = message.WhichOneof("kind")
+            if kind == "tokens":
+                if first_token:
+                    first_token = False
+                    metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
+                tokens = message.tokens
+                logprobs = chat_logprobs(tokens.logprobs) if tokens.logprobs else None
+                yield chunk([delta(index, {"content": tokens.text}, logprobs)])
+            elif kind == "finished":
+                yield chunk([delta(index, {}, None, choices[index].finish_reason)])
     usage = usage_of(generations, choices, [0] * len(choices))
     inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
     if include_usage:

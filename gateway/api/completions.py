@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from fastapi import APIRouter
@@ -14,6 +15,8 @@ from gateway.api.generation import (
     Choice,
     Job,
     apply,
+    close_decisions,
+    closer,
     collect,
     merged,
     new_request_id,
@@ -70,8 +73,10 @@ def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
 
 
 def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
-    """One job per (prompt, choice); choice index = prompt index * n + j."""
-    jobs, prompt_of_choice = [], []
+    """One job per (prompt, choice); choice index = prompt index * n + j. Every prompt and
+    its sampling params are checked before any is routed: a routing decision opens an
+    in-flight ticket, which a later 4xx would leave open."""
+    jobs, prompt_of_choice, routed = [], [], []
     for p, source in enumerate(sources):
         param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
         prompt = (
@@ -82,7 +87,6 @@ def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
         max_tokens = resolve_max_tokens(
             body.max_tokens, prompt.prompt_tokens, gateway.max_model_len(), "max_tokens"
         )
-        decision = gateway.dispatcher.route(prompt)
         for j in range(body.n):
             sampling = sampling_params(
                 body,
@@ -91,8 +95,15 @@ def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
                 top_logprobs=body.logprobs or 0,
                 choice=j,
             )
-            jobs.append(Job(len(jobs), prompt, sampling, decision if j == 0 else None))
+            jobs.append(Job(len(jobs), prompt, sampling))
             prompt_of_choice.append(p)
+        routed.append(jobs[-body.n])  # the prompt's first choice takes its decision
+    try:
+        for job in routed:
+            job.decision = gateway.dispatcher.route(job.prompt)
+    except BaseException:
+        close_decisions(routed)  # a later prompt found no pod
+        raise
     return jobs, prompt_of_choice
 
 
@@ -134,7 +145,7 @@ async def completions(body: CompletionRequest, gateway: GatewayDep):
             include_usage,
             started,
         )
-        return event_stream(chunks, inference.close, _pod_header(generations))
+        return event_stream(chunks, closer(generations, inference), _pod_header(generations))
     try:
         choices = await collect(generations)
     except BaseException as err:
@@ -183,38 +194,39 @@ async def _stream(
     choices = [Choice(i) for i in range(len(generations))]
     offsets = [0] * len(generations)
     first_token = True
-    async for index, message in merged(generations):
-        apply(choices[index], message)
-        kind = message.WhichOneof("kind")
-        if kind == "tokens":
-            if first_token:
-                first_token = False
-                metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
-            logprobs = None
-            if message.tokens.logprobs:
-                logprobs = completion_logprobs(message.tokens.logprobs, offsets[index])
-            offsets[index] += len(message.tokens.text)
-            yield chunk(
-                [
-                    {
-                        "index": index,
-                        "text": message.tokens.text,
-                        "logprobs": logprobs,
-                        "finish_reason": None,
-                    }
-                ]
-            )
-        elif kind == "finished":
-            yield chunk(
-                [
-                    {
-                        "index": index,
-                        "text": "",
-                        "logprobs": None,
-                        "finish_reason": choices[index].finish_reason,
-                    }
-                ]
-            )
+    async with contextlib.aclosing(merged(generations)) as messages:
+        async for index, message in messages:
+            apply(choices[index], message)
+            kind = message.WhichOneof("kind")
+            if kind == "tokens":
+                if first_token:
+                    first_token = False
+                    metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
+                logprobs = None
+                if message.tokens.logprobs:
+                    logprobs = completion_logprobs(message.tokens.logprobs, offsets[index])
+                offsets[index] += len(message.tokens.text)
+                yield chunk(
+                    [
+                        {
+                            "index": index,
+                            "text": message.tokens.text,
+                            "logprobs": logprobs,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            elif kind == "finished":
+                yield chunk(
+                    [
+                        {
+                            "index": index,
+                            "text": "",
+                            "logprobs": None,
+                            "finish_reason": choices[index].finish_reason,
+                        }
+                    ]
+                )
     usage = usage_of(generations, choices, prompt_of_choice)
     inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
     if include_usage:

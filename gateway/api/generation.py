@@ -8,8 +8,9 @@ their chunks, tagged with the choice index, into one stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from gateway.dispatch import Generation
@@ -58,6 +59,8 @@ async def start_all(gateway: Gateway, jobs: Sequence[Job], request_id: str) -> l
     try:
         return list(await asyncio.gather(*tasks))
     except BaseException:
+        # A task cancelled before it ran never reached the code that closes its ticket.
+        close_decisions(jobs)
         for task in tasks:
             if not task.done():
                 task.cancel()
@@ -68,13 +71,42 @@ async def start_all(gateway: Gateway, jobs: Sequence[Job], request_id: str) -> l
         raise
 
 
+def close_decisions(jobs: Sequence[Job]) -> None:
+    """Close the in-flight tickets of jobs' routing decisions (a request that will not run;
+    closing twice is harmless)."""
+    for job in jobs:
+        if job.decision is not None and job.decision.ticket is not None:
+            job.decision.ticket.close()
+
+
+def cancel_all(generations: Sequence[Generation]) -> None:
+    """Stop every generation's work on its pod and close its ticket (idempotent)."""
+    for generation in generations:
+        generation.cancel()
+
+
+def closer(generations: Sequence[Generation], inference) -> Callable[[BaseException | None], None]:
+    """A stream's `on_close`: stop what is left of the generations (their pod work and
+    in-flight tickets), then end the request's telemetry with the error, if any."""
+
+    def close(error: BaseException | None) -> None:
+        cancel_all(generations)
+        inference.close(error)
+
+    return close
+
+
 async def merged(
     generations: Sequence[Generation],
 ) -> AsyncIterator[tuple[int, llm_pb2.GenerateResponse]]:
     """Every generation's messages as (choice index, message), interleaved as they come."""
     if len(generations) == 1:
-        async for message in generations[0].responses():
-            yield 0, message
+        try:
+            async with contextlib.aclosing(generations[0].responses()) as responses:
+                async for message in responses:
+                    yield 0, message
+        finally:
+            generations[0].cancel()  # a no-op once finished; stops the pod's work if not
         return
     queue: asyncio.Queue = asyncio.Queue()
     done = object()
@@ -121,8 +153,9 @@ def apply(choice: Choice, message: llm_pb2.GenerateResponse) -> None:
 async def collect(generations: Sequence[Generation]) -> list[Choice]:
     """Run every generation to its end."""
     choices = [Choice(i) for i in range(len(generations))]
-    async for index, message in merged(generations):
-        apply(choices[index], message)
+    async with contextlib.aclosing(merged(generations)) as messages:
+        async for index, message in messages:
+            apply(choices[index], message)
     return choices
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 
@@ -16,19 +18,46 @@ def sse(payload: dict) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
+class _ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that always closes its body and calls `on_done` once it ends:
+    sent in full, the client gone before or during the body, or the server stopping.
+    (Starlette drops the body iterator of a stream it cancels, and a generator that never
+    started runs no `finally`.)"""
+
+    def __init__(self, content, on_done: Callable[[], None], **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self._on_done = on_done
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+            self._on_done()
+
+
 def event_stream(
     chunks: AsyncIterator[dict],
     on_close: Callable[[BaseException | None], None],
     headers: dict[str, str] | None = None,
 ) -> StreamingResponse:
     """Stream `chunks` as SSE; an error after acceptance becomes an error event (the status
-    line is already sent), and the stream always ends with [DONE]."""
+    line is already sent), and the stream always ends with [DONE]. `on_close` runs exactly
+    once, with the error if there was one (the client leaving is a CancelledError)."""
+    closed = False
+
+    def close(error: BaseException | None) -> None:
+        nonlocal closed
+        if not closed:
+            closed = True
+            on_close(error)
 
     async def body():
         error = None
         try:
-            async for chunk in chunks:
-                yield sse(chunk)
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    yield sse(chunk)
         except APIError as err:
             error = err
             yield sse(err.body())
@@ -36,11 +65,15 @@ def event_stream(
             error = err
             raise
         finally:
-            on_close(error)
+            close(error)
         yield DONE
 
-    return StreamingResponse(
+    def done() -> None:  # the body never ran, or stopped without its finally
+        close(asyncio.CancelledError("the stream ended before its last chunk"))
+
+    return _ClosingStreamingResponse(
         body(),
+        done,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
     )

@@ -3,13 +3,15 @@
 The pods' own load (GetLoad) arrives every poll interval; requests routed in between would
 all see the same stale numbers and pile onto one pod. So routing also counts its own
 placements, the moment it makes them: a request is *prefilling* from the routing decision
-until its first token (carrying the prompt tokens the pod still has to compute), then
-*decoding* until its stream ends.
+until its first token (carrying the prompt tokens the pod did not hold when it was routed,
+which the pod computes before that token), then *decoding* until its stream ends.
 
 A pod's GetLoad answer also counts requests from other gateways. `observe` keeps what the
 answer shows beyond this gateway's own placements: the polled numbers themselves go stale
 between polls (a request that just finished still shows as waiting), and taken at face
-value they sent requests away from the pod that held their prefix.
+value they sent requests away from the pod that held their prefix. The estimate errs low:
+our placements count in full even while a request is still being encoded or is part way
+through its prefill, so they can hide some of the others' load, never add to it.
 
 Every placement is a `Ticket`, closed exactly once whatever happens to the request. A ticket
 that never reached its first token within `stale_after_s` (a start that died between
@@ -32,7 +34,7 @@ class InflightView:
     prefilling: int = 0  # requests routed here, no token yet
     prefill_tokens: int = 0  # prompt tokens those requests still need computed
     decoding: int = 0  # requests streaming tokens
-    others_requests: int = 0  # running + waiting beyond ours, at the last poll
+    others_running: int = 0  # running requests beyond ours, at the last poll
     others_prefill_tokens: int = 0  # pending prefill beyond ours, at the last poll
 
     @property
@@ -70,20 +72,20 @@ class InflightLedger:
         self._tickets: set[Ticket] = set()
         self._stale_after_s = stale_after_s
         self._clock = clock
-        self._others = (0, 0)  # (requests, prefill tokens) beyond ours at the last poll
+        self._others = (0, 0)  # (running, prefill tokens) beyond ours at the last poll
 
     def open(self, prefill_tokens: int) -> Ticket:
         ticket = Ticket(self, max(0, int(prefill_tokens)), self._clock())
         self._tickets.add(ticket)
         return ticket
 
-    def observe(self, requests: int, prefill_tokens: int, before: InflightView) -> None:
-        """Record a GetLoad answer (running + waiting, pending prefill tokens); `before` is
+    def observe(self, running: int, prefill_tokens: int, before: InflightView) -> None:
+        """Record a GetLoad answer (running requests, pending prefill tokens); `before` is
         `view()` from when it was asked for. Our placements are taken at the larger of then
         and now, so a request of ours that ended in between is not read as someone else's."""
         after = self.view()
         self._others = (
-            max(0, requests - max(before.requests, after.requests)),
+            max(0, running - max(before.requests, after.requests)),
             max(0, prefill_tokens - max(before.prefill_tokens, after.prefill_tokens)),
         )
 

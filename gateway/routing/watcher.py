@@ -99,9 +99,7 @@ class PodWatcher:
                 self.pod.load.running = load.running
                 self.pod.load.waiting = load.waiting
                 self.pod.load.pending_prefill_tokens = load.pending_prefill_tokens
-                self.pod.inflight.observe(
-                    load.running + load.waiting, load.pending_prefill_tokens, mine_before
-                )
+                self.pod.inflight.observe(load.running, load.pending_prefill_tokens, mine_before)
             mine = self.pod.inflight.view()
             metrics.show_inflight(self.pod.address, mine.requests, mine.prefill_tokens)
             await asyncio.sleep(self.poll_interval_s)

@@ -67,13 +67,17 @@ class BlockManager:
         return seq.num_computed_tokens
 
     def peek_prefix(self, seq: Sequence) -> int:
-        """Tokens of `seq` the prefix cache holds now, without taking them (a load estimate:
-        they may be evicted before `seq` is admitted)."""
+        """Tokens of `seq` the prefix cache holds, without taking them: a load estimate
+        (they may be evicted before `seq` is admitted). Looked up once per sequence, since
+        the engine asks after every step and a long prompt's walk is not free."""
         if seq.block_table:
             return seq.num_computed_tokens
         if self.cache is None:
             return 0
-        return len(self.cache.match(seq.token_ids[: seq.num_tokens - 1])) * self.page_size
+        if seq.peeked_prefix_tokens is None:
+            matched = self.cache.match(seq.token_ids[: seq.num_tokens - 1])
+            seq.peeked_prefix_tokens = len(matched) * self.page_size
+        return seq.peeked_prefix_tokens
 
     def commit(self, seq: Sequence) -> None:
         """Publish `seq`'s pages whose KV is now complete to the prefix cache.

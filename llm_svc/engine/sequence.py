@@ -82,6 +82,7 @@ class Sequence:
             self.generator = torch.Generator().manual_seed(params.seed)
         self.detokenizer: Any = None
         self.context: contextvars.Context | None = None  # the caller's, for off-loop work
+        self.peeked_prefix_tokens: int | None = None  # cached prefix seen while waiting
         self.embeddings: dict[int, torch.Tensor] = {}
         self.accepted = False
         self.error: Exception | None = None

@@ -14,7 +14,9 @@ prefill a decoding stream takes one token of each step's token budget, so by def
 counts as one: the prefill queued ahead is what delays a first token, and a long cached
 prefix is worth keeping until its pod's queue outweighs it. Pods whose steps slow down with
 many streams can raise it. (On the 2-core CPU machine, where every pod shares the cores,
-64 spread requests wider, lost prefix hits and raised TTFT in bench/workload.py.)
+decode_tokens=64 spread requests wider, lost prefix hits and raised TTFT in
+bench/workload.py.) Streams are this gateway's decoding requests plus the others' running
+ones; the others' waiting requests are in the backlog already, as their prefill tokens.
 
 Score: the cheapest candidate's cost over this pod's (1 for the best, in (0, 1]).
 """
@@ -42,7 +44,7 @@ class EstimatedWait(Scorer):
             uncached = max(0, prompt_tokens - matched * pod.page_size)
             seen = pod.inflight.view()
             backlog = seen.prefill_tokens + seen.others_prefill_tokens
-            streams = seen.decoding + seen.others_requests
+            streams = seen.decoding + seen.others_running
             costs.append(backlog + uncached + self.decode_tokens * streams)
         return costs
 

@@ -220,3 +220,36 @@ def test_api_keys_are_enforced_when_configured(qwen_gateway_parts, model_name):
         assert keyed.post("/v1/chat/completions", json=body, headers=right).status_code == 200
         assert keyed.get("/v1/models").status_code == 401
         assert keyed.get("/healthz").status_code == 200
+
+
+def test_no_request_leaves_an_in_flight_ticket_open(client, model_name, fresh_script):
+    """Routing counts each placement until its request ends; every way a request can end
+    (done, streamed, refused, invalid after routing would have happened, n choices, a
+    completions batch with a bad prompt, the client leaving mid-stream) closes it."""
+    pod, _ = fresh_script
+    gateway = client.app.state.gateway
+    (routed_pod,) = gateway.registry.pods()
+
+    def open_tickets() -> int:
+        return routed_pod.inflight.view().requests
+
+    hi = [{"role": "user", "content": "hi"}]
+    chat = "/v1/chat/completions"
+    assert client.post(chat, json={"model": model_name, "messages": hi}).status_code == 200
+    streamed = client.post(chat, json={"model": model_name, "messages": hi, "stream": True})
+    assert streamed.status_code == 200
+    assert client.post(chat, json={"model": model_name, "messages": hi, "n": 2}).status_code == 200
+    bad_stop = {"model": model_name, "messages": hi, "stop": [""]}
+    assert client.post(chat, json=bad_stop).status_code == 400
+    pod.script.refusals.append((grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full"))
+    assert client.post(chat, json={"model": model_name, "messages": hi}).status_code == 429
+    # The second prompt is too long: the first must not stay routed.
+    batch = {"model": model_name, "prompt": ["hello", "x " * 5000], "max_tokens": 2}
+    assert client.post("/v1/completions", json=batch).status_code == 400
+    pod.script.text = ["tok"] * 200
+    body = {"model": model_name, "messages": hi, "stream": True}
+    with client.stream("POST", chat, json=body) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                break  # leave after the first event
+    eventually(lambda: open_tickets() == 0)

@@ -47,12 +47,12 @@ def test_a_poll_keeps_only_the_load_beyond_our_own_placements():
     ledger = InflightLedger()
     ours = ledger.open(300)
     before = ledger.view()
-    ledger.observe(3, 500, before)  # the pod: 3 requests, 500 tokens; 1 and 300 are ours
-    assert ledger.view().others_requests == 2
+    ledger.observe(3, 500, before)  # the pod: 3 running, 500 tokens; 1 and 300 are ours
+    assert ledger.view().others_running == 2
     assert ledger.view().others_prefill_tokens == 200
     # A stale answer: it still shows our request, which has ended since it was asked for.
     before = ledger.view()
     ours.close()
     ledger.observe(1, 300, before)
     view = ledger.view()
-    assert (view.requests, view.others_requests, view.others_prefill_tokens) == (0, 0, 0)
+    assert (view.requests, view.others_running, view.others_prefill_tokens) == (0, 0, 0)

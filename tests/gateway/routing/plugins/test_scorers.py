@@ -59,13 +59,13 @@ def test_estimated_wait_prefers_the_held_prefix_between_equally_idle_pods():
 def test_estimated_wait_adds_other_gateways_load_to_its_own_placements():
     scorer = create_plugin("estimated-wait", {"decode_tokens": 10})
     polled = Pod("polled", page_size=4, healthy=True)
-    # Another gateway's work: the pod reports 3 requests and 200 tokens, none of them ours.
+    # Another gateway's work: the pod reports 3 running and 200 tokens, none of them ours.
     polled.inflight.observe(3, 200, polled.inflight.view())
     placed = Pod("placed", page_size=4, healthy=True)
     placed.inflight.open(50)
     streaming = placed.inflight.open(7)
     streaming.first_token()
-    # polled: 200 backlog + 8 uncached + 3 requests x 10; placed: 50 + 8 + 1 stream x 10.
+    # polled: 200 backlog + 8 uncached + 3 streams x 10; placed: 50 + 8 + 1 stream x 10.
     assert scorer.costs(_prompt(8), [polled, placed], KVIndex()) == [238.0, 68.0]
 
 
