@@ -67,13 +67,7 @@ IRIS_SPEC = parse_spec(
             "targets": {"queuedVisionTokens": 40 * VISION_TOKENS, "busyRatio": 0.7},
         },
         "tolerance": 0.1,
-        # Pods asked for now serve after the 60 s start; the next chance to ask comes one
-        # decision later, so this round's pods must carry the load that far ahead.
-        "scaleUp": {
-            "stabilisationSeconds": 0,
-            "maxStep": 8,
-            "lookaheadSeconds": START_DELAY_S + DECIDE_EVERY_S,
-        },
+        "scaleUp": {"stabilisationSeconds": 0, "maxStep": 8},
         "scaleDown": {"stabilisationSeconds": 60, "maxStep": 4},
         # Each queued vision token comes with its request's share of text tokens.
         "coupling": {"prefillTokensPerVisionToken": (TEXT_TOKENS + VISION_TOKENS) / VISION_TOKENS},

@@ -8,15 +8,9 @@ Per pool (LLM, encoder), per metric: the pool's total load over its target per p
 pod count; the largest wins. A pod whose scrape failed counts as loaded like the average of
 the pods that answered (never as idle), and while any scrape fails the pool is never scaled
 down. Vision tokens queued at the encoders are prefill about to reach the LLM pods, so
-(times the coupling factor) they add to the LLM's pending prefill tokens. With
-`scaleUp.lookaheadSeconds` set, a total that is rising is taken at the value it would reach
-that many seconds ahead at its recent rate: a pod asked for now serves only after its
-start-up, so it must be sized for the load it will meet then (a queue growing under a
-burst, a ramp). A queue counts as rising after one rise, a utilisation ratio after two in a
-row (see `_look_ahead`). Only rises are projected; a fall never shrinks the pool early.
-Then: a tolerance band around the current size, HPA-like stabilisation (up to the lowest
-recommendation of the up window, down to the highest of the down window), a max step per
-change, min/max.
+(times the coupling factor) they add to the LLM's pending prefill tokens. Then: a tolerance
+band around the current size, HPA-like stabilisation (up to the lowest recommendation of the
+up window, down to the highest of the down window), a max step per change, min/max.
 """
 
 from __future__ import annotations
@@ -65,26 +59,11 @@ class Loads:
 
 
 @dataclass(frozen=True)
-class Seen:
-    """One round's pool totals, the pod count they were read from, and how fast each total
-    rose since the round before; the next round compares its own with these to tell a
-    steady rise (two rises in a row) from a one-off step."""
-
-    time: float
-    pods: int  # pods that answered plus pods whose scrape failed
-    totals: tuple[tuple[str, float], ...]  # (metric name, pool total)
-    rises: tuple[tuple[str, float], ...] = ()  # (metric name, rise per second); () if unknown
-
-
-@dataclass(frozen=True)
 class History:
-    """Recommendations of past rounds, (time, replicas), oldest first, per pool, and the
-    totals last seen per pool (None before the first round with metrics)."""
+    """Recommendations of past rounds, (time, replicas), oldest first, per pool."""
 
     llm: tuple[tuple[float, int], ...] = ()
     encoder: tuple[tuple[float, int], ...] = ()
-    llm_seen: Seen | None = None
-    encoder_seen: Seen | None = None
 
 
 @dataclass(frozen=True)
@@ -114,17 +93,9 @@ def desired_replicas(loads: Loads, spec: AutoscalerSpec, history: History) -> De
     encoder_totals = _encoder_totals(loads.encoder)
     vision_backlog = encoder_totals.get("queued_vision_tokens", 0.0)
     llm_totals = _llm_totals(loads.llm, vision_backlog * spec.prefill_tokens_per_vision_token)
-    lookahead = spec.scale_up.lookahead_s
-    encoder_expected, encoder_seen = _look_ahead(
-        loads.encoder, encoder_totals, history.encoder_seen, loads.now, lookahead
-    )
-    llm_expected, llm_seen = _look_ahead(
-        loads.llm, llm_totals, history.llm_seen, loads.now, lookahead
-    )
     encoder_decision, encoder_past = _decide_pool(
         loads.encoder,
         encoder_totals,
-        encoder_expected,
         _encoder_targets(spec),
         spec.encoder,
         spec,
@@ -132,24 +103,13 @@ def desired_replicas(loads: Loads, spec: AutoscalerSpec, history: History) -> De
         loads.now,
     )
     llm_decision, llm_past = _decide_pool(
-        loads.llm,
-        llm_totals,
-        llm_expected,
-        _llm_targets(spec),
-        spec.llm,
-        spec,
-        history.llm,
-        loads.now,
+        loads.llm, llm_totals, _llm_targets(spec), spec.llm, spec, history.llm, loads.now
     )
-    new_history = History(llm_past, encoder_past, llm_seen, encoder_seen)
-    return Decision(llm_decision, encoder_decision, new_history)
+    return Decision(llm_decision, encoder_decision, History(llm=llm_past, encoder=encoder_past))
 
 
 # metric name -> estimated pool total (the sum of that metric over all the pool's pods)
 Totals = dict[str, float]
-
-# Metrics that are a share of one pod's capacity, 0..1 per pod.
-_RATIOS = frozenset({"kv_utilisation", "busy_ratio"})
 
 
 def _scale_to_pool(pool: PoolLoads, values: list[float]) -> float:
@@ -180,52 +140,6 @@ def _encoder_totals(pool: PoolLoads) -> Totals:
     }
 
 
-def _look_ahead(
-    pool: PoolLoads, totals: Totals, seen: Seen | None, now: float, lookahead: float
-) -> tuple[Totals, Seen | None]:
-    """Each total as expected `lookahead` seconds from now, and what to remember of this
-    round for the next one.
-
-    A queue (waiting requests, pending prefill or vision tokens) that rose since the last
-    round is taken to keep rising at that rate: a queue grows while arrivals exceed what
-    the pods serve, and goes on growing until more pods serve, which is the lookahead. A
-    ratio (KV utilisation, busy ratio) follows the arrival rate itself, and one rise may be
-    a step that will not repeat (a burst arriving, load after idle, scrape noise); read as
-    a trend, a step would be taken as lookahead / round length more steps to come. So a
-    ratio is taken to keep rising only after it rose over each of the last two rounds, at
-    the slower of the two rates (a ramp), and never above 1.0 per pod, the most a pod
-    shows; how far the load is past saturation is for the queues to say.
-
-    A rise counts only while the pool's pod count holds: a total is a sum over pods (KV
-    utilisation is 1.0 on every saturated pod), so pods joining a loaded pool raise it
-    with no more load arriving."""
-    if not totals:
-        return totals, seen  # nothing read this round: keep the last round that was
-    pods = len(pool.pods) + pool.failed
-    rises: dict[str, float] = {}
-    if seen is not None and seen.pods == pods and now > seen.time:
-        before = dict(seen.totals)
-        rises = {
-            name: (total - before[name]) / (now - seen.time)
-            for name, total in totals.items()
-            if name in before
-        }
-    remembered = Seen(now, pods, tuple(sorted(totals.items())), tuple(sorted(rises.items())))
-    if not lookahead or seen is None:
-        return totals, remembered
-    earlier = dict(seen.rises)
-    expected = {}
-    for name, total in totals.items():
-        rate = rises.get(name, 0.0)
-        if name in _RATIOS:
-            rate = min(rate, earlier.get(name, 0.0))
-        value = total + max(rate, 0.0) * lookahead
-        if name in _RATIOS:
-            value = max(total, min(value, float(pods)))
-        expected[name] = value
-    return expected, remembered
-
-
 def _llm_targets(spec: AutoscalerSpec) -> dict[str, float]:
     t = spec.llm_targets
     return {
@@ -243,7 +157,6 @@ def _encoder_targets(spec: AutoscalerSpec) -> dict[str, float]:
 def _decide_pool(
     pool: PoolLoads,
     totals: Totals,
-    expected: Totals,
     targets: dict[str, float],
     pool_spec: PoolSpec,
     spec: AutoscalerSpec,
@@ -257,9 +170,8 @@ def _decide_pool(
         decision = PoolDecision(current, desired, current, "NoMetrics", message, limited, False)
         return decision, past
 
-    # pods needed per metric = pool total (as expected after the lookahead) / per-pod
-    # target; the busiest metric decides.
-    needs = {name: total / targets[name] for name, total in expected.items()}
+    # pods needed per metric = pool total / per-pod target; the busiest metric decides.
+    needs = {name: total / targets[name] for name, total in totals.items()}
     driver = max(needs, key=lambda name: needs[name])
     need = needs[driver]
     base = max(current, 1)
@@ -284,13 +196,8 @@ def _decide_pool(
         reason = "ScaleUp"
     elif desired < current:
         reason = "ScaleDown"
-    rising = (
-        f" rising to {expected[driver]:.4g} in {spec.scale_up.lookahead_s:g}s"
-        if expected[driver] > totals[driver]
-        else ""
-    )
     message = (
-        f"{driver} {totals[driver]:.4g}{rising} over {len(pool.pods)} pod(s)"
+        f"{driver} {totals[driver]:.4g} over {len(pool.pods)} pod(s)"
         f"{f' (+{pool.failed} unread)' if pool.failed else ''}, target {targets[driver]:.4g}"
         f"/pod -> needs {need:.3g}; recommended {recommended}, desired {desired}"
     )

@@ -53,15 +53,10 @@ class PoolSpec:
 @dataclass(frozen=True)
 class ScaleBehaviour:
     """How fast one direction may move: a recommendation must hold for the whole
-    stabilisation window before it is acted on, and one change moves at most max_step.
-
-    lookahead_s (scale-up only): size the pool for the load expected this many seconds
-    ahead while it rises, about a new pod's start-up time plus one decision period (0 turns
-    it off; operators/policy.py says how a rise is told from a step)."""
+    stabilisation window before it is acted on, and one change moves at most max_step."""
 
     stabilisation_s: float
     max_step: int
-    lookahead_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,7 +108,7 @@ def parse_spec(spec: Mapping[str, Any]) -> AutoscalerSpec:
         llm_targets=llm_targets,
         encoder_targets=encoder_targets,
         tolerance=_number(spec, "tolerance", "spec", 0.1, low=0.0, high=0.9),
-        scale_up=_behaviour(spec, "scaleUp", stabilisation_s=0, max_step=4, lookahead=True),
+        scale_up=_behaviour(spec, "scaleUp", stabilisation_s=0, max_step=4),
         scale_down=_behaviour(spec, "scaleDown", stabilisation_s=300, max_step=1),
         prefill_tokens_per_vision_token=_number(
             coupling, "prefillTokensPerVisionToken", "spec.coupling", 1.0, low=0.0, high=100.0
@@ -154,26 +149,15 @@ def _pool(raw: Mapping[str, Any], where: str, default_port: int) -> PoolSpec:
     return PoolSpec(name, dict(labels), low, high, port)
 
 
-def _behaviour(
-    spec: Mapping[str, Any],
-    key: str,
-    *,
-    stabilisation_s: int,
-    max_step: int,
-    lookahead: bool = False,
-) -> ScaleBehaviour:
-    """One direction's behaviour; `lookahead` allows lookaheadSeconds (scale-up only: a
-    projected fall is never acted on, see operators/policy.py)."""
+def _behaviour(spec: Mapping[str, Any], key: str, *, stabilisation_s: int, max_step: int):
     raw = _section(spec, key)
     where = f"spec.{key}"
-    allowed = {"stabilisationSeconds", "maxStep"} | ({"lookaheadSeconds"} if lookahead else set())
-    _check_keys(raw, where, allowed)
+    _check_keys(raw, where, {"stabilisationSeconds", "maxStep"})
     return ScaleBehaviour(
         stabilisation_s=float(
             _integer(raw, "stabilisationSeconds", where, stabilisation_s, low=0, high=3600)
         ),
         max_step=_integer(raw, "maxStep", where, max_step, low=1, high=_MAX_REPLICAS),
-        lookahead_s=float(_integer(raw, "lookaheadSeconds", where, 0, low=0, high=3600)),
     )
 
 

@@ -50,7 +50,7 @@ GOOD = {
             "targets": {"queuedVisionTokens": 4096, "busyRatio": 0.7},
         },
         "tolerance": 0.1,
-        "scaleUp": {"stabilisationSeconds": 0, "maxStep": 4, "lookaheadSeconds": 75},
+        "scaleUp": {"stabilisationSeconds": 0, "maxStep": 4},
         "scaleDown": {"stabilisationSeconds": 300, "maxStep": 1},
         "coupling": {"prefillTokensPerVisionToken": 1.2},
     },
@@ -124,9 +124,6 @@ def test_good_resources_pass_schema_and_parser(validator, body):
         ("spec.tolerance", 0.95, "tolerance"),
         ("spec.scaleUp", {"maxStep": 0}, "maxStep"),
         ("spec.scaleDown", {"stabilisationSeconds": -5}, "stabilisationSeconds"),
-        ("spec.scaleUp", {"lookaheadSeconds": -1}, "lookaheadSeconds"),
-        ("spec.scaleUp", {"lookaheadSeconds": 3601}, "lookaheadSeconds"),
-        ("spec.scaleDown", {"lookaheadSeconds": 60}, "lookaheadSeconds"),
         ("spec.coupling", {"prefillTokensPerVisionToken": -1}, "prefillTokensPerVisionToken"),
         ("spec.replicas", 3, "replicas"),
     ],
@@ -154,7 +151,6 @@ def test_parser_defaults(crd):
     assert spec.scale_up.stabilisation_s == 0
     assert spec.scale_down.stabilisation_s == 300
     assert spec.scale_down.max_step == 1
-    assert spec.scale_up.lookahead_s == 0
     assert spec.prefill_tokens_per_vision_token == 1.0
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     llm_targets = schema["properties"]["llm"]["properties"]["targets"]["properties"]
@@ -163,6 +159,3 @@ def test_parser_defaults(crd):
     enc_targets = schema["properties"]["encoder"]["properties"]["targets"]["properties"]
     assert enc_targets["busyRatio"]["default"] == spec.encoder_targets.busy_ratio
     assert schema["properties"]["tolerance"]["default"] == spec.tolerance
-    scale_up = schema["properties"]["scaleUp"]["properties"]
-    assert scale_up["lookaheadSeconds"]["default"] == spec.scale_up.lookahead_s
-    assert "lookaheadSeconds" not in schema["properties"]["scaleDown"]["properties"]
