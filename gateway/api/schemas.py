@@ -48,7 +48,7 @@ class _SamplingFields(_Lenient):
     max_tokens: StrictInt | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: StrictInt | None = Field(None, ge=-1)
+    top_k: StrictInt | None = Field(None, ge=-1, le=2**31 - 1)  # int32 on the wire
     stop: StrictStr | Annotated[list[StrictStr], Field(max_length=_MAX_STOP)] | None = None
     seed: StrictInt | None = Field(None, ge=0, lt=2**63)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
