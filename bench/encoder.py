@@ -130,18 +130,6 @@ def make_items(adapter, files: list[bytes]):
     return items
 
 
-def scrape(metrics_url: str) -> dict[str, float]:
-    """Every sample on a /metrics page, by name (labels ignored: summed)."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=5).text):
-        for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    return values
-
-
 async def call_encoder(address, adapter, files, callers: int, per_request: int) -> float:
     """Send `files` from `callers` concurrent callers; return the seconds it took."""
     import grpc
@@ -174,6 +162,7 @@ async def call_encoder(address, adapter, files, callers: int, per_request: int) 
 def service_run(adapter, model: Path, files, args) -> tuple[float, float, float, float]:
     """images/s, dedup ratio, tower calls, images encoded: the encoder and cache services
     started as processes (`iris up`'s launcher), driven from here."""
+    from bench.metrics_page import metrics_url, scrape
     from iris.up.platform import Platform, UpConfig
 
     config = UpConfig(
@@ -191,14 +180,14 @@ def service_run(adapter, model: Path, files, args) -> tuple[float, float, float,
     )
     with Platform(config) as platform:
         (encoder,) = [s for s in platform.services if s.kind == "encoder"]
-        metrics_url = encoder.health_url.rsplit("/", 1)[0] + "/metrics"
+        page = metrics_url(encoder)
         warm = [png(999_998, 128, 128)]  # the service's first-call costs are not the workload's
         asyncio.run(call_encoder(encoder.address, adapter, warm, 1, 1))
-        before = scrape(metrics_url)
+        before = scrape(page)
         elapsed = asyncio.run(
             call_encoder(encoder.address, adapter, files, args.callers, args.per_request)
         )
-        after = scrape(metrics_url)
+        after = scrape(page)
     calls = after["iris_encoder_batch_size_images_count"] - before.get(
         "iris_encoder_batch_size_images_count", 0.0
     )

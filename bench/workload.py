@@ -182,22 +182,13 @@ async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeRes
 
 def service_totals(platform: Platform, kind: str, metric: str) -> list[float]:
     """The sum of `metric`'s samples on each service of `kind`, from its /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from bench.metrics_page import metrics_url, scrape
 
-    totals = []
-    for service in platform.services:
-        if service.kind != kind:
-            continue
-        page = httpx.get(service.health_url.rsplit("/", 1)[0] + "/metrics", timeout=5).text
-        totals.append(
-            sum(
-                sample.value
-                for family in text_string_to_metric_families(page)
-                for sample in family.samples
-                if sample.name == metric
-            )
-        )
-    return totals
+    return [
+        scrape(metrics_url(service)).get(metric, 0.0)
+        for service in platform.services
+        if service.kind == kind
+    ]
 
 
 async def drive(platform, plan, pool, rate, max_tokens, name) -> ModeResult:

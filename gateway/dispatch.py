@@ -154,13 +154,13 @@ class Dispatcher:
                         retried_missing, force_all = True, True
                         metrics.RETRIES.labels("embedding_missing").inc()
                         continue  # same pod: its prefix was evicted or a lease lapsed
-                    _close(decision)
+                    decision.release()
                     raise APIError(
                         503,
                         f"image embeddings missing on retry: {details}",
                         code="embedding_missing",
                     ) from None
-                _close(decision)
+                decision.release()
                 if code in _NEXT_POD:
                     tried.add(decision.pod.address)
                     last_error = err
@@ -170,7 +170,7 @@ class Dispatcher:
                     continue
                 raise upstream_error(err) from None
             except BaseException:
-                _close(decision)
+                decision.release()
                 raise
 
     async def _attempt(
@@ -333,11 +333,6 @@ def with_request_unique_images(prompt: PreparedPrompt) -> PreparedPrompt:
     return dataclasses.replace(
         prompt, input_ids=pad_with_offsets(prompt.input_ids, items), items=items
     )
-
-
-def _close(decision: Decision) -> None:
-    if decision.ticket is not None:
-        decision.ticket.close()
 
 
 def _raise_for_encode(task: asyncio.Task) -> None:

@@ -75,8 +75,8 @@ def close_decisions(jobs: Sequence[Job]) -> None:
     """Close the in-flight tickets of jobs' routing decisions (a request that will not run;
     closing twice is harmless)."""
     for job in jobs:
-        if job.decision is not None and job.decision.ticket is not None:
-            job.decision.ticket.close()
+        if job.decision is not None:
+            job.decision.release()
 
 
 def cancel_all(generations: Sequence[Generation]) -> None:

@@ -26,6 +26,11 @@ class Decision:
     hashes: list[bytes]
     ticket: Ticket | None = None
 
+    def release(self) -> None:
+        """Close the placement's ticket: the request will not run here (idempotent)."""
+        if self.ticket is not None:
+            self.ticket.close()
+
 
 class Router:
     """filter → weighted scorers (clamped to [0, 1]) → picker, each call timed."""

@@ -1,0 +1,20 @@
+"""Reading a started service's Prometheus /metrics page (shared by the benchmarks)."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def metrics_url(service) -> str:
+    """A service's /metrics URL, beside its /healthz (iris.up.platform.Service)."""
+    return service.health_url.rsplit("/", 1)[0] + "/metrics"
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Every sample on a /metrics page, by name (labels ignored: summed)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url, timeout=5).text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
