@@ -14,12 +14,12 @@ from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
     Choice,
     Job,
-    apply,
+    StreamChunks,
     closer,
     collect,
-    merged,
     new_request_id,
     start_all,
+    streamed,
     usage_of,
 )
 from gateway.api.generation import (
@@ -100,7 +100,8 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
     created, model = int(time.time()), gateway.model_name
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunks = _stream(generations, inference, request_id, created, model, include_usage, started)
+        stream = StreamChunks(request_id, "chat.completion.chunk", created, model, include_usage)
+        chunks = _stream(generations, inference, stream, started)
         return event_stream(chunks, closer(generations, inference), _pod_header(generations))
     try:
         choices = await collect(generations)
@@ -132,19 +133,7 @@ def _choice_body(choice: Choice, logprobs: bool) -> dict:
     }
 
 
-async def _stream(generations, inference, request_id, created, model, include_usage, started):
-    def chunk(choices: list[dict], usage: dict | None = None) -> dict:
-        body = {
-            "id": request_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": choices,
-        }
-        if include_usage:
-            body["usage"] = usage
-        return body
-
+async def _stream(generations, inference, stream: StreamChunks, started):
     def delta(index: int, content: dict, logprobs=None, finish_reason=None) -> dict:
         return {
             "index": index,
@@ -155,22 +144,14 @@ async def _stream(generations, inference, request_id, created, model, include_us
 
     choices = [Choice(i) for i in range(len(generations))]
     for choice in choices:
-        yield chunk([delta(choice.index, {"role": "assistant", "content": ""})])
-    first_token = True
-    async with contextlib.aclosing(merged(generations)) as messages:
-        async for index, message in messages:
-            apply(choices[index], message)
-            kind = message.WhichOneof("kind")
-            if kind == "tokens":
-                if first_token:
-                    first_token = False
-                    metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
-                tokens = message.tokens
+        yield stream.chunk([delta(choice.index, {"role": "assistant", "content": ""})])
+    async with contextlib.aclosing(streamed(generations, choices, started)) as outputs:
+        async for index, tokens in outputs:
+            if tokens is not None:
                 logprobs = chat_logprobs(tokens.logprobs) if tokens.logprobs else None
-                yield chunk([delta(index, {"content": tokens.text}, logprobs)])
-            elif kind == "finished":
-                yield chunk([delta(index, {}, None, choices[index].finish_reason)])
-    usage = usage_of(generations, choices, [0] * len(choices))
-    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
-    if include_usage:
-        yield chunk([], usage.body())
+                yield stream.chunk([delta(index, {"content": tokens.text}, logprobs)])
+            else:
+                yield stream.chunk([delta(index, {}, None, choices[index].finish_reason)])
+    last = stream.finish(generations, choices, [0] * len(choices), inference)
+    if last is not None:
+        yield last

@@ -14,13 +14,13 @@ from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
     Choice,
     Job,
-    apply,
+    StreamChunks,
     close_decisions,
     closer,
     collect,
-    merged,
     new_request_id,
     start_all,
+    streamed,
     usage_of,
 )
 from gateway.api.generation import (
@@ -135,16 +135,8 @@ async def completions(body: CompletionRequest, gateway: GatewayDep):
     model = gateway.model_name
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunks = _stream(
-            generations,
-            prompt_of_choice,
-            inference,
-            request_id,
-            created,
-            model,
-            include_usage,
-            started,
-        )
+        stream = StreamChunks(request_id, "text_completion", created, model, include_usage)
+        chunks = _stream(generations, prompt_of_choice, inference, stream, started)
         return event_stream(chunks, closer(generations, inference), _pod_header(generations))
     try:
         choices = await collect(generations)
@@ -176,58 +168,23 @@ def _choice_body(choice: Choice, logprobs: bool) -> dict:
     }
 
 
-async def _stream(
-    generations, prompt_of_choice, inference, request_id, created, model, include_usage, started
-):
-    def chunk(choices: list[dict], usage: dict | None = None) -> dict:
-        body = {
-            "id": request_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": choices,
-        }
-        if include_usage:
-            body["usage"] = usage
-        return body
+async def _stream(generations, prompt_of_choice, inference, stream: StreamChunks, started):
+    def text_choice(index: int, text: str, logprobs=None, finish_reason=None) -> dict:
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
     choices = [Choice(i) for i in range(len(generations))]
     offsets = [0] * len(generations)
-    first_token = True
-    async with contextlib.aclosing(merged(generations)) as messages:
-        async for index, message in messages:
-            apply(choices[index], message)
-            kind = message.WhichOneof("kind")
-            if kind == "tokens":
-                if first_token:
-                    first_token = False
-                    metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
+    async with contextlib.aclosing(streamed(generations, choices, started)) as outputs:
+        async for index, tokens in outputs:
+            if tokens is not None:
                 logprobs = None
-                if message.tokens.logprobs:
-                    logprobs = completion_logprobs(message.tokens.logprobs, offsets[index])
-                offsets[index] += len(message.tokens.text)
-                yield chunk(
-                    [
-                        {
-                            "index": index,
-                            "text": message.tokens.text,
-                            "logprobs": logprobs,
-                            "finish_reason": None,
-                        }
-                    ]
-                )
-            elif kind == "finished":
-                yield chunk(
-                    [
-                        {
-                            "index": index,
-                            "text": "",
-                            "logprobs": None,
-                            "finish_reason": choices[index].finish_reason,
-                        }
-                    ]
-                )
-    usage = usage_of(generations, choices, prompt_of_choice)
-    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
-    if include_usage:
-        yield chunk([], usage.body())
+                if tokens.logprobs:
+                    logprobs = completion_logprobs(tokens.logprobs, offsets[index])
+                offsets[index] += len(tokens.text)
+                yield stream.chunk([text_choice(index, tokens.text, logprobs)])
+            else:
+                finish_reason = choices[index].finish_reason
+                yield stream.chunk([text_choice(index, "", None, finish_reason)])
+    last = stream.finish(generations, choices, prompt_of_choice, inference)
+    if last is not None:
+        yield last

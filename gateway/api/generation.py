@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+from gateway import metrics
 from gateway.dispatch import Generation
 from gateway.intake.prompt import PreparedPrompt
 from gateway.routing.router import Decision
@@ -157,6 +159,57 @@ async def collect(generations: Sequence[Generation]) -> list[Choice]:
         async for index, message in messages:
             apply(choices[index], message)
     return choices
+
+
+async def streamed(
+    generations: Sequence[Generation], choices: Sequence[Choice], started: float
+) -> AsyncIterator[tuple[int, llm_pb2.TokenChunk | None]]:
+    """Every generation's output as (choice index, tokens), and (choice index, None) when
+    that choice finishes; each message is folded into `choices` first, and the first
+    tokens observe the request's TTFT (from `started`, a perf_counter time)."""
+    first_token = True
+    async with contextlib.aclosing(merged(generations)) as messages:
+        async for index, message in messages:
+            apply(choices[index], message)
+            kind = message.WhichOneof("kind")
+            if kind == "tokens":
+                if first_token:
+                    first_token = False
+                    metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
+                yield index, message.tokens
+            elif kind == "finished":
+                yield index, None
+
+
+@dataclass
+class StreamChunks:
+    """The envelope every chunk of one streamed response shares (`object` is
+    chat.completion.chunk or text_completion)."""
+
+    request_id: str
+    object: str
+    created: int
+    model: str
+    include_usage: bool
+
+    def chunk(self, choices: list[dict], usage: dict | None = None) -> dict:
+        body = {
+            "id": self.request_id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if self.include_usage:
+            body["usage"] = usage  # null on every chunk but the last, as OpenAI sends it
+        return body
+
+    def finish(self, generations, choices, prompts_per_choice, inference) -> dict | None:
+        """Record the request's result; the usage chunk that ends the stream, if asked."""
+        usage = usage_of(generations, choices, prompts_per_choice)
+        finish_reasons = [choice.finish_reason or "stop" for choice in choices]
+        inference.result(self.request_id, self.model, finish_reasons, usage)
+        return self.chunk([], usage.body()) if self.include_usage else None
 
 
 @dataclass
