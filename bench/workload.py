@@ -10,9 +10,14 @@ same workload (same seed), each on a freshly started platform (`iris up` process
 Reported per mode: TTFT p50 / p90 / p99 (all turns and later turns), TPOT, throughput,
 prefix hit rate (cached / prompt tokens, from usage), embedding reuse (images the gateway
 did not send to an encoder) and encoder calls; then the (b)/(a) ratios, and a PNG of both
-TTFT distributions under bench/out/.
+TTFT distributions under bench/out/. Per mode it also prints the CPU seconds each kind of
+service spent: on a shared CPU box contention, not idle pods, sets the tail.
+
+A p90 of one 60-turn run is the 54th turn, and moves by a third from run to run on this
+machine; `--seeds N` runs N workloads (each on fresh platforms) and pools their turns.
 
     python bench/workload.py [--model DIR] [--users 12] [--turns 3] [--rate 0.5] [--pods 4]
+        [--seeds 1] [--only a|b] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...]
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import asyncio
 import base64
 import io
 import json
+import os
 import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -51,7 +57,7 @@ QUESTIONS = [
 
 @dataclass
 class TurnResult:
-    user: int
+    user: int | tuple[int, int]  # (seed, user) once pooled over seeds
     turn: int
     ttft_s: float
     total_s: float
@@ -68,7 +74,9 @@ class ModeResult:
     wall_s: float = 0.0
     encoded_images: float = 0.0
     images_sent: int = 0
-    requests_per_pod: list[int] = field(default_factory=list)
+    requests_per_pod: list = field(default_factory=list)
+    per_seed: list[ModeResult] = field(default_factory=list)
+    cpu_s_by_kind: dict[str, float] = field(default_factory=dict)
 
 
 def make_image_pool(size: int, seed: int) -> list[bytes]:
@@ -180,6 +188,20 @@ async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeRes
         messages.append({"role": "assistant", "content": text})
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_kind(platform: Platform) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for service in platform.services:
+        if service.child.pid is not None:
+            totals[service.kind] = totals.get(service.kind, 0.0) + cpu_seconds(service.child.pid)
+    return totals
+
+
 def service_totals(platform: Platform, kind: str, metric: str) -> list[float]:
     """The sum of `metric`'s samples on each service of `kind`, from its /metrics."""
     from bench.metrics_page import metrics_url, scrape
@@ -191,12 +213,13 @@ def service_totals(platform: Platform, kind: str, metric: str) -> list[float]:
     ]
 
 
-async def drive(platform, plan, pool, rate, max_tokens, name) -> ModeResult:
+async def drive(platform, plan, pool, rate, max_tokens, name, seed) -> ModeResult:
     result = ModeResult(name)
     url = platform.gateway_url
     async with httpx.AsyncClient(timeout=600) as client:
         model = (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
-        rng = random.Random(7)
+        rng = random.Random(7 + seed)
+        cpu_before = cpu_by_kind(platform)
         tasks, started = [], time.perf_counter()
         for user, row in enumerate(plan):
             tasks.append(
@@ -207,6 +230,10 @@ async def drive(platform, plan, pool, rate, max_tokens, name) -> ModeResult:
             await asyncio.sleep(rng.expovariate(rate))
         await asyncio.gather(*tasks)
         result.wall_s = time.perf_counter() - started
+    result.cpu_s_by_kind = {
+        kind: round(seconds - cpu_before.get(kind, 0.0), 1)
+        for kind, seconds in cpu_by_kind(platform).items()
+    }
     result.encoded_images = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
     result.requests_per_pod = [
         int(n) for n in service_totals(platform, "llm", "iris_llm_requests_finished_total")
@@ -246,6 +273,8 @@ def summarise(result: ModeResult) -> dict:
         "encoder_calls": result.encoded_images,
         "embedding_reuse": 1 - result.encoded_images / max(result.images_sent, 1),
         "requests_per_pod": result.requests_per_pod,
+        "wall_s": result.wall_s,
+        "cpu_s_by_service_kind": result.cpu_s_by_kind,
     }
 
 
@@ -272,7 +301,13 @@ def plot(results: list[ModeResult], path: Path) -> None:
     figure.savefig(path, dpi=120, bbox_inches="tight")
 
 
-def run_mode(args, name, router, reuse, plan, pool) -> ModeResult:
+def run_mode(args, name, router, reuse, plans, pool) -> ModeResult:
+    """One mode over every seed's plan, each on a freshly started platform; turns pooled."""
+    extra_env: dict[str, dict[str, str]] = {}
+    for item in args.env:
+        key, _, value = item.partition("=")
+        kind = key.removeprefix("IRIS_").split("_", 1)[0].lower()
+        extra_env.setdefault(kind, {})[key] = value
     config = UpConfig(
         model_dir=args.model,
         llm_pods=args.pods,
@@ -280,10 +315,23 @@ def run_mode(args, name, router, reuse, plan, pool) -> ModeResult:
         router=router,
         embedding_reuse=reuse,
         torch_threads=1,
+        extra_env=extra_env,
     )
-    with Platform(config) as platform:
-        print(f"[{name}] platform up at {platform.gateway_url}", file=sys.stderr)
-        return asyncio.run(drive(platform, plan, pool, args.rate, args.max_tokens, name))
+    pooled = ModeResult(name)
+    for seed, plan in plans:
+        with Platform(config) as platform:
+            print(f"[{name}] seed {seed}: platform up at {platform.gateway_url}", file=sys.stderr)
+            run = drive(platform, plan, pool, args.rate, args.max_tokens, name, seed)
+            result = asyncio.run(run)
+        pooled.per_seed.append(result)
+        pooled.turns += [replace(turn, user=(seed, turn.user)) for turn in result.turns]
+        pooled.wall_s += result.wall_s
+        pooled.encoded_images += result.encoded_images
+        pooled.images_sent += result.images_sent
+        pooled.requests_per_pod += [result.requests_per_pod]
+        for kind, seconds in result.cpu_s_by_kind.items():
+            pooled.cpu_s_by_kind[kind] = round(pooled.cpu_s_by_kind.get(kind, 0) + seconds, 1)
+    return pooled
 
 
 def main() -> None:
@@ -296,6 +344,16 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=6, help="distinct images")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", type=int, default=1,
+        help="run the workload for this many seeds (seed, seed+1, ...), each on fresh "
+        "platforms; percentiles are over all their turns pooled",
+    )  # fmt: skip
+    parser.add_argument("--only", choices=("a", "b"), default=None, help="run one mode alone")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="IRIS_<SVC>_<NAME>=VALUE",
+        help="a service setting for both modes (repeatable), e.g. IRIS_LLM_MAX_BATCH_TOKENS=256",
+    )  # fmt: skip
     parser.add_argument("--png", type=Path, default=ROOT / "bench" / "out" / "workload_ttft.png")
     args = parser.parse_args()
     if args.model is None:
@@ -303,21 +361,31 @@ def main() -> None:
         from iris.up.cli import default_demo_dir
 
         args.model = make_demo(default_demo_dir())
-    plan = build_plan(args.users, args.turns, args.pool, args.seed)
+    seeds = range(args.seed, args.seed + args.seeds)
+    plans = [(seed, build_plan(args.users, args.turns, args.pool, seed)) for seed in seeds]
     pool = make_image_pool(args.pool, args.seed)
+    modes = [
+        ("a", "(a) prefix + reuse", "prefix", True),
+        ("b", "(b) round-robin, no reuse", "round-robin", False),
+    ]
     results = [
-        run_mode(args, "(a) prefix + reuse", "prefix", True, plan, pool),
-        run_mode(args, "(b) round-robin, no reuse", "round-robin", False, plan, pool),
+        run_mode(args, name, router, reuse, plans, pool)
+        for key, name, router, reuse in modes
+        if args.only in (None, key)
     ]
     summaries = [summarise(result) for result in results]
     print(
         f"model {args.model}; {args.users} users x {args.turns} turns, rate {args.rate}/s, "
-        f"{args.pods} LLM pods, pool {args.pool} images"
+        f"{args.pods} LLM pods, pool {args.pool} images, seeds {list(seeds)}"
+        + (f", env {args.env}" if args.env else "")
     )
     for result, summary in zip(results, summaries, strict=True):
         print(f"{result.name}:")
         for key, value in summary.items():
             print(f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}")
+        if len(result.per_seed) > 1:
+            p90s = [f"{summarise(one)['ttft_p90_ms']:.0f}" for one in result.per_seed]
+            print(f"  ttft_p90_ms per seed: {', '.join(p90s)}")
         slowest = sorted((t for t in result.turns if t.ok), key=lambda t: -t.ttft_s)[:6]
         print(
             "  slowest turns (user/turn ttft_ms prompt cached): "
@@ -326,11 +394,17 @@ def main() -> None:
                 for t in slowest
             )
         )
-    a, b = summaries
-    print(f"ratio TTFT p90 (b)/(a): {b['ttft_p90_ms'] / a['ttft_p90_ms']:.2f}")
-    print(
-        f"ratio later-turn TTFT p50 (b)/(a): {b['later_ttft_p50_ms'] / a['later_ttft_p50_ms']:.2f}"
-    )
+    if len(summaries) == 2:
+        a, b = summaries
+        print(f"ratio TTFT p90 (b)/(a): {b['ttft_p90_ms'] / a['ttft_p90_ms']:.2f}")
+        if args.seeds > 1:
+            per_seed = [
+                summarise(one_b)["ttft_p90_ms"] / summarise(one_a)["ttft_p90_ms"]
+                for one_a, one_b in zip(results[0].per_seed, results[1].per_seed, strict=True)
+            ]
+            print(f"ratio TTFT p90 (b)/(a) per seed: {', '.join(f'{r:.2f}' for r in per_seed)}")
+        later = b["later_ttft_p50_ms"] / a["later_ttft_p50_ms"]
+        print(f"ratio later-turn TTFT p50 (b)/(a): {later:.2f}")
     plot(results, args.png)
     print(f"wrote {args.png}")
 
