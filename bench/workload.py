@@ -3,7 +3,8 @@
 Users hold multi-turn conversations that share a system prompt; each turn may attach an
 image drawn from a pool with Zipf reuse, and every turn resends the whole history (as chat
 clients do). Sessions start at a chosen rate. Both modes run in this one process on the
-same workload (same seed), each on a freshly started platform (`iris up` processes):
+same workloads (same plans and arrival times; the image pool is the same for every seed),
+each on a freshly started platform (`iris up` processes):
 
   (a) prefix-aware routing + embedding reuse      (b) round-robin + no embedding reuse
 
@@ -12,6 +13,9 @@ prefix hit rate (cached / prompt tokens, from usage), embedding reuse (images th
 did not send to an encoder) and encoder calls; then the (b)/(a) ratios, and a PNG of both
 TTFT distributions under bench/out/. Per mode it also prints the CPU seconds each kind of
 service spent: on a shared CPU box contention, not idle pods, sets the tail.
+
+`--rate 0` runs the conversations one after another: each turn's TTFT without queueing or
+contention, the floor the loaded figures can be held against.
 
 A p90 of one 60-turn run is the 54th turn, and moves by a third from run to run on this
 machine; `--seeds N` runs N workloads (each on fresh platforms) and pools their turns.
@@ -197,10 +201,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 def cpu_by_kind(platform: Platform) -> dict[str, float]:
+    """CPU seconds so far, summed over each kind's processes (one that exited is skipped)."""
     totals: dict[str, float] = {}
     for service in platform.services:
-        if service.child.pid is not None:
-            totals[service.kind] = totals.get(service.kind, 0.0) + cpu_seconds(service.child.pid)
+        if service.child.pid is None:
+            continue
+        try:
+            seconds = cpu_seconds(service.child.pid)
+        except (OSError, IndexError, ValueError):
+            continue
+        totals[service.kind] = totals.get(service.kind, 0.0) + seconds
     return totals
 
 
@@ -224,11 +234,11 @@ async def drive(platform, plan, pool, rate, max_tokens, name, seed) -> ModeResul
         cpu_before = cpu_by_kind(platform)
         tasks, started = [], time.perf_counter()
         for user, row in enumerate(plan):
-            tasks.append(
-                asyncio.create_task(
-                    run_user(user, row, pool, url, model, max_tokens, result, client)
-                )
-            )
+            conversation = run_user(user, row, pool, url, model, max_tokens, result, client)
+            if rate == 0:  # one conversation at a time: the platform never queues
+                await conversation
+                continue
+            tasks.append(asyncio.create_task(conversation))
             await asyncio.sleep(rng.expovariate(rate))
         await asyncio.gather(*tasks)
         result.wall_s = time.perf_counter() - started
@@ -274,9 +284,9 @@ def summarise(result: ModeResult) -> dict:
         "images_in_requests": result.images_sent,
         "encoder_calls": result.encoded_images,
         "embedding_reuse": 1 - result.encoded_images / max(result.images_sent, 1),
-        "requests_per_pod": result.requests_per_pod,
-        "wall_s": result.wall_s,
-        "cpu_s_by_service_kind": result.cpu_s_by_kind,
+        "requests_per_pod_per_seed": result.requests_per_pod,
+        "wall_s_summed_over_seeds": result.wall_s,
+        "cpu_s_by_service_kind_summed_over_seeds": result.cpu_s_by_kind,
     }
 
 
@@ -303,13 +313,26 @@ def plot(results: list[ModeResult], path: Path) -> None:
     figure.savefig(path, dpi=120, bbox_inches="tight")
 
 
-def run_mode(args, name, router, reuse, plans, pool) -> ModeResult:
-    """One mode over every seed's plan, each on a freshly started platform; turns pooled."""
+SERVICE_KINDS = ("cache", "encoder", "llm", "gateway")
+
+
+def parse_env(items: list[str]) -> dict[str, dict[str, str]]:
+    """`IRIS_<SVC>_<NAME>=VALUE` items → UpConfig.extra_env ({service kind: {key: value}})."""
     extra_env: dict[str, dict[str, str]] = {}
-    for item in args.env:
-        key, _, value = item.partition("=")
+    for item in items:
+        key, sep, value = item.partition("=")
         kind = key.removeprefix("IRIS_").split("_", 1)[0].lower()
+        if not sep or not key.startswith("IRIS_") or kind not in SERVICE_KINDS:
+            raise ValueError(
+                f"--env {item!r}: expected IRIS_<SVC>_<NAME>=VALUE with SVC one of "
+                f"{', '.join(kind.upper() for kind in SERVICE_KINDS)}"
+            )
         extra_env.setdefault(kind, {})[key] = value
+    return extra_env
+
+
+def run_one(args, name, router, reuse, seed, plan, pool) -> ModeResult:
+    """One mode on one seed's workload, on a freshly started platform."""
     config = UpConfig(
         model_dir=args.model,
         llm_pods=args.pods,
@@ -317,23 +340,23 @@ def run_mode(args, name, router, reuse, plans, pool) -> ModeResult:
         router=router,
         embedding_reuse=reuse,
         torch_threads=1,
-        extra_env=extra_env,
+        extra_env=parse_env(args.env),
     )
-    pooled = ModeResult(name)
-    for seed, plan in plans:
-        with Platform(config) as platform:
-            print(f"[{name}] seed {seed}: platform up at {platform.gateway_url}", file=sys.stderr)
-            run = drive(platform, plan, pool, args.rate, args.max_tokens, name, seed)
-            result = asyncio.run(run)
-        pooled.per_seed.append(result)
-        pooled.turns += [replace(turn, user=(seed, turn.user)) for turn in result.turns]
-        pooled.wall_s += result.wall_s
-        pooled.encoded_images += result.encoded_images
-        pooled.images_sent += result.images_sent
-        pooled.requests_per_pod += [result.requests_per_pod]
-        for kind, seconds in result.cpu_s_by_kind.items():
-            pooled.cpu_s_by_kind[kind] = round(pooled.cpu_s_by_kind.get(kind, 0) + seconds, 1)
-    return pooled
+    with Platform(config) as platform:
+        print(f"[{name}] seed {seed}: platform up at {platform.gateway_url}", file=sys.stderr)
+        return asyncio.run(drive(platform, plan, pool, args.rate, args.max_tokens, name, seed))
+
+
+def add_seed(pooled: ModeResult, seed: int, result: ModeResult) -> None:
+    """Pool one seed's result into its mode's (turns keyed (seed, user))."""
+    pooled.per_seed.append(result)
+    pooled.turns += [replace(turn, user=(seed, turn.user)) for turn in result.turns]
+    pooled.wall_s += result.wall_s
+    pooled.encoded_images += result.encoded_images
+    pooled.images_sent += result.images_sent
+    pooled.requests_per_pod += [result.requests_per_pod]
+    for kind, seconds in result.cpu_s_by_kind.items():
+        pooled.cpu_s_by_kind[kind] = round(pooled.cpu_s_by_kind.get(kind, 0) + seconds, 1)
 
 
 def main() -> None:
@@ -341,7 +364,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--rate", type=float, default=0.25, help="new conversations per second")
+    parser.add_argument(
+        "--rate", type=float, default=0.25,
+        help="new conversations per second; 0: one after another (each mode's no-load floor)",
+    )  # fmt: skip
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--pool", type=int, default=6, help="distinct images")
     parser.add_argument("--max-tokens", type=int, default=8)
@@ -358,6 +384,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--png", type=Path, default=ROOT / "bench" / "out" / "workload_ttft.png")
     args = parser.parse_args()
+    if args.rate < 0:
+        parser.error(f"--rate must be >= 0, got {args.rate}")
+    if args.seeds < 1:
+        parser.error(f"--seeds must be >= 1, got {args.seeds}")
+    try:
+        parse_env(args.env)
+    except ValueError as err:
+        parser.error(str(err))
     if args.model is None:
         from iris.models import make_demo
         from iris.up.cli import default_demo_dir
@@ -370,15 +404,16 @@ def main() -> None:
         ("a", "(a) prefix + reuse", "prefix", True),
         ("b", "(b) round-robin, no reuse", "round-robin", False),
     ]
-    results = [
-        run_mode(args, name, router, reuse, plans, pool)
-        for key, name, router, reuse in modes
-        if args.only in (None, key)
-    ]
+    modes = [mode for mode in modes if args.only in (None, mode[0])]
+    results = [ModeResult(name) for _, name, _, _ in modes]
+    # Seed by seed, each mode in turn: drift on a shared machine lands on both modes alike.
+    for seed, plan in plans:
+        for (_, name, router, reuse), pooled in zip(modes, results, strict=True):
+            add_seed(pooled, seed, run_one(args, name, router, reuse, seed, plan, pool))
     summaries = [summarise(result) for result in results]
     print(
-        f"model {args.model}; {args.users} users x {args.turns} turns, rate {args.rate}/s, "
-        f"{args.pods} LLM pods, pool {args.pool} images, seeds {list(seeds)}"
+        f"model {args.model}; per seed {args.users} users x {args.turns} turns, rate "
+        f"{args.rate}/s; {args.pods} LLM pods, pool {args.pool} images, seeds {list(seeds)}"
         + (f", env {args.env}" if args.env else "")
     )
     for result, summary in zip(results, summaries, strict=True):
