@@ -162,7 +162,7 @@ async def call_encoder(address, adapter, files, callers: int, per_request: int) 
 def service_run(adapter, model: Path, files, args) -> tuple[float, float, float, float]:
     """images/s, dedup ratio, tower calls, images encoded: the encoder and cache services
     started as processes (`iris up`'s launcher), driven from here."""
-    from bench.metrics_page import metrics_url, scrape
+    from iris.up.metrics_page import metrics_url, scrape
     from iris.up.platform import Platform, UpConfig
 
     config = UpConfig(

@@ -216,7 +216,7 @@ def cpu_by_kind(platform: Platform) -> dict[str, float]:
 
 def service_totals(platform: Platform, kind: str, metric: str) -> list[float]:
     """The sum of `metric`'s samples on each service of `kind`, from its /metrics."""
-    from bench.metrics_page import metrics_url, scrape
+    from iris.up.metrics_page import metrics_url, scrape
 
     return [
         scrape(metrics_url(service)).get(metric, 0.0)
@@ -340,7 +340,7 @@ def run_one(args, name, router, reuse, seed, plan, pool) -> ModeResult:
         router=router,
         embedding_reuse=reuse,
         torch_threads=1,
-        extra_env=parse_env(args.env),
+        extra_env=args.extra_env,
     )
     with Platform(config) as platform:
         print(f"[{name}] seed {seed}: platform up at {platform.gateway_url}", file=sys.stderr)
@@ -389,7 +389,7 @@ def main() -> None:
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1, got {args.seeds}")
     try:
-        parse_env(args.env)
+        args.extra_env = parse_env(args.env)
     except ValueError as err:
         parser.error(str(err))
     if args.model is None:

@@ -6,9 +6,6 @@ import base64
 import io
 import random
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 
 def image_png(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
     """A distinct picture per seed (random noise), PNG-encoded."""
@@ -33,17 +30,3 @@ def image_message(png: bytes, text: str = "Describe the image.") -> list[dict]:
             ],
         }
     ]
-
-
-def scrape(url: str) -> dict[str, float]:
-    """Every sample of a Prometheus page, summed over labels, by sample name."""
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(httpx.get(url, timeout=5).text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    return totals
-
-
-def metrics_url(service) -> str:
-    """The /metrics URL of a platform service (its health URL's sibling)."""
-    return service.health_url.rsplit("/", 1)[0] + "/metrics"

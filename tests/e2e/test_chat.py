@@ -3,8 +3,9 @@ through the gateway to encoder, cache and LLM pod processes on loopback."""
 
 from __future__ import annotations
 
+from iris.up.metrics_page import metrics_url, scrape
 from iris.up.processes import wait_until
-from tests.e2e.helpers import image_message, image_png, metrics_url, scrape
+from tests.e2e.helpers import image_message, image_png
 
 ENCODED = "iris_encoder_images_total"
 

@@ -10,8 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from iris.up.metrics_page import metrics_url, scrape
 from iris.up.processes import wait_until
-from tests.e2e.helpers import image_message, image_png, metrics_url, scrape
+from tests.e2e.helpers import image_message, image_png
 from tests.fixtures.platform import start_platform
 
 pytestmark = pytest.mark.slow

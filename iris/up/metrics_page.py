@@ -1,4 +1,4 @@
-"""Reading a started service's Prometheus /metrics page (shared by the benchmarks)."""
+"""Reading a started service's Prometheus /metrics page (benchmarks and end-to-end tests)."""
 
 from __future__ import annotations
 
