@@ -38,7 +38,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -71,6 +71,8 @@ class TurnResult:
     prompt_tokens: int
     cached_tokens: int
     ok: bool
+    sent_s: float = 0.0  # when the turn was sent, from the start of its workload
+    pod: str = ""  # the LLM pod that served it (the gateway's X-Iris-Pod header)
 
 
 @dataclass
@@ -126,7 +128,7 @@ def image_part(png: bytes) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-async def run_turn(client, url, model, messages, max_tokens) -> tuple[float, float, dict, str]:
+async def run_turn(client, url, model, messages, max_tokens) -> tuple[float, float, dict, str, str]:
     body = {
         "model": model,
         "messages": messages,
@@ -138,6 +140,7 @@ async def run_turn(client, url, model, messages, max_tokens) -> tuple[float, flo
     started = time.perf_counter()
     ttft, text, usage = None, [], {}
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        pod = response.headers.get("x-iris-pod", "")
         if response.status_code != 200:
             await response.aread()
             raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
@@ -154,10 +157,12 @@ async def run_turn(client, url, model, messages, max_tokens) -> tuple[float, flo
                     text.append(delta)
             usage = event.get("usage") or usage
     total = time.perf_counter() - started
-    return (ttft or total), total, usage, "".join(text)
+    return (ttft or total), total, usage, "".join(text), pod
 
 
-async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeResult, client):
+async def run_user(
+    user, plan_row, pool, url, model, max_tokens, result: ModeResult, client, started: float
+):
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for turn, image_index in enumerate(plan_row):
         content = [{"type": "text", "text": QUESTIONS[turn % len(QUESTIONS)]}]
@@ -172,8 +177,9 @@ async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeRes
             for part in message["content"]
             if part["type"] == "image_url"
         )
+        sent_s = time.perf_counter() - started
         try:
-            ttft, total, usage, text = await run_turn(client, url, model, messages, max_tokens)
+            ttft, total, usage, text, pod = await run_turn(client, url, model, messages, max_tokens)
             details = usage.get("prompt_tokens_details") or {}
             result.turns.append(
                 TurnResult(
@@ -185,11 +191,13 @@ async def run_user(user, plan_row, pool, url, model, max_tokens, result: ModeRes
                     usage.get("prompt_tokens", 0),
                     details.get("cached_tokens", 0) or 0,
                     True,
+                    sent_s,
+                    pod,
                 )
             )
         except Exception as err:  # a failed turn is counted, and the conversation ends
             print(f"  user {user} turn {turn} failed: {err}", file=sys.stderr)
-            result.turns.append(TurnResult(user, turn, 0, 0, 0, 0, 0, False))
+            result.turns.append(TurnResult(user, turn, 0, 0, 0, 0, 0, False, sent_s))
             return
         messages.append({"role": "assistant", "content": text})
 
@@ -234,7 +242,9 @@ async def drive(platform, plan, pool, rate, max_tokens, name, seed) -> ModeResul
         cpu_before = cpu_by_kind(platform)
         tasks, started = [], time.perf_counter()
         for user, row in enumerate(plan):
-            conversation = run_user(user, row, pool, url, model, max_tokens, result, client)
+            conversation = run_user(
+                user, row, pool, url, model, max_tokens, result, client, started
+            )
             if rate == 0:  # one conversation at a time: the platform never queues
                 await conversation
                 continue
@@ -258,6 +268,38 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def p90_ratio_interval(
+    a: ModeResult, b: ModeResult, draws: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Bootstrap of the pooled TTFT p90 ratio (b)/(a): (2.5th percentile, 97.5th percentile,
+    share of draws >= 5). Each draw resamples whole conversations with replacement, the same
+    ones for both modes (they ran the same plans). Conversations on one platform queue
+    together, so they are not independent draws: the interval is a rough guide to how far
+    the ratio moves with the workload, not an exact one."""
+    turns_a, turns_b = _ttfts_by_conversation(a), _ttfts_by_conversation(b)
+    keys = sorted(set(turns_a) & set(turns_b))
+    if not keys:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        picked = [rng.choice(keys) for _ in keys]
+        p90_a = percentile([x for key in picked for x in turns_a[key]], 90)
+        p90_b = percentile([x for key in picked for x in turns_b[key]], 90)
+        ratios.append(p90_b / p90_a)
+    ratios.sort()
+    at_least_5 = sum(ratio >= 5 for ratio in ratios) / draws
+    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1], at_least_5
+
+
+def _ttfts_by_conversation(result: ModeResult) -> dict:
+    groups: dict = {}
+    for turn in result.turns:
+        if turn.ok:
+            groups.setdefault(turn.user, []).append(turn.ttft_s)
+    return groups
 
 
 def summarise(result: ModeResult) -> dict:
@@ -311,6 +353,17 @@ def plot(results: list[ModeResult], path: Path) -> None:
     axis.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120, bbox_inches="tight")
+
+
+def write_turns(results: list[ModeResult], args, path: Path) -> None:
+    """Every turn as JSON (users are [seed, user]), with the arguments of the run."""
+    run = {key: str(value) for key, value in vars(args).items()}
+    document = {
+        "args": run,
+        "modes": {result.name: [asdict(turn) for turn in result.turns] for result in results},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1))
 
 
 SERVICE_KINDS = ("cache", "encoder", "llm", "gateway")
@@ -383,6 +436,10 @@ def main() -> None:
         help="a service setting for both modes (repeatable), e.g. IRIS_LLM_MAX_BATCH_TOKENS=256",
     )  # fmt: skip
     parser.add_argument("--png", type=Path, default=ROOT / "bench" / "out" / "workload_ttft.png")
+    parser.add_argument(
+        "--turns-json", type=Path, default=ROOT / "bench" / "out" / "workload_turns.json",
+        help="every turn of every mode (when sent, TTFT, pod, tokens), for a closer look",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.rate < 0:
         parser.error(f"--rate must be >= 0, got {args.rate}")
@@ -440,10 +497,16 @@ def main() -> None:
                 for one_a, one_b in zip(results[0].per_seed, results[1].per_seed, strict=True)
             ]
             print(f"ratio TTFT p90 (b)/(a) per seed: {', '.join(f'{r:.2f}' for r in per_seed)}")
+        low, high, at_least_5 = p90_ratio_interval(*results)
+        print(
+            f"ratio TTFT p90 (b)/(a), conversations resampled: 95 % in [{low:.2f}, {high:.2f}], "
+            f"{at_least_5:.0%} of draws >= 5"
+        )
         later = b["later_ttft_p50_ms"] / a["later_ttft_p50_ms"]
         print(f"ratio later-turn TTFT p50 (b)/(a): {later:.2f}")
     plot(results, args.png)
-    print(f"wrote {args.png}")
+    write_turns(results, args, args.turns_json)
+    print(f"wrote {args.png} and {args.turns_json}")
 
 
 if __name__ == "__main__":
