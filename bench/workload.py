@@ -18,7 +18,9 @@ service spent: on a shared CPU box contention, not idle pods, sets the tail.
 contention, the floor the loaded figures can be held against.
 
 A p90 of one 60-turn run is the 54th turn, and moves by a third from run to run on this
-machine; `--seeds N` runs N workloads (each on fresh platforms) and pools their turns.
+machine; `--seeds N` runs N workloads (each on fresh platforms) and pools their turns. The
+pooled p90 ratio is printed with a bootstrap interval (conversations resampled), and every
+turn (when sent, which pod served it, its tokens and TTFT) is written as JSON beside the PNG.
 
     python bench/workload.py [--model DIR] [--users 10] [--turns 6] [--rate 0.25] [--pods 4]
         [--seeds 3] [--only a|b] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...]
