@@ -41,6 +41,7 @@ def command(
 
     if embedding_reuse not in ("on", "off"):
         raise typer.BadParameter(f"--embedding-reuse must be on or off, got {embedding_reuse!r}")
+    on_demo_model = model is None
     if model is None:
         from iris.models import make_demo
 
@@ -72,11 +73,20 @@ def command(
         typer.echo(f"logs: {platform.log_dir}")
         typer.echo(examples(url, served_model(url)))
         if demo_request:
-            for question, reply in send_demo_requests(url):
+            for (question, reply), has_image in zip(
+                send_demo_requests(url), (True, False), strict=True
+            ):
                 typer.echo(f"demo request: {question}")
-                answer = reply["choices"][0]["message"]["content"].strip() or "(empty)"
-                typer.echo(f"  answer: {answer}")
+                choice = reply["choices"][0]
+                answer = choice["message"]["content"].strip() or "(empty)"
+                typer.echo(f"  answer: {answer}  [finish_reason: {choice['finish_reason']}]")
                 typer.echo(f"  usage: {reply['usage']}")
+                if has_image and on_demo_model:
+                    typer.echo(
+                        "  (the demo model's vision tower is random, so what it says about an "
+                        "image, often nothing, means nothing: this request shows the image "
+                        "path gateway -> encoder -> cache -> LLM pod works)"
+                    )
         if not exit_after_demo:
             typer.echo("Ctrl-C to stop.")
             stop.wait()
