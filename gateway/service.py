@@ -70,7 +70,11 @@ class Gateway:
             timeout_s=settings.remote_image_timeout_s,
         )
         self.prompts = PromptBuilder(
-            adapter, policy=policy, fetcher=fetcher, max_images=settings.max_images_per_request
+            adapter,
+            policy=policy,
+            fetcher=fetcher,
+            max_images=settings.max_images_per_request,
+            max_model_len=self.max_model_len,
         )
         self.index = KVIndex()
         self.router = Router(

@@ -73,7 +73,7 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
             requested = body.max_completion_tokens or body.max_tokens
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             max_tokens = resolve_max_tokens(
-                requested, prompt.prompt_tokens, gateway.max_model_len(), param
+                requested, prompt.prompt_tokens, gateway.max_model_len(), param, "messages"
             )
             inference.span.set_max_tokens(max_tokens)
             jobs = [

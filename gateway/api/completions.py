@@ -72,7 +72,7 @@ def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
         raise bad_request(f"n = {body.n} is over the limit of {max_n}", "n")
 
 
-def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
+async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
     """One job per (prompt, choice); choice index = prompt index * n + j. Every prompt and
     its sampling params are checked before any is routed: a routing decision opens an
     in-flight ticket, which a later 4xx would leave open."""
@@ -80,12 +80,12 @@ def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
     for p, source in enumerate(sources):
         param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
         prompt = (
-            gateway.prompts.text(source, param)
+            await gateway.prompts.text(source, param)
             if isinstance(source, str)
             else gateway.prompts.tokens(source, param)
         )
         max_tokens = resolve_max_tokens(
-            body.max_tokens, prompt.prompt_tokens, gateway.max_model_len(), "max_tokens"
+            body.max_tokens, prompt.prompt_tokens, gateway.max_model_len(), "max_tokens", param
         )
         for j in range(body.n):
             sampling = sampling_params(
@@ -125,7 +125,7 @@ async def completions(body: CompletionRequest, gateway: GatewayDep):
     request_id = new_request_id("cmpl")
     try:
         with inference.span.use():
-            jobs, prompt_of_choice = _jobs(gateway, body, sources, want_logprobs)
+            jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs)
             metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
             generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:

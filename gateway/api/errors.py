@@ -35,8 +35,28 @@ ERROR_RESPONSES: dict[int | str, dict] = {
 
 
 def _location(loc: tuple) -> str | None:
-    parts = [str(part) for part in loc if part not in ("body", "query", "path")]
+    """A pydantic error location as a dotted param. Where a field takes one of several types,
+    pydantic adds the type it tried (`str`, `list[str]`, `function-after[...]`): not a param."""
+    parts = [
+        str(part)
+        for part in loc
+        if part not in ("body", "query", "path")
+        and not (isinstance(part, str) and (part in _TYPE_TAGS or "[" in part))
+    ]
     return ".".join(parts) or None
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _described(error: dict) -> str:
+    """One pydantic error as `param: what is wrong (got <value>)`; long values are cut."""
+    text = f"{_location(tuple(error.get('loc', ()))) or 'body'}: {error.get('msg')}"
+    value = error.get("input")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        shown = repr(value)
+        text += f" (got {shown[:60] + '...' if len(shown) > 60 else shown})"
+    return text
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -53,9 +73,7 @@ def install_error_handlers(app: FastAPI) -> None:
         param = _location(tuple(first.get("loc", ())))
         if first.get("type") == "json_invalid":
             return bad_request(f"request body is not valid JSON: {first['msg']}").response()
-        message = "; ".join(
-            f"{_location(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in errors[:5]
-        )
+        message = "; ".join(_described(error) for error in errors[:5])
         return APIError(422, message, param=param, code="invalid_value").response()
 
     @app.exception_handler(StarletteHTTPException)

@@ -38,14 +38,15 @@ def sampling_params(
 
 
 def resolve_max_tokens(
-    requested: int | None, prompt_tokens: int, max_model_len: int, param: str
+    requested: int | None, prompt_tokens: int, max_model_len: int, param: str, prompt_param: str
 ) -> int:
-    """The completion budget: the request's, else what the context leaves; 400 if none is."""
+    """The completion budget: the request's, else what the context leaves; 400 if none is.
+    `param` names the budget's field, `prompt_param` the prompt's (messages, prompt[i])."""
     room = max_model_len - prompt_tokens
     if room < 1:
         raise bad_request(
-            f"prompt is {prompt_tokens} tokens; the model's context is {max_model_len}",
-            "messages" if param == "max_completion_tokens" else "prompt",
+            f"{prompt_param} is {prompt_tokens} tokens; the model's context is {max_model_len}",
+            prompt_param,
             "context_length_exceeded",
         )
     if requested is None:

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 _MAX_STOP = 16
+
+
+def _unicode_text(text: str) -> str:
+    # JSON may carry a lone UTF-16 surrogate ("\ud800"); no tokenizer or proto can take it.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"text is not valid Unicode: a lone surrogate {text[err.start]!r} at index {err.start}"
+        ) from None
+    return text
+
+
+# Text that reaches the tokenizer, the template or the pod: a string of valid Unicode.
+Text = Annotated[StrictStr, AfterValidator(_unicode_text)]
 
 
 class _Lenient(BaseModel):
@@ -16,7 +31,7 @@ class _Lenient(BaseModel):
 
 class TextPart(_Lenient):
     type: Literal["text"]
-    text: StrictStr
+    text: Text
 
 
 class ImageURL(_Lenient):
@@ -34,8 +49,8 @@ ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 class ChatMessage(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: StrictStr | list[ContentPart] | None = None
-    name: StrictStr | None = None
+    content: Text | list[ContentPart] | None = None
+    name: Text | None = None
 
 
 class StreamOptions(_Lenient):
@@ -49,7 +64,7 @@ class _SamplingFields(_Lenient):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: StrictInt | None = Field(None, ge=-1, le=2**31 - 1)  # int32 on the wire
-    stop: StrictStr | Annotated[list[StrictStr], Field(max_length=_MAX_STOP)] | None = None
+    stop: Text | Annotated[list[Text], Field(max_length=_MAX_STOP)] | None = None
     seed: StrictInt | None = Field(None, ge=0, lt=2**63)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
@@ -57,7 +72,7 @@ class _SamplingFields(_Lenient):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
-    user: StrictStr | None = None
+    user: Text | None = None
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -74,13 +89,13 @@ TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1
 
 class CompletionRequest(_SamplingFields):
     prompt: (
-        StrictStr
-        | Annotated[list[StrictStr], Field(min_length=1)]
+        Text
+        | Annotated[list[Text], Field(min_length=1)]
         | TokenIds
         | Annotated[list[TokenIds], Field(min_length=1)]
     )
     max_tokens: StrictInt | None = Field(16, ge=1)
     logprobs: StrictInt | None = Field(None, ge=0, le=20)
     echo: StrictBool = False
-    suffix: StrictStr | None = None
+    suffix: Text | None = None
     best_of: StrictInt | None = Field(None, ge=1)

@@ -32,7 +32,10 @@ def describe_image(
         header = read_image_header(data, policy)
     except ImageDecodeError as err:
         raise bad_request(f"{param}: {err}", param, "invalid_image") from None
-    token_count, grid = adapter.image_token_count(header.width, header.height)
+    try:
+        token_count, grid = adapter.image_token_count(header.width, header.height)
+    except ValueError as err:  # a size the model's processor refuses (e.g. aspect ratio)
+        raise bad_request(f"{param}: {err}", param, "invalid_image") from None
     item = MultimodalItem(Modality.IMAGE, token_count=int(token_count), grid=tuple(grid))
     if isinstance(caller_key, bytes):
         item.set_identity(caller_key)

@@ -3,12 +3,16 @@
 Chat: collect the image parts in order, get their bytes, describe each image, render the
 chat template, tokenize, expand each placeholder to its token count, fill it with the
 item's sentinels. Completions: a text or token-id prompt, which may hold no image.
+
+Rendering, tokenizing and hashing run on a worker thread (the tokenizer releases the GIL),
+so a long prompt does not stall every other request on the event loop; and a text too long
+to fit the context whatever its tokens is refused before it is tokenized at all.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,6 +82,7 @@ class PromptBuilder:
         policy: DecodePolicy,
         fetcher: RemoteImageFetcher,
         max_images: int,
+        max_model_len: Callable[[], int] | None = None,
     ) -> None:
         self.adapter = adapter
         self.fingerprint: bytes = adapter.fingerprint
@@ -85,6 +90,12 @@ class PromptBuilder:
         self.fetcher = fetcher
         self.max_images = max_images
         self.vocab_size = int(adapter.vocab_size)
+        self.max_model_len = max_model_len
+        # No token covers more characters than its vocabulary entry has (byte-level BPE:
+        # one per byte; SentencePiece: the text itself), so a text longer than the context
+        # times this cannot fit.
+        vocab = adapter.tokenizer().get_vocab()
+        self.max_token_chars = max((len(piece) for piece in vocab), default=1)
 
     async def chat(self, messages: Sequence[dict], mm_hashes: object = None) -> PreparedPrompt:
         """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt."""
@@ -100,6 +111,9 @@ class PromptBuilder:
         except MMHashesTypeError as err:
             raise bad_request(str(err), "mm_hashes") from None
         datas = await self._load(refs)
+        return await asyncio.to_thread(self._chat, template, refs, datas, keys)
+
+    def _chat(self, template, refs, datas, keys) -> PreparedPrompt:
         items = [
             describe_image(
                 data,
@@ -115,12 +129,30 @@ class PromptBuilder:
             prompt = self.adapter.apply_chat_template(template, add_generation_prompt=True)
         except ValueError as err:
             raise bad_request(f"cannot render the chat template: {err}", "messages") from None
+        self._check_length(prompt, "messages")
         ids = self.adapter.encode_prompt(prompt)
         return self._expand(ids, items, datas, "messages")
 
-    def text(self, prompt: str, param: str = "prompt") -> PreparedPrompt:
+    async def text(self, prompt: str, param: str = "prompt") -> PreparedPrompt:
         """A completions text prompt (no images)."""
-        return self._expand(self.adapter.encode_prompt(prompt), [], [], param)
+        self._check_length(prompt, param)
+        ids = await asyncio.to_thread(self.adapter.encode_prompt, prompt)
+        return self._expand(ids, [], [], param)
+
+    def _check_length(self, text: str, param: str) -> None:
+        """400 for a text that cannot fit the context whatever it tokenizes to."""
+        if self.max_model_len is None:
+            return
+        context = self.max_model_len()
+        # x4: normalisation (NFC and the like) may merge a few characters into one.
+        most = context * self.max_token_chars * 4
+        if len(text) > most:
+            raise bad_request(
+                f"{param} is {len(text)} characters: more than a context of {context} tokens "
+                f"can hold with this tokenizer (at most {most} characters)",
+                param,
+                "context_length_exceeded",
+            )
 
     def tokens(self, ids: Sequence[int], param: str = "prompt") -> PreparedPrompt:
         """A completions token-id prompt; every id must be in [0, vocab_size)."""
@@ -144,6 +176,8 @@ class PromptBuilder:
     def _expand(
         self, ids: list[int], items: list[MultimodalItem], datas: list[bytes], param: str
     ) -> PreparedPrompt:
+        if not ids:
+            raise bad_request(f"{param} is empty: it has no tokens", param)
         try:
             expanded, spans = self.adapter.expand_prompt(ids, [item.grid for item in items])
         except ValueError as err:

@@ -73,18 +73,22 @@ class RemoteImageFetcher:
         """The body of `url`, or an APIError (400 refused/failed, 413 too large)."""
         if not self.enabled:
             raise bad_request("remote image URLs are disabled on this gateway", param)
-        parts = urlsplit(url)
-        host = parts.hostname
+        try:
+            parts = urlsplit(url)
+            host, _ = parts.hostname, parts.port  # .port raises on a bad port
+        except ValueError as err:
+            raise bad_request(f"image URL {url[:100]!r} is malformed: {err}", param) from None
         if parts.scheme not in ("http", "https") or not host:
             raise bad_request(f"image URL {url[:100]!r} is not an http(s) URL", param)
         if not host_allowed(host, self.allow_list):
             raise bad_request(f"image host {host!r} is not on the allow-list", param)
-        address = await self._resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        address = await self._resolve(host, port, param)
         if not self.address_allowed(address):
             raise bad_request(f"image host {host!r} resolves to a non-public address", param)
         return await self._download(parts, host, address, param)
 
-    async def _resolve(self, host: str, port: int) -> IPAddress:
+    async def _resolve(self, host: str, port: int, param: str) -> IPAddress:
         try:
             literal = ipaddress.ip_address(host)
         except ValueError:
@@ -96,12 +100,12 @@ class RemoteImageFetcher:
                 host, port, type=socket.SOCK_STREAM
             )
         except OSError as err:
-            raise bad_request(f"image host {host!r} does not resolve: {err}") from None
+            raise bad_request(f"image host {host!r} does not resolve: {err}", param) from None
         addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
         # One internal answer among public ones is enough to refuse the whole name.
         for address in addresses:
             if not self.address_allowed(address):
-                raise bad_request(f"image host {host!r} resolves to a non-public address")
+                raise bad_request(f"image host {host!r} resolves to a non-public address", param)
         return addresses[0]
 
     async def _download(self, parts, host: str, address: IPAddress, param: str) -> bytes:

@@ -112,5 +112,8 @@ def adopt_mm_hashes(mm_hashes: Any, num_images: int) -> list[bytes | int | None]
         parsed = parse_mm_hash(entry)
         if parsed is None:
             log.warning("ignoring mm_hashes[%d] %r: expected 16 or 64 hex digits", index, entry)
+        elif parsed == 0:  # on the wire a hash of 0 is "no hash": the item would have no key
+            log.warning("ignoring mm_hashes[%d] %r: the hash 0 is reserved", index, entry)
+            parsed = None
         adopted.append(parsed)
     return adopted

@@ -93,6 +93,12 @@ def test_mm_hashes_adopted_per_entry(caplog):
     assert "mm_hashes[2]" in caplog.text and "mm_hashes[3]" in caplog.text
 
 
+def test_the_reserved_hash_zero_is_ignored(caplog):
+    # A 64-bit hash of 0 reads as "no hash" on the wire, so the image is hashed instead.
+    assert adopt_mm_hashes(["0000000000000000", "0" * 64], 2) == [None, bytes(32)]
+    assert "mm_hashes[0]" in caplog.text and "reserved" in caplog.text
+
+
 def test_mm_hashes_wrong_length_ignored_whole(caplog):
     with caplog.at_level(logging.WARNING):
         assert adopt_mm_hashes(["00000000000000ff"], 2) == [None, None]

@@ -55,6 +55,24 @@ CHAT_CASES = [
     ("image file scheme", chat(messages=image_part("file:///etc/passwd")), 400),
     ("image remote disabled", chat(messages=image_part("http://169.254.169.254/")), 400),
     ("image truncated png", chat(messages=image_part(data_url(IMG[:40]))), 400),
+    ("image aspect ratio over 200", chat(messages=image_part(data_url(png_bytes(1, 5000)))), 400),
+    (
+        "lone surrogate in content",
+        b'{"model": "<model>", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        422,
+    ),
+    (
+        "lone surrogate in a text part",
+        b'{"model": "<model>", "messages": [{"role": "user", "content": '
+        b'[{"type": "text", "text": "a\\udc00"}]}]}',
+        422,
+    ),
+    (
+        "lone surrogate in stop",
+        b'{"model": "<model>", "messages": [{"role": "user", "content": "hi"}], '
+        b'"stop": ["\\udc00"]}',
+        422,
+    ),
     ("placeholder spoof", chat(messages=[{"role": "user", "content": "<|image_pad|>"}]), 400),
     ("n zero", chat(n=0), 422),
     ("n over the limit", chat(n=100), 400),
@@ -92,11 +110,15 @@ COMPLETION_CASES = [
     ("best_of differs from n", {"model": MODEL, "prompt": "hi", "best_of": 3}, 400),
     ("logprobs too high", {"model": MODEL, "prompt": "hi", "logprobs": 50}, 422),
     ("unknown model", {"model": "nope", "prompt": "hi"}, 404),
+    ("empty text prompt", {"model": MODEL, "prompt": ""}, 400),
+    ("an empty prompt among several", {"model": MODEL, "prompt": ["a", ""]}, 400),
+    ("lone surrogate in prompt", b'{"model": "<model>", "prompt": "\\ud800"}', 422),
 ]
 
 
 def send(client, path, body, model_name):
     if isinstance(body, bytes):
+        body = body.replace(b'"<model>"', f'"{model_name}"'.encode())
         return client.post(path, content=body, headers={"content-type": "application/json"})
     if body.get("model") == MODEL:
         body = {**body, "model": model_name}
@@ -122,6 +144,26 @@ def test_malformed_chat_request(client, model_name, name, body, status):
 )
 def test_malformed_completion_request(client, model_name, name, body, status):
     assert_openai_error(send(client, "/v1/completions", body, model_name), status)
+
+
+def test_a_validation_error_names_the_param_and_the_value(client, model_name):
+    response = client.post(
+        "/v1/chat/completions", json={"model": model_name, "messages": TEXT, "max_tokens": -5}
+    )
+    assert_openai_error(response, 422)
+    error = response.json()["error"]
+    assert error["param"] == "max_tokens" and "(got -5)" in error["message"]
+    body = {"model": model_name, "messages": TEXT, "stop": ["a"] * 17}
+    assert send(client, "/v1/chat/completions", body, model_name).json()["error"]["param"] == "stop"
+
+
+def test_a_chat_too_long_for_the_context_names_messages(client, model_name):
+    for long in ("word " * 3000, "x" * 10_000_000):  # over by tokens; over by characters
+        body = {"model": model_name, "messages": [{"role": "user", "content": long}]}
+        response = client.post("/v1/chat/completions", json={**body, "max_tokens": 4})
+        assert_openai_error(response, 400)
+        error = response.json()["error"]
+        assert (error["param"], error["code"]) == ("messages", "context_length_exceeded")
 
 
 def test_there_are_at_least_forty_cases():

@@ -1,5 +1,7 @@
 """Chat and completion prompts → padded ids and items, with the real tiny adapters."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -90,11 +92,57 @@ async def test_image_limits_are_400_naming_the_limit(qwen_adapter):
         await builder(qwen_adapter).chat([too_many])
 
 
-def test_token_prompts_are_checked_against_the_vocabulary(qwen_adapter):
+async def test_token_prompts_are_checked_against_the_vocabulary(qwen_adapter):
     b = builder(qwen_adapter)
     assert b.tokens([1, 2, 3]).input_ids.tolist() == [1, 2, 3]
     with pytest.raises(APIError, match=r"prompt\[1\] = 999999 is outside"):
         b.tokens([1, 999999])
     with pytest.raises(APIError, match="placeholders"):
         b.tokens([1, qwen_adapter.image_token_id])
-    assert b.text("hello").prompt_tokens > 0
+    assert (await b.text("hello")).prompt_tokens > 0
+
+
+async def test_an_empty_text_prompt_is_refused_before_the_pod(qwen_adapter):
+    with pytest.raises(APIError, match=r"prompt\[1\] is empty") as caught:
+        await builder(qwen_adapter).text("", "prompt[1]")
+    assert caught.value.param == "prompt[1]"
+
+
+async def test_a_text_too_long_for_any_tokenization_is_refused_untokenized(qwen_adapter):
+    b = builder(qwen_adapter)
+    b.max_model_len = lambda: 16
+    most = 16 * b.max_token_chars * 4
+    calls = []
+    b.adapter = _CountingAdapter(qwen_adapter, calls)
+    with pytest.raises(APIError, match=f"{most + 1} characters") as caught:
+        await b.text("a" * (most + 1))
+    assert caught.value.code == "context_length_exceeded" and calls == []
+    with pytest.raises(APIError, match="messages is"):
+        await b.chat([{"role": "user", "content": "a" * (most + 1)}])
+    assert calls == []
+    # At the bound it is tokenized (and the context check later decides).
+    assert (await b.text("a" * most)).prompt_tokens > 0 and calls == [most]
+
+
+async def test_tokenizing_runs_off_the_event_loop(qwen_adapter):
+    b = builder(qwen_adapter)
+    loop_thread = threading.get_ident()
+    seen = []
+    b.adapter = _CountingAdapter(qwen_adapter, seen, record=lambda _: threading.get_ident())
+    await b.text("hello")
+    await b.chat([{"role": "user", "content": "hello"}])
+    assert len(seen) == 2 and loop_thread not in seen
+
+
+class _CountingAdapter:
+    """The real adapter, recording each encode_prompt call (its length, or `record`'s)."""
+
+    def __init__(self, adapter, calls, record=len):
+        self._adapter, self._calls, self._record = adapter, calls, record
+
+    def encode_prompt(self, prompt):
+        self._calls.append(self._record(prompt))
+        return self._adapter.encode_prompt(prompt)
+
+    def __getattr__(self, name):
+        return getattr(self._adapter, name)

@@ -63,6 +63,10 @@ def fetcher(**overrides) -> RemoteImageFetcher:
         ("http://10.0.0.8:8080/x.png", ["10.0.0.8"], "non-public"),
         ("http://example.com/x.png", ["images.example.com"], "allow-list"),
         ("gopher://example.com/x", ["example.com"], "http(s)"),
+        ("http://example.com:99999/a.png", ["example.com"], "malformed"),
+        ("http://example.com:abc/", ["example.com"], "malformed"),
+        ("https://example.com:-1/", ["example.com"], "malformed"),
+        ("http://[::1/a.png", ["*"], "malformed"),
     ],
 )
 async def test_ssrf_targets_are_refused_before_any_connection(url, allow, fragment):
