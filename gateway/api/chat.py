@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway import metrics
@@ -16,7 +16,7 @@ from gateway.api.generation import (
     Job,
     StreamChunks,
     closer,
-    collect,
+    collect_unless_gone,
     new_request_id,
     start_all,
     streamed,
@@ -59,7 +59,7 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
 
 
 @router.post("/v1/chat/completions", responses=ERROR_RESPONSES, dependencies=[Authorized])
-async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
+async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, request: Request):
     """OpenAI chat completions: text and image parts, streamed (SSE) or whole."""
     started = time.perf_counter()
     gateway.check_model(body.model)
@@ -104,7 +104,7 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep):
         chunks = _stream(generations, inference, stream, started)
         return event_stream(chunks, closer(generations, inference), _pod_header(generations))
     try:
-        choices = await collect(generations)
+        choices = await collect_unless_gone(request.receive, generations)
     except BaseException as err:
         inference.close(err)
         raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway import metrics
@@ -17,7 +17,7 @@ from gateway.api.generation import (
     StreamChunks,
     close_decisions,
     closer,
-    collect,
+    collect_unless_gone,
     new_request_id,
     start_all,
     streamed,
@@ -108,7 +108,7 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
 
 
 @router.post("/v1/completions", responses=ERROR_RESPONSES, dependencies=[Authorized])
-async def completions(body: CompletionRequest, gateway: GatewayDep):
+async def completions(body: CompletionRequest, gateway: GatewayDep, request: Request):
     """OpenAI (legacy) completions, streamed (SSE) or whole."""
     started = time.perf_counter()
     gateway.check_model(body.model)
@@ -139,7 +139,7 @@ async def completions(body: CompletionRequest, gateway: GatewayDep):
         chunks = _stream(generations, prompt_of_choice, inference, stream, started)
         return event_stream(chunks, closer(generations, inference), _pod_header(generations))
     try:
-        choices = await collect(generations)
+        choices = await collect_unless_gone(request.receive, generations)
     except BaseException as err:
         inference.close(err)
         raise

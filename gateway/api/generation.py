@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from gateway import metrics
 from gateway.dispatch import Generation
+from gateway.errors import APIError
 from gateway.intake.prompt import PreparedPrompt
 from gateway.routing.router import Decision
 from gateway.service import Gateway
@@ -159,6 +160,30 @@ async def collect(generations: Sequence[Generation]) -> list[Choice]:
         async for index, message in messages:
             apply(choices[index], message)
     return choices
+
+
+async def collect_unless_gone(receive, generations: Sequence[Generation]) -> list[Choice]:
+    """`collect`, given up if the client disconnects first (`receive` is the request's ASGI
+    receive, its body already read): a whole answer nobody waits for must not keep its pods
+    generating. Leaving cancels the generations (see `merged`); then a 499 is raised."""
+    collecting = asyncio.ensure_future(collect(generations))
+    watching = asyncio.ensure_future(_disconnect(receive))
+    try:
+        await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watching.cancel()
+        if not collecting.done():
+            collecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collecting
+    if collecting.cancelled():
+        raise APIError(499, "the client closed the request", code="client_closed")
+    return collecting.result()
+
+
+async def _disconnect(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def streamed(

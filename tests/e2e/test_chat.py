@@ -3,6 +3,10 @@ through the gateway to encoder, cache and LLM pod processes on loopback."""
 
 from __future__ import annotations
 
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from iris.up.metrics_page import metrics_url, scrape
 from iris.up.processes import wait_until
 from tests.e2e.helpers import image_message, image_png
@@ -12,6 +16,36 @@ ENCODED = "iris_encoder_images_total"
 
 def encoded_images(platform) -> float:
     return sum(scrape(metrics_url(s)).get(ENCODED, 0.0) for s in platform.by_kind("encoder"))
+
+
+def aborted(platform) -> float:
+    """Requests the LLM pods finished as aborted (their own counter, by reason)."""
+    total = 0.0
+    for service in platform.by_kind("llm"):
+        page = httpx.get(metrics_url(service), timeout=5).text
+        for family in text_string_to_metric_families(page):
+            for sample in family.samples:
+                if sample.name == "iris_llm_requests_finished_total":
+                    total += sample.value if sample.labels.get("reason") == "abort" else 0.0
+    return total
+
+
+@pytest.mark.parametrize(
+    ("path", "prompt"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Count on."}]}),
+        ("/v1/completions", {"prompt": "Count on.", "max_tokens": 4000}),
+    ],
+)
+def test_a_client_that_leaves_before_a_whole_answer_stops_its_generation(platform, path, prompt):
+    before = aborted(platform)
+    # ignore_eos and (nearly) all the 4096-token context: generating runs far past the
+    # client's 1 s read timeout.
+    body = {"model": platform.model_name, **prompt, "ignore_eos": True, "n": 2}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{platform.gateway_url}{path}", json=body, timeout=httpx.Timeout(30, read=1.0))
+    # Both choices end as aborted (not by length, which is where they would otherwise end).
+    assert wait_until(lambda: aborted(platform) >= before + 2, 60), aborted(platform) - before
 
 
 def test_text_chat(platform):
