@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
 
 _MAX_STOP = 16
 
@@ -61,14 +70,14 @@ class _SamplingFields(_Lenient):
     model: StrictStr
     n: StrictInt = Field(1, ge=1, le=128)
     max_tokens: StrictInt | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
+    temperature: StrictFloat | None = Field(None, ge=0, le=2)
+    top_p: StrictFloat | None = Field(None, gt=0, le=1)
     top_k: StrictInt | None = Field(None, ge=-1, le=2**31 - 1)  # int32 on the wire
     stop: Text | Annotated[list[Text], Field(max_length=_MAX_STOP)] | None = None
     seed: StrictInt | None = Field(None, ge=0, lt=2**63)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    frequency_penalty: StrictFloat | None = Field(None, ge=-2, le=2)
+    presence_penalty: StrictFloat | None = Field(None, ge=-2, le=2)
+    repetition_penalty: StrictFloat | None = Field(None, gt=0, le=10)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
