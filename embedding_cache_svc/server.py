@@ -61,6 +61,8 @@ class CacheServer:
         options = [
             ("grpc.max_receive_message_length", max(limit, 4 << 20)),
             ("grpc.max_send_message_length", max(limit, 4 << 20)),
+            # A port already taken must fail the start, not be shared with its owner.
+            ("grpc.so_reuseport", 0),
         ]
         self._server = grpc.aio.server(options=options)
         cache_pb2_grpc.add_EmbeddingCacheServicer_to_server(self.servicer, self._server)

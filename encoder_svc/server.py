@@ -139,6 +139,8 @@ class EncoderServer:
             options=[
                 ("grpc.max_receive_message_length", settings.max_message_bytes),
                 ("grpc.max_send_message_length", 4 << 20),
+                # A port already taken must fail the start, not be shared with its owner.
+                ("grpc.so_reuseport", 0),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
         )

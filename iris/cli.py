@@ -13,6 +13,8 @@ app = typer.Typer(
     help="Iris: serve vision-language models on Kubernetes.",
     no_args_is_help=True,
     add_completion=False,
+    # Services write to log files and container logs: plain tracebacks, not boxes.
+    pretty_exceptions_enable=False,
 )
 
 

@@ -36,21 +36,15 @@ def command(
     ] = False,
 ) -> None:
     """Start cache, encoder(s), LLM pod(s) and gateway as processes on loopback."""
-    from iris.up.demo import examples, send_demo_requests, served_model
-    from iris.up.platform import Platform, UpConfig
+    from iris.up.demo import examples, served_model
+    from iris.up.platform import Platform, StartupError, UpConfig
 
     if embedding_reuse not in ("on", "off"):
         raise typer.BadParameter(f"--embedding-reuse must be on or off, got {embedding_reuse!r}")
     on_demo_model = model is None
-    if model is None:
-        from iris.models import make_demo
-
-        model = default_demo_dir()
-        typer.echo(f"using the demo model at {model} (built once from installed packages)")
-        make_demo(model)
-    try:
+    try:  # every flag is checked before the demo model is built (which takes a while)
         config = UpConfig(
-            model_dir=model,
+            model_dir=model or default_demo_dir(),
             llm_pods=llm_pods,
             encoders=encoders,
             cache=cache,
@@ -60,36 +54,85 @@ def command(
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    if on_demo_model:
+        from iris.models import make_demo
 
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-
-    platform = Platform(config)
+        typer.echo(
+            f"using the demo model at {config.model_dir} (built once from installed packages)"
+        )
+        make_demo(config.model_dir)
     try:
-        platform.start()
+        platform = Platform(config)
+    except OSError as err:
+        raise typer.BadParameter(f"--log-dir {log_dir}: {err}") from None
+    typer.echo(f"logs: {platform.log_dir}")
+
+    # Until everything is up, SIGINT and SIGTERM interrupt the start where it is.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        try:
+            platform.start()
+        except StartupError as err:
+            typer.echo(f"iris up: the platform did not start: {err}", err=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted while starting", err=True)
+            raise typer.Exit(130) from None
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
         url = platform.gateway_url
         typer.echo(f"Iris is up: {url}")
-        typer.echo(f"logs: {platform.log_dir}")
         typer.echo(examples(url, served_model(url)))
         if demo_request:
-            for (question, reply), has_image in zip(
-                send_demo_requests(url), (True, False), strict=True
-            ):
-                typer.echo(f"demo request: {question}")
-                choice = reply["choices"][0]
-                answer = choice["message"]["content"].strip() or "(empty)"
-                typer.echo(f"  answer: {answer}  [finish_reason: {choice['finish_reason']}]")
-                typer.echo(f"  usage: {reply['usage']}")
-                if has_image and on_demo_model:
-                    typer.echo(
-                        "  (the demo model's vision tower is random, so what it says about an "
-                        "image, often nothing, means nothing: this request shows the image "
-                        "path gateway -> encoder -> cache -> LLM pod works)"
-                    )
+            _demo(url, on_demo_model)
         if not exit_after_demo:
             typer.echo("Ctrl-C to stop.")
-            stop.wait()
+            _supervise(platform, stop)
     finally:
         typer.echo("stopping...")
         platform.stop()
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _demo(url: str, on_demo_model: bool) -> None:
+    """Send the demo requests and print their answers; a refused one ends `iris up` (1)."""
+    import httpx
+
+    from iris.up.demo import send_demo_requests
+
+    try:
+        replies = send_demo_requests(url)
+    except httpx.HTTPStatusError as err:
+        typer.echo(f"iris up: the demo request failed: {err.response.text}", err=True)
+        raise typer.Exit(1) from None
+    for (question, reply), has_image in zip(replies, (True, False), strict=True):
+        typer.echo(f"demo request: {question}")
+        choice = reply["choices"][0]
+        answer = choice["message"]["content"].strip() or "(empty)"
+        typer.echo(f"  answer: {answer}  [finish_reason: {choice['finish_reason']}]")
+        typer.echo(f"  usage: {reply['usage']}")
+        if has_image and on_demo_model:
+            typer.echo(
+                "  (the demo model's vision tower is random, so what it says about an "
+                "image, often nothing, means nothing: this request shows the image "
+                "path gateway -> encoder -> cache -> LLM pod works)"
+            )
+
+
+def _supervise(platform, stop: threading.Event) -> None:
+    """Serve until `stop`; say when a service exits. The platform degrades without one of
+    several pods or encoders, so that is reported and serving goes on; without its gateway
+    nothing can be served, so that ends `iris up` (1)."""
+    reported: set[str] = set()
+    while not stop.wait(1.0):
+        for service in platform.exited():
+            if service.name not in reported:
+                reported.add(service.name)
+                typer.echo(f"iris up: {service.describe_exit()}", err=True)
+                if service.kind == "gateway":
+                    raise typer.Exit(1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -57,6 +58,11 @@ class UpConfig:
             )
 
 
+class StartupError(RuntimeError):
+    """A service exited or never became healthy while the platform started (the message
+    names it and where its log is)."""
+
+
 @dataclass
 class Service:
     """A started (or startable) service: its process and where it listens."""
@@ -65,7 +71,17 @@ class Service:
     kind: str  # cache | encoder | llm | gateway | redis
     child: ChildProcess
     address: str  # host:port of its main endpoint
-    health_url: str | None
+    health_url: str | None  # None: redis, which answers PING on `address` instead
+
+    def exited(self) -> bool:
+        """Started, and no longer running."""
+        return self.child.process is not None and not self.child.running()
+
+    def describe_exit(self) -> str:
+        return (
+            f"{self.name} exited with code {self.child.process.returncode}; "
+            f"its log: {self.child.log_path}"
+        )
 
 
 class Platform:
@@ -117,7 +133,7 @@ class Platform:
     def _start_redis(self) -> str:
         server = shutil.which("redis-server")
         if server is None:
-            raise RuntimeError("--cache redis needs redis-server on PATH (scripts/setup.sh)")
+            raise StartupError("--cache redis needs redis-server on PATH (scripts/setup.sh)")
         port = free_port()
         self._redis_dir = Path(tempfile.mkdtemp(prefix="iris-redis-"))
         child = ChildProcess(
@@ -228,24 +244,30 @@ class Platform:
                 gateway.child.start()
                 self.wait_healthy(gateway)
 
-    def wait_healthy(self, service: Service) -> None:
+    def exited(self) -> list[Service]:
+        """The services that were started and have exited since."""
+        return [service for service in self.services if service.exited()]
+
+    def wait_healthy(self, service: Service, only_itself: bool = False) -> None:
+        """Wait until `service` is healthy; StartupError if it, or (unless `only_itself`)
+        any other started service, exits first (the gateway waits on the pods: a pod that
+        died is the cause to name, not the gateway), or after the startup timeout."""
+
         def healthy() -> bool:
-            if not service.child.running():
-                raise RuntimeError(
-                    f"{service.name} exited with {service.child.process.returncode}:\n"
-                    f"{service.child.tail()}"
-                )
+            watched = [service] if only_itself else self.services
+            for gone in (other for other in watched if other.exited()):
+                raise StartupError(f"{gone.describe_exit()}\n{gone.child.tail(12)}")
             if service.health_url is None:
-                return True
+                return _redis_answers(service.address)
             try:
                 return httpx.get(service.health_url, timeout=1.0).status_code == 200
             except httpx.HTTPError:
                 return False
 
         if not wait_until(healthy, self.config.startup_timeout_s, 0.2):
-            raise TimeoutError(
-                f"{service.name} not healthy after {self.config.startup_timeout_s:.0f}s:\n"
-                f"{service.child.tail()}"
+            raise StartupError(
+                f"{service.name} not healthy after {self.config.startup_timeout_s:.0f}s; "
+                f"its log: {service.child.log_path}\n{service.child.tail(12)}"
             )
 
     def stop(self) -> None:
@@ -259,7 +281,7 @@ class Platform:
         """Start a stopped service again on the same ports (fault tests)."""
         service = self.service(name)
         service.child.start()
-        self.wait_healthy(service)
+        self.wait_healthy(service, only_itself=True)
 
     def __enter__(self) -> Platform:
         try:
@@ -271,3 +293,14 @@ class Platform:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _redis_answers(address: str) -> bool:
+    """Whether a Redis server on `address` answers PING."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0) as connection:
+            connection.sendall(b"PING\r\n")
+            return connection.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False

@@ -111,7 +111,11 @@ class LLMServer:
         )
         self.worker.start()
         self._server = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", settings.max_message_bytes)]
+            options=[
+                ("grpc.max_receive_message_length", settings.max_message_bytes),
+                # A port already taken must fail the start, not be shared with its owner.
+                ("grpc.so_reuseport", 0),
+            ]
         )
         llm_pb2_grpc.add_LLMServicer_to_server(self.servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
