@@ -215,6 +215,12 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
         self.notifier.changed()
         return cache_pb2.DeleteReply(deleted=deleted)
 
+    @_rpc("abandon")
+    async def Abandon(self, request, context):
+        ended = await self.store.abandon(self._keys(request))
+        self.notifier.changed()  # a waiter on the lease learns it is FREE now
+        return cache_pb2.DeleteReply(deleted=ended)
+
     @_rpc("reserve")
     async def Reserve(self, request, context):
         if not 0 < request.lease_ms <= self.settings.max_lease_ms:

@@ -249,7 +249,23 @@ class Dispatcher:
         task = asyncio.create_task(self.encoders.encode(encode_items, grpc_metadata()))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        keys = [prompt.items[i].key for i in to_encode]
+        task.add_done_callback(lambda done: self._abandon_if_not_encoded(done, keys))
         return task
+
+    def _abandon_if_not_encoded(self, task: asyncio.Task, keys: list[bytes]) -> None:
+        """An encode that never ran (no encoder, or the call failed other than by refusing
+        the image) leaves our leases with no entry to come: abandon them, or every request
+        for those images would wait out the lease before failing."""
+        error = None if task.cancelled() else task.exception()
+        ran = error is None or (
+            isinstance(error, grpc.aio.AioRpcError)
+            and error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        )
+        if task.cancelled() or not ran:
+            abandon = asyncio.ensure_future(self.cache.abandon(keys))
+            self._background.add(abandon)
+            abandon.add_done_callback(self._background.discard)
 
     async def _encode_now(self, prompt: PreparedPrompt, indices: Sequence[int]) -> None:
         metrics.ENCODE_DISPATCHED.inc(len(indices))

@@ -123,6 +123,11 @@ class CacheClient:
         request = self.core.reserve_request(items, lease_ms)
         return parse_states(self._call("reserve", self._stub.Reserve, request, timeout_s))
 
+    def abandon(self, keys: Sequence[bytes], timeout_s: float | None = None) -> int:
+        """End the leases on `keys` (their work will not be done); entries are kept."""
+        request = self.core.keys_request(keys)
+        return self._call("abandon", self._stub.Abandon, request, timeout_s).deleted
+
     def fail(self, key: bytes, reason: str, timeout_s: float | None = None) -> None:
         """Record that `key` cannot be produced; ends its lease and releases waiters."""
         self._call("fail", self._stub.Fail, self.core.fail_request(key, reason), timeout_s)

@@ -64,6 +64,11 @@ class EmbeddingCacheStub:
                 request_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.FailRequest.SerializeToString,
                 response_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.FailReply.FromString,
                 _registered_method=True)
+        self.Abandon = channel.unary_unary(
+                '/iris.cache.EmbeddingCache/Abandon',
+                request_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.KeysRequest.SerializeToString,
+                response_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.DeleteReply.FromString,
+                _registered_method=True)
         self.Wait = channel.unary_unary(
                 '/iris.cache.EmbeddingCache/Wait',
                 request_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.WaitRequest.SerializeToString,
@@ -115,6 +120,14 @@ class EmbeddingCacheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Abandon(self, request, context):
+        """End the leases on these keys: whoever held them will not produce the entries (the
+        encode was abandoned), so the next Reserve grants a lease at once. Entries are kept.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Wait(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -159,6 +172,11 @@ def add_EmbeddingCacheServicer_to_server(servicer, server):
                     servicer.Fail,
                     request_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.FailRequest.FromString,
                     response_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.FailReply.SerializeToString,
+            ),
+            'Abandon': grpc.unary_unary_rpc_method_handler(
+                    servicer.Abandon,
+                    request_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.KeysRequest.FromString,
+                    response_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.DeleteReply.SerializeToString,
             ),
             'Wait': grpc.unary_unary_rpc_method_handler(
                     servicer.Wait,
@@ -333,6 +351,33 @@ class EmbeddingCache:
             '/iris.cache.EmbeddingCache/Fail',
             embedding__cache__svc_dot_proto_dot_cache__pb2.FailRequest.SerializeToString,
             embedding__cache__svc_dot_proto_dot_cache__pb2.FailReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Abandon(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/iris.cache.EmbeddingCache/Abandon',
+            embedding__cache__svc_dot_proto_dot_cache__pb2.KeysRequest.SerializeToString,
+            embedding__cache__svc_dot_proto_dot_cache__pb2.DeleteReply.FromString,
             options,
             channel_credentials,
             insecure,

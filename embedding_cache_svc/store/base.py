@@ -80,6 +80,10 @@ class Store(abc.ABC):
         """Delete entries (not leases); return how many existed."""
 
     @abc.abstractmethod
+    async def abandon(self, keys: Sequence[bytes]) -> int:
+        """End the leases on keys (not their entries); return how many were live."""
+
+    @abc.abstractmethod
     async def exists(self, keys: Sequence[bytes]) -> list[bool]:
         """Whether an embedding (not a failure) is stored under each key."""
 

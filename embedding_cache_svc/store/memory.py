@@ -124,6 +124,13 @@ class MemoryStore(Store):
     async def delete(self, keys: Sequence[bytes]) -> int:
         return sum(self._remove(key) for key in keys)
 
+    async def abandon(self, keys: Sequence[bytes]) -> int:
+        now = time.monotonic()
+        live = [key for key in keys if self._lease_live(key, now)]
+        for key in keys:
+            self._leases.pop(key, None)
+        return len(live)
+
     async def exists(self, keys: Sequence[bytes]) -> list[bool]:
         out = []
         for key in keys:

@@ -246,6 +246,12 @@ class RedisStore(Store):
         with _guard(self._url):
             return int(await self._redis.delete(*[self._entry(key) for key in keys]))
 
+    async def abandon(self, keys: Sequence[bytes]) -> int:
+        if not keys:
+            return 0
+        with _guard(self._url):
+            return int(await self._redis.delete(*[self._lease(key) for key in keys]))
+
     async def exists(self, keys: Sequence[bytes]) -> list[bool]:
         if not keys:
             return []

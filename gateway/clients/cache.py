@@ -1,7 +1,9 @@
-"""The one cache call the gateway makes: a batched Reserve (DESIGN.md §3 step 2)."""
+"""The cache calls the gateway makes: a batched Reserve (DESIGN.md §3 step 2), and Release of
+Abandon of leases whose encode never ran."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from enum import Enum
 
@@ -11,6 +13,8 @@ from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from gateway.clients.channels import open_channel
 from gateway.errors import APIError
 from iris.telemetry import grpc_metadata
+
+log = logging.getLogger(__name__)
 
 
 class ReserveStatus(Enum):
@@ -65,6 +69,16 @@ class CacheClient:
         if len(states) != len(items):
             raise APIError(502, f"cache answered {len(states)} states for {len(items)} items")
         return states
+
+    async def abandon(self, keys: Sequence[bytes]) -> None:
+        """End our leases on `keys` (their encode failed: no entry will come from us), so the
+        next request for those images reserves and encodes them at once instead of waiting
+        out the lease. Best effort: if the cache cannot be reached, the leases expire."""
+        request = cache_pb2.KeysRequest(fingerprint=self.fingerprint, keys=list(keys))
+        try:
+            await self._stub.Abandon(request, timeout=self.timeout_s, metadata=grpc_metadata())
+        except grpc.aio.AioRpcError as err:
+            log.warning("could not abandon %d leases: %s", len(keys), err.details())
 
     async def close(self) -> None:
         await self._channel.close()

@@ -109,6 +109,19 @@ def test_waiters_are_released_when_the_lease_expires(service):
         assert client.reserve([(key, 2)], 5000) == [Status.RESERVED]
 
 
+def test_an_abandoned_lease_frees_its_waiters_and_the_next_reserve(service):
+    with CacheClient(service.address, FINGERPRINT) as client:
+        key, stored = new_key(), new_key()
+        client.put(stored, torch.ones(2, 4), 2)
+        assert client.reserve([(key, 2)], 30_000) == [Status.RESERVED]
+        waiter, out = _wait_in_thread(service.address, [(key, 2)], 30)
+        until_waiting(service, 1)
+        assert client.abandon([key, stored]) == 1  # one live lease; the entry is not a lease
+        waiter.join(10)
+        assert out == {key: Status.FREE}  # before the 30 s lease or wait deadline
+        assert client.reserve([(key, 2), (stored, 2)], 5000) == [Status.RESERVED, Status.PRESENT]
+
+
 def test_wait_returns_pending_at_its_deadline(service):
     with CacheClient(service.address, FINGERPRINT) as client:
         key, free = new_key(), new_key()

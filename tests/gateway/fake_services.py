@@ -114,9 +114,12 @@ class FakeEncoder(encoder_pb2_grpc.EncoderServicer):
     def __init__(self, fail: str | None = None) -> None:
         self.requests: list[encoder_pb2.EncodeRequest] = []
         self.fail = fail
+        self.unavailable = False  # answer UNAVAILABLE, as a dying encoder does
 
     def Encode(self, request, context):
         self.requests.append(request)
+        if self.unavailable:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "encoder is shutting down")
         return encoder_pb2.EncodeResponse(
             results=[
                 encoder_pb2.EncodeResult(

@@ -26,6 +26,7 @@ def fresh_script(qwen_gateway_parts):
     pod.metadata.clear()
     encoder.requests.clear()
     encoder.fail = None
+    encoder.unavailable = False
     yield pod, encoder
 
 
@@ -187,6 +188,31 @@ def test_an_image_the_encoder_fails_is_400(client, model_name, fresh_script):
     response = client.post("/v1/chat/completions", json=body)
     assert response.status_code == 400
     assert "truncated" in response.json()["error"]["message"]
+
+
+def test_an_encode_that_never_ran_gives_its_lease_back(
+    client, model_name, fresh_script, qwen_gateway_parts
+):
+    from embedding_cache_svc.client import CacheClient, Status
+    from iris.multimodal import image_identity
+
+    pod, encoder = fresh_script
+    pod.script.accept_delay_s = 1.0  # a real pod waits for the embedding before accepting
+    encoder.unavailable = True
+    image = png_bytes(71, 70, "teal")
+    body = {"model": model_name, "messages": [image_message(data_url(image))]}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "encoder_unavailable"
+    adapter = qwen_gateway_parts["adapter"]
+    key = image_identity(image, adapter.fingerprint)
+    with CacheClient(qwen_gateway_parts["cache_address"], adapter.fingerprint) as cache:
+        # Not leased any more (a probe: Wait with no time left): the next request encodes it
+        # at once rather than waiting out the lease on an entry that would never come.
+        eventually(lambda: cache.wait([(key, 0)], 0.0) == {key: Status.FREE})
+    encoder.unavailable = False
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    assert len(encoder.requests) == 2
 
 
 def test_n_choices_use_consecutive_seeds_and_logprobs(client, model_name, fresh_script):
