@@ -25,9 +25,7 @@ def command(
     """Run the gateway: OpenAI REST in, images hashed, prompts routed to LLM pods."""
     import logging
 
-    import uvicorn
-
-    from gateway.app import create_app
+    from gateway.serving import serve
     from gateway.settings import GatewaySettings
     from iris.settings import SettingsError
     from iris.telemetry import setup_tracing, shutdown_tracing
@@ -49,12 +47,6 @@ def command(
     )
     setup_tracing("iris-gateway", settings.otlp_endpoint)
     try:
-        uvicorn.run(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level.lower(),
-            timeout_graceful_shutdown=5,
-        )
+        serve(settings)
     finally:
         shutdown_tracing()

@@ -81,6 +81,8 @@ class Gateway:
             load_router_config(settings.router_config), self.index, settings.retry_after_s
         )
         self.admission = Admission(settings.max_concurrent_requests, settings.retry_after_s)
+        # Set when open streams must end (the server is stopping): see begin_drain.
+        self.streams_ending = asyncio.Event()
         self.registry: PodRegistry | None = None
         self.dispatcher: Dispatcher | None = None
         self._tasks: list[asyncio.Task] = []
@@ -119,6 +121,12 @@ class Gateway:
                 settings.namespace, service, on_change, interval_s=settings.discovery_interval_s
             )
             self._tasks.append(asyncio.create_task(discovery.run(), name=f"discover {service}"))
+
+    def begin_drain(self, streams_end_after_s: float) -> None:
+        """The server is stopping: streams still open after `streams_end_after_s` end with
+        an error event and [DONE] (rather than being cut mid-chunk when the server's
+        graceful shutdown runs out). Call from the event loop."""
+        asyncio.get_running_loop().call_later(streams_end_after_s, self.streams_ending.set)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -102,7 +102,12 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, req
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = StreamChunks(request_id, "chat.completion.chunk", created, model, include_usage)
         chunks = _stream(generations, inference, stream, started)
-        return event_stream(chunks, closer(generations, inference), _pod_header(generations))
+        return event_stream(
+            chunks,
+            closer(generations, inference),
+            _pod_header(generations),
+            ending=gateway.streams_ending,
+        )
     try:
         choices = await collect_unless_gone(request.receive, generations)
     except BaseException as err:

@@ -137,7 +137,12 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = StreamChunks(request_id, "text_completion", created, model, include_usage)
         chunks = _stream(generations, prompt_of_choice, inference, stream, started)
-        return event_stream(chunks, closer(generations, inference), _pod_header(generations))
+        return event_stream(
+            chunks,
+            closer(generations, inference),
+            _pod_header(generations),
+            ending=gateway.streams_ending,
+        )
     try:
         choices = await collect_unless_gone(request.receive, generations)
     except BaseException as err:

@@ -36,14 +36,46 @@ class _ClosingStreamingResponse(StreamingResponse):
             self._on_done()
 
 
+async def _until(chunks: AsyncIterator[dict], ending: asyncio.Event) -> AsyncIterator[dict]:
+    """`chunks` until `ending` is set; then the one being awaited is cancelled (which ends
+    the generations) and a 503 `shutting_down` is raised, for the stream's error event."""
+    waiter = asyncio.ensure_future(ending.wait())
+    step: asyncio.Future | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(chunks))
+            await asyncio.wait((step, waiter), return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                raise APIError(
+                    503, "the gateway is shutting down; the stream was ended early",
+                    code="shutting_down",
+                )  # fmt: skip
+            try:
+                chunk = step.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        waiter.cancel()
+        # Ending early, or the client left: stop the chunk being awaited before `chunks`
+        # itself is closed (an async generator cannot be closed while it runs).
+        if step is not None and not step.done():
+            step.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await step
+
+
 def event_stream(
     chunks: AsyncIterator[dict],
     on_close: Callable[[BaseException | None], None],
     headers: dict[str, str] | None = None,
+    ending: asyncio.Event | None = None,
 ) -> StreamingResponse:
     """Stream `chunks` as SSE; an error after acceptance becomes an error event (the status
     line is already sent), and the stream always ends with [DONE]. `on_close` runs exactly
-    once, with the error if there was one (the client leaving is a CancelledError)."""
+    once, with the error if there was one (the client leaving is a CancelledError). When
+    `ending` is set (the server is stopping) an open stream ends the same way, with a 503
+    `shutting_down` error event."""
     closed = False
 
     def close(error: BaseException | None) -> None:
@@ -56,7 +88,8 @@ def event_stream(
         error = None
         try:
             async with contextlib.aclosing(chunks):
-                async for chunk in chunks:
+                source = chunks if ending is None else _until(chunks, ending)
+                async for chunk in source:
                     yield sse(chunk)
         except APIError as err:
             error = err

@@ -48,6 +48,20 @@ def test_a_client_that_leaves_before_a_whole_answer_stops_its_generation(platfor
     assert wait_until(lambda: aborted(platform) >= before + 2, 60), aborted(platform) - before
 
 
+def test_a_client_that_leaves_mid_stream_stops_its_generation(platform):
+    before = aborted(platform)
+    body = {
+        "model": platform.model_name,
+        "messages": [{"role": "user", "content": "Count on."}],
+        "ignore_eos": True,
+        "stream": True,
+    }
+    url = f"{platform.gateway_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, timeout=30) as response:
+        next(line for line in response.iter_lines() if line.startswith("data: "))
+    assert wait_until(lambda: aborted(platform) >= before + 1, 60), aborted(platform) - before
+
+
 def test_text_chat(platform):
     client = platform.openai_client()
     reply = client.chat.completions.create(

@@ -128,3 +128,30 @@ def test_llm_pod_killed_mid_stream(tmp_path, tiny_qwen2_vl_dir):
             assert reply.headers["x-iris-pod"] != pod
     finally:
         platform.stop()
+
+
+def test_a_stream_open_when_the_gateway_stops_ends_with_an_error_event(tmp_path, tiny_qwen2_vl_dir):
+    import signal
+
+    platform = start_platform(tiny_qwen2_vl_dir, tmp_path)
+    try:
+        body = {
+            "model": platform.model_name,
+            "messages": [{"role": "user", "content": "Count on."}],
+            "ignore_eos": True,  # no max_tokens: the whole context, far past the grace period
+            "stream": True,
+        }
+        url = f"{platform.gateway_url}/v1/chat/completions"
+        with httpx.stream("POST", url, json=body, timeout=DEADLINE_S) as response:
+            assert response.status_code == 200
+            events = (line for line in response.iter_lines() if line.startswith("data: "))
+            next(events)
+            platform.service("gateway").child.signal_group(signal.SIGTERM)
+            rest = list(events)
+        assert rest[-1] == "data: [DONE]", rest[-3:]
+        error = json.loads(rest[-2].removeprefix("data: "))["error"]
+        assert error["code"] == "shutting_down", error
+        platform.service("gateway").child.process.wait(30)  # it exits (uvicorn re-raises
+        # the SIGTERM it handled, so the code is -15 either way)
+    finally:
+        platform.stop()
