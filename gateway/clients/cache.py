@@ -1,5 +1,5 @@
-"""The cache calls the gateway makes: a batched Reserve (DESIGN.md §3 step 2), and Release of
-Abandon of leases whose encode never ran."""
+"""The cache calls the gateway makes: a batched Reserve (DESIGN.md §3 step 2), and Abandon
+of the leases whose encode never ran."""
 
 from __future__ import annotations
 

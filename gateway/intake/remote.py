@@ -75,14 +75,15 @@ class RemoteImageFetcher:
             raise bad_request("remote image URLs are disabled on this gateway", param)
         try:
             parts = urlsplit(url)
-            host, _ = parts.hostname, parts.port  # .port raises on a bad port
+            port = parts.port  # raises on a port that is not a number in 0..65535
         except ValueError as err:
             raise bad_request(f"image URL {url[:100]!r} is malformed: {err}", param) from None
+        host = parts.hostname
         if parts.scheme not in ("http", "https") or not host:
             raise bad_request(f"image URL {url[:100]!r} is not an http(s) URL", param)
         if not host_allowed(host, self.allow_list):
             raise bad_request(f"image host {host!r} is not on the allow-list", param)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = port or (443 if parts.scheme == "https" else 80)
         address = await self._resolve(host, port, param)
         if not self.address_allowed(address):
             raise bad_request(f"image host {host!r} resolves to a non-public address", param)

@@ -11,10 +11,13 @@ def metrics_url(service) -> str:
     return service.health_url.rsplit("/", 1)[0] + "/metrics"
 
 
-def scrape(url: str) -> dict[str, float]:
-    """Every sample on a /metrics page, by name (labels ignored: summed)."""
+def scrape(url: str, labels: dict[str, str] | None = None) -> dict[str, float]:
+    """Every sample on a /metrics page, by name, summed over labels; with `labels`, only
+    the samples that carry those label values."""
+    wanted = (labels or {}).items()
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(httpx.get(url, timeout=5).text):
         for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+            if wanted <= sample.labels.items():
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return values

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from iris.up.metrics_page import metrics_url, scrape
 from iris.up.processes import wait_until
@@ -20,14 +19,10 @@ def encoded_images(platform) -> float:
 
 def aborted(platform) -> float:
     """Requests the LLM pods finished as aborted (their own counter, by reason)."""
-    total = 0.0
-    for service in platform.by_kind("llm"):
-        page = httpx.get(metrics_url(service), timeout=5).text
-        for family in text_string_to_metric_families(page):
-            for sample in family.samples:
-                if sample.name == "iris_llm_requests_finished_total":
-                    total += sample.value if sample.labels.get("reason") == "abort" else 0.0
-    return total
+    return sum(
+        scrape(metrics_url(s), {"reason": "abort"}).get("iris_llm_requests_finished_total", 0.0)
+        for s in platform.by_kind("llm")
+    )
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ a clean OpenAI-style error — but never hang, and the gateway stays healthy thr
 from __future__ import annotations
 
 import json
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -131,8 +132,6 @@ def test_llm_pod_killed_mid_stream(tmp_path, tiny_qwen2_vl_dir):
 
 
 def test_a_stream_open_when_the_gateway_stops_ends_with_an_error_event(tmp_path, tiny_qwen2_vl_dir):
-    import signal
-
     platform = start_platform(tiny_qwen2_vl_dir, tmp_path)
     try:
         body = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,14 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def read_until(process: subprocess.Popen, marker: str, lines: list[str]) -> bool:
+    for line in process.stdout:
+        lines.append(line)
+        if marker in line:
+            return True
+    return False
 
 
 def iris_up(model_dir, *flags, log_dir) -> subprocess.Popen:
@@ -71,10 +80,7 @@ def test_sigterm_stops_every_service(tmp_path, tiny_qwen2_vl_dir):
     process = iris_up(tiny_qwen2_vl_dir, "--llm-pods", "2", log_dir=tmp_path)
     lines = []
     try:
-        for line in process.stdout:
-            lines.append(line)
-            if "Ctrl-C to stop" in line:
-                break
+        read_until(process, "Ctrl-C to stop", lines)
         children = descendants(process.pid)
         assert len(children) >= 5, (children, lines)  # cache, encoder, 2 pods, gateway
         process.send_signal(signal.SIGTERM)
@@ -90,14 +96,6 @@ def command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
     except FileNotFoundError:
         return ""
-
-
-def read_until(process: subprocess.Popen, marker: str, lines: list[str]) -> bool:
-    for line in process.stdout:
-        lines.append(line)
-        if marker in line:
-            return True
-    return False
 
 
 def test_sigint_during_startup_stops_it_there(tmp_path, tiny_qwen2_vl_dir):
@@ -153,8 +151,6 @@ def test_a_service_that_cannot_start_is_named_without_a_traceback(tmp_path):
 
 
 def test_a_redis_server_that_fails_is_caught_before_iris_is_up(tmp_path, tiny_qwen2_vl_dir):
-    import shutil
-
     real = shutil.which("redis-server")
     if real is None:
         pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
