@@ -46,6 +46,12 @@ POD_PREFILL_TOKENS_IN_FLIGHT = Gauge(
     [names.LABEL_LLM_POD],
 )
 
+POD_KV_EVENT_SEQ = Gauge(
+    names.GATEWAY_POD_KV_EVENT_SEQ,
+    "the last KV event seq of the LLM pod that the gateway's prefix index has applied",
+    [names.LABEL_LLM_POD],
+)
+
 
 def show_inflight(address: str, requests: int, prefill_tokens: int) -> None:
     """Publish routing's count of one pod's placements (refreshed on each load poll)."""
@@ -55,6 +61,6 @@ def show_inflight(address: str, requests: int, prefill_tokens: int) -> None:
 
 def forget_pod(address: str) -> None:
     """Drop a removed pod's series."""
-    for gauge in (POD_REQUESTS_IN_FLIGHT, POD_PREFILL_TOKENS_IN_FLIGHT):
+    for gauge in (POD_REQUESTS_IN_FLIGHT, POD_PREFILL_TOKENS_IN_FLIGHT, POD_KV_EVENT_SEQ):
         with contextlib.suppress(KeyError):  # never shown
             gauge.remove(address)

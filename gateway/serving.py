@@ -1,9 +1,9 @@
 """Run the gateway app under uvicorn, and end the streams still open when it stops.
 
-On SIGTERM / SIGINT uvicorn stops accepting, lets requests finish for GRACEFUL_SHUTDOWN_S,
-then cancels what is left, which would cut a stream off mid-chunk. A second before that,
-each open stream ends itself with a 503 `shutting_down` error event and [DONE] instead
-(gateway/api/streaming.py), and its generations are cancelled on the pods.
+On SIGTERM / SIGINT uvicorn stops accepting, lets requests finish for `shutdown_grace_s`
+(settings), then cancels what is left, which would cut a stream off mid-chunk. A second
+before that, each open stream ends itself with a 503 `shutting_down` error event and [DONE]
+instead (gateway/api/streaming.py), and its generations are cancelled on the pods.
 """
 
 from __future__ import annotations
@@ -14,18 +14,17 @@ from gateway.app import create_app
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 
-GRACEFUL_SHUTDOWN_S = 5
-
 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, telling the gateway when its shutdown begins."""
 
-    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+    def __init__(self, config: uvicorn.Config, gateway: Gateway, grace_s: float) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self.grace_s = grace_s
 
     async def shutdown(self, sockets=None) -> None:
-        self.gateway.begin_drain(streams_end_after_s=GRACEFUL_SHUTDOWN_S - 1)
+        self.gateway.begin_drain(streams_end_after_s=self.grace_s - 1)
         await super().shutdown(sockets)
 
 
@@ -37,6 +36,6 @@ def serve(settings: GatewaySettings) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
-    DrainingServer(config, gateway).run()
+    DrainingServer(config, gateway, settings.shutdown_grace_s).run()

@@ -59,6 +59,9 @@ class GatewaySettings(ServiceSettings):
     grpc_timeout_s: float = Field(10.0, gt=0)
     accept_timeout_s: float = Field(120.0, gt=0)
     load_poll_interval_s: float = Field(0.5, gt=0)
+    # On SIGTERM, requests may finish for this long; streams still open a second before it
+    # ends close with a `shutting_down` error event (gateway/serving.py).
+    shutdown_grace_s: float = Field(5.0, ge=2)
 
     @property
     def model_name(self) -> str:

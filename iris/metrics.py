@@ -100,6 +100,8 @@ GATEWAY_RETRIES = "iris_gateway_retries_total"  # counter, label reason
 # This gateway's placements per LLM pod (routing's own count; label llm_pod = address).
 GATEWAY_POD_REQUESTS_IN_FLIGHT = "iris_gateway_pod_requests_in_flight"  # gauge
 GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT = "iris_gateway_pod_prefill_tokens_in_flight"  # gauge
+# The last KV event seq of each LLM pod that this gateway's prefix index has applied.
+GATEWAY_POD_KV_EVENT_SEQ = "iris_gateway_pod_kv_event_seq"  # gauge, label llm_pod
 
 # --- operator ------------------------------------------------------------------------
 OPERATOR_DESIRED_REPLICAS = "iris_operator_desired_replicas"  # gauge, labels deployment,kind

@@ -125,6 +125,7 @@ class PodWatcher:
             llm_pb2.KVSnapshotRequest(), timeout=self.timeout_s
         )
         self.index.load_snapshot(address, snapshot.seq, snapshot.block_hashes)
+        metrics.POD_KV_EVENT_SEQ.labels(address).set(snapshot.seq)
         stream = self.stub.StreamKVEvents(llm_pb2.KVEventsRequest(since_seq=snapshot.seq))
         try:
             async for batch in stream:
@@ -135,6 +136,7 @@ class PodWatcher:
                         self.index.seq(address),
                     )
                     return
+                metrics.POD_KV_EVENT_SEQ.labels(address).set(self.index.seq(address))
             self.index.fall_back(address)
         finally:
             stream.cancel()

@@ -14,7 +14,7 @@ import pytest
 from iris.up.metrics_page import metrics_url, scrape
 from iris.up.processes import wait_until
 from tests.e2e.helpers import image_message, image_png
-from tests.fixtures.platform import start_platform
+from tests.fixtures.platform import FAST_GATEWAY, start_platform
 
 pytestmark = pytest.mark.slow
 DEADLINE_S = 90.0  # no request may take longer: "none hang"
@@ -103,6 +103,7 @@ def test_llm_pod_killed_mid_stream(tmp_path, tiny_qwen2_vl_dir):
             "model": platform.model_name,
             "messages": [{"role": "user", "content": "Count for a long while."}],
             "max_tokens": 4000,
+            "ignore_eos": True,
             "temperature": 0,
             "stream": True,
         }
@@ -118,6 +119,8 @@ def test_llm_pod_killed_mid_stream(tmp_path, tiny_qwen2_vl_dir):
                     continue
                 events.append(line[len("data: ") :])
                 if len(events) == 2:
+                    # Frozen first: the generation cannot finish before the kill lands.
+                    victim.child.signal_group(signal.SIGSTOP)
                     victim.child.kill()
         assert events[-1] != "[DONE]" or any("error" in json.loads(e) for e in events[:-1])
         assert any(e != "[DONE]" and "error" in json.loads(e) for e in events), events[-3:]
@@ -132,12 +135,20 @@ def test_llm_pod_killed_mid_stream(tmp_path, tiny_qwen2_vl_dir):
 
 
 def test_a_stream_open_when_the_gateway_stops_ends_with_an_error_event(tmp_path, tiny_qwen2_vl_dir):
-    platform = start_platform(tiny_qwen2_vl_dir, tmp_path)
+    # The pod is frozen (SIGSTOP) once the stream has begun, so the generation cannot end
+    # before the grace period does, however fast the machine is.
+    platform = start_platform(
+        tiny_qwen2_vl_dir,
+        tmp_path,
+        extra_env={"gateway": {**FAST_GATEWAY, "IRIS_GATEWAY_SHUTDOWN_GRACE_S": "3"}},
+    )
+    pod = platform.by_kind("llm")[0].child
     try:
         body = {
             "model": platform.model_name,
             "messages": [{"role": "user", "content": "Count on."}],
-            "ignore_eos": True,  # no max_tokens: the whole context, far past the grace period
+            "max_tokens": 1000,
+            "ignore_eos": True,
             "stream": True,
         }
         url = f"{platform.gateway_url}/v1/chat/completions"
@@ -145,6 +156,7 @@ def test_a_stream_open_when_the_gateway_stops_ends_with_an_error_event(tmp_path,
             assert response.status_code == 200
             events = (line for line in response.iter_lines() if line.startswith("data: "))
             next(events)
+            pod.signal_group(signal.SIGSTOP)
             platform.service("gateway").child.signal_group(signal.SIGTERM)
             rest = list(events)
         assert rest[-1] == "data: [DONE]", rest[-3:]
@@ -153,4 +165,5 @@ def test_a_stream_open_when_the_gateway_stops_ends_with_an_error_event(tmp_path,
         platform.service("gateway").child.process.wait(30)  # it exits (uvicorn re-raises
         # the SIGTERM it handled, so the code is -15 either way)
     finally:
+        pod.signal_group(signal.SIGCONT)
         platform.stop()

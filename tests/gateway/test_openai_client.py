@@ -3,10 +3,13 @@ and LLM processes (tests/fixtures/platform.py)."""
 
 import base64
 import io
-import time
 
 import pytest
 from PIL import Image
+
+from iris.metrics import GATEWAY_POD_KV_EVENT_SEQ, LABEL_LLM_POD
+from iris.up.metrics_page import scrape
+from iris.up.processes import wait_until
 
 openai = pytest.importorskip("openai")
 
@@ -15,6 +18,12 @@ def image_url(colour: str, size=(96, 64)) -> str:
     buffer = io.BytesIO()
     Image.new("RGB", size, colour).save(buffer, "PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def indexed_seq(platform, pod: str) -> float:
+    """The pod's last KV event seq that the gateway's prefix index has applied."""
+    page = scrape(f"{platform.gateway_url}/metrics", {LABEL_LLM_POD: pod})
+    return page.get(GATEWAY_POD_KV_EVENT_SEQ, -1.0)
 
 
 def user(text: str, url: str | None = None) -> list[dict]:
@@ -132,7 +141,9 @@ def test_routing_follows_the_pods_kv_events(platform_two_pods, tiny_qwen2_vl_dir
             )
             request.sampling.max_tokens = 1
             list(stub.Generate(request))
-        time.sleep(0.5)  # the pod's STORED events reach the gateway's index
+            seq = stub.GetKVSnapshot(llm_pb2.KVSnapshotRequest()).seq
+        # The pod's STORED events (up to `seq`) have reached the gateway's index.
+        assert wait_until(lambda t=target, s=seq: indexed_seq(platform_two_pods, t) >= s, 60)
         raw = client.chat.completions.with_raw_response.create(
             model=platform_two_pods.model_name, messages=messages, max_tokens=1
         )
