@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from encoder_svc.jobs import EncodeJob
 from encoder_svc.proto import encoder_pb2
-from iris.multimodal import hash_of_identity
+from iris.multimodal import SALT_BYTES, hash_of_identity, image_identity
 from iris.proto import common_pb2
 
 FINGERPRINT_BYTES = 32
@@ -45,16 +45,32 @@ def check_fingerprint(fingerprint: bytes, expected: bytes) -> None:
 def jobs_from_request(
     request: encoder_pb2.EncodeRequest, expected_fingerprint: bytes, limits: RequestLimits
 ) -> list[EncodeJob]:
-    """The request's items as jobs, in order; raises InvalidRequest / WrongModel."""
+    """The request's items as jobs, in order; raises InvalidRequest / WrongModel.
+
+    Every item's identity is re-computed from the bytes to be encoded (with the request's
+    salt): an item whose identity is not its image's is refused, so no caller — not even a
+    compromised gateway — can store one image's embedding under another's key."""
     check_fingerprint(request.fingerprint, expected_fingerprint)
     if len(request.items) > limits.max_items:
         raise InvalidRequest(
             f"request has {len(request.items)} items, over the limit of {limits.max_items}"
         )
-    return [_job(index, entry, limits) for index, entry in enumerate(request.items)]
+    salt = bytes(request.identity_salt)
+    if salt and len(salt) != SALT_BYTES:
+        raise InvalidRequest(f"identity_salt is {len(salt)} bytes, expected 0 or {SALT_BYTES}")
+    return [
+        _job(index, entry, limits, expected_fingerprint, salt)
+        for index, entry in enumerate(request.items)
+    ]
 
 
-def _job(index: int, entry: encoder_pb2.EncodeItem, limits: RequestLimits) -> EncodeJob:
+def _job(
+    index: int,
+    entry: encoder_pb2.EncodeItem,
+    limits: RequestLimits,
+    fingerprint: bytes,
+    salt: bytes,
+) -> EncodeJob:
     item = entry.item
     where = f"items[{index}]"
     if item.modality not in IMAGE_MODALITIES:
@@ -73,21 +89,29 @@ def _job(index: int, entry: encoder_pb2.EncodeItem, limits: RequestLimits) -> En
         raise InvalidRequest(
             f"{where}: token_count {item.token_count} is over the limit of {limits.max_item_tokens}"
         )
-    return EncodeJob(_key(where, item), item.token_count, tuple(item.grid), bytes(entry.image))
+    image = bytes(entry.image)
+    key = _key(where, item, image, fingerprint, salt)
+    return EncodeJob(key, item.token_count, tuple(item.grid), image)
 
 
-def _key(where: str, item: common_pb2.MultimodalItem) -> bytes:
-    if item.identity:
-        if len(item.identity) != IDENTITY_BYTES:
-            raise InvalidRequest(
-                f"{where}: identity is {len(item.identity)} bytes, expected {IDENTITY_BYTES}"
-            )
-        if item.hash and item.hash != hash_of_identity(item.identity):
-            raise InvalidRequest(
-                f"{where}: hash {item.hash:016x} is not the identity's first 8 bytes "
-                f"{item.identity[:8].hex()}"
-            )
-        return bytes(item.identity)
-    if not item.hash:
-        raise InvalidRequest(f"{where}: item has neither identity nor hash")
-    return item.hash.to_bytes(8, "big")
+def _key(
+    where: str, item: common_pb2.MultimodalItem, image: bytes, fingerprint: bytes, salt: bytes
+) -> bytes:
+    """The item's identity, once it is checked to be the image's own."""
+    if len(item.identity) != IDENTITY_BYTES:
+        raise InvalidRequest(
+            f"{where}: identity is {len(item.identity)} bytes, expected {IDENTITY_BYTES} "
+            "(the encoder keys only by identities it can re-compute from the bytes)"
+        )
+    if item.hash and item.hash != hash_of_identity(item.identity):
+        raise InvalidRequest(
+            f"{where}: hash {item.hash:016x} is not the identity's first 8 bytes "
+            f"{item.identity[:8].hex()}"
+        )
+    computed = image_identity(image, fingerprint, salt or None)
+    if computed != item.identity:
+        raise InvalidRequest(
+            f"{where}: identity {item.identity[:8].hex()}... is not the identity of the image "
+            f"bytes sent ({computed[:8].hex()}...) under this salt"
+        )
+    return bytes(item.identity)

@@ -10,27 +10,23 @@ to encode → 400. After acceptance the caller streams the pod's chunks.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-import blake3
 import grpc
 
 from encoder_svc.proto import encoder_pb2
 from gateway import metrics
 from gateway.clients.cache import CacheClient, ReserveStatus
 from gateway.clients.encoders import EncoderPool, EncodersUnavailable
-from gateway.errors import APIError, bad_request
+from gateway.errors import APIError, bad_request, upstream_failure
 from gateway.intake.prompt import PreparedPrompt
 from gateway.routing.inflight import Ticket
 from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
 from gateway.routing.registry import PodRegistry
 from gateway.routing.router import Decision, Router
-from iris.multimodal import pad_with_offsets
 from iris.proto import common_pb2
 from iris.telemetry import grpc_metadata, inject_headers, tracer
 from llm_svc.proto import llm_pb2
@@ -75,10 +71,12 @@ class Generation:
                     self.ticket.first_token()
                 yield message
         except grpc.aio.AioRpcError as err:
-            raise APIError(
+            raise upstream_failure(
                 503,
-                f"LLM pod {self.pod.address} failed mid-stream: {err.details()}",
+                "the LLM pod failed mid-stream",
                 code="upstream_error",
+                request_id=self.request_id,
+                detail=f"pod {self.pod.address}: {err.code().name} {err.details()}",
             ) from None
         finally:
             self._close_ticket()
@@ -119,7 +117,7 @@ class Dispatcher:
         self._background: set[asyncio.Task] = set()  # Encode calls nobody awaits
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
-        request = RoutingRequest(prompt.input_ids, self.fingerprint)
+        request = RoutingRequest(prompt.input_ids, self.fingerprint, prompt.salts.prefix)
         return self.router.route(request, self.registry.pods(), exclude)
 
     async def start(
@@ -133,8 +131,6 @@ class Dispatcher:
 
         The decision's in-flight ticket passes to the Generation; the ticket of a decision
         given up (another pod is tried, or the start fails) is closed here."""
-        if not self.embedding_reuse and prompt.items:
-            prompt = with_request_unique_images(prompt)
         tried: set[str] = set()
         retried_missing = False
         force_all = not self.embedding_reuse
@@ -144,7 +140,7 @@ class Dispatcher:
                 try:
                     decision = self.route(prompt, frozenset(tried))
                 except APIError as err:
-                    raise self._exhausted(err, last_error) from None
+                    raise self._exhausted(err, last_error, request_id) from None
             try:
                 return await self._attempt(prompt, sampling, request_id, decision, force_all)
             except grpc.aio.AioRpcError as err:
@@ -155,10 +151,12 @@ class Dispatcher:
                         metrics.RETRIES.labels("embedding_missing").inc()
                         continue  # same pod: its prefix was evicted or a lease lapsed
                     decision.release()
-                    raise APIError(
+                    raise upstream_failure(
                         503,
-                        f"image embeddings missing on retry: {details}",
+                        "image embeddings were missing on the LLM pod, also on retry",
                         code="embedding_missing",
+                        request_id=request_id,
+                        detail=f"pod {decision.pod.address}: {details}",
                     ) from None
                 decision.release()
                 if code in _NEXT_POD:
@@ -168,7 +166,7 @@ class Dispatcher:
                     log.warning("pod %s refused %s: %s", decision.pod.address, request_id, details)
                     decision = None
                     continue
-                raise upstream_error(err) from None
+                raise upstream_error(err, request_id, decision.pod.address) from None
             except BaseException:
                 decision.release()
                 raise
@@ -183,12 +181,14 @@ class Dispatcher:
     ) -> Generation:
         """One try on the decision's pod: embeddings it lacks, then Generate until accepted."""
         indices = self._uncovered(prompt, 0 if force_all else decision.matched_tokens)
-        encode = await self._prepare_embeddings(prompt, indices)
+        encode = await self._prepare_embeddings(prompt, indices, request_id)
         generation = await self._generate(prompt, sampling, request_id, decision.pod, encode)
         generation.ticket = decision.ticket
         return generation
 
-    def _exhausted(self, err: APIError, last: grpc.aio.AioRpcError | None) -> APIError:
+    def _exhausted(
+        self, err: APIError, last: grpc.aio.AioRpcError | None, request_id: str
+    ) -> APIError:
         if err.status == 503 and last is not None:
             if last.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                 return APIError(
@@ -197,8 +197,12 @@ class Dispatcher:
                     code="overloaded",
                     retry_after=self.router.retry_after_s,
                 )
-            return APIError(
-                503, f"no LLM pod accepted the request: {last.details()}", code="no_pod_available"
+            return upstream_failure(
+                503,
+                "no LLM pod accepted the request",
+                code="no_pod_available",
+                request_id=request_id,
+                detail=f"{last.code().name} {last.details()}",
             )
         return err
 
@@ -212,7 +216,7 @@ class Dispatcher:
         ]
 
     async def _prepare_embeddings(
-        self, prompt: PreparedPrompt, indices: Sequence[int]
+        self, prompt: PreparedPrompt, indices: Sequence[int], request_id: str
     ) -> asyncio.Task | None:
         """Reserve `indices`; Encode the RESERVED ones in the background; return that task."""
         metrics.EMBEDDING_HITS.inc(len(prompt.items) - len(indices))
@@ -221,13 +225,13 @@ class Dispatcher:
         if not self.embedding_reuse:
             # The no-reuse baseline: every request encodes all its images afresh and waits
             # for them, as a deployment without a shared embedding cache would.
-            await self._encode_now(prompt, indices)
+            await self._encode_now(prompt, indices, request_id)
             return None
         items = [prompt.items[i] for i in indices]
         with _tracer.start_as_current_span("cache.reserve") as span:
             span.set_attribute("iris.images", len(items))
             states = await self.cache.reserve(
-                [(item.key, item.token_count) for item in items], self.lease_ms
+                [(item.key, item.token_count) for item in items], self.lease_ms, request_id
             )
         to_encode = []
         for i, (status, reason) in zip(indices, states, strict=True):
@@ -246,7 +250,9 @@ class Dispatcher:
             encoder_pb2.EncodeItem(image=prompt.images[i], item=item_to_proto(prompt.items[i]))
             for i in to_encode
         ]
-        task = asyncio.create_task(self.encoders.encode(encode_items, grpc_metadata()))
+        task = asyncio.create_task(
+            self.encoders.encode(encode_items, prompt.salts.images, grpc_metadata())
+        )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         keys = [prompt.items[i].key for i in to_encode]
@@ -267,15 +273,19 @@ class Dispatcher:
             self._background.add(abandon)
             abandon.add_done_callback(self._background.discard)
 
-    async def _encode_now(self, prompt: PreparedPrompt, indices: Sequence[int]) -> None:
+    async def _encode_now(
+        self, prompt: PreparedPrompt, indices: Sequence[int], request_id: str
+    ) -> None:
         metrics.ENCODE_DISPATCHED.inc(len(indices))
         encode_items = [
             encoder_pb2.EncodeItem(image=prompt.images[i], item=item_to_proto(prompt.items[i]))
             for i in indices
         ]
-        task = asyncio.ensure_future(self.encoders.encode(encode_items, grpc_metadata()))
+        task = asyncio.ensure_future(
+            self.encoders.encode(encode_items, prompt.salts.images, grpc_metadata())
+        )
         await asyncio.wait({task})
-        _raise_for_encode(task)
+        _raise_for_encode(task, request_id)
 
     async def _generate(
         self,
@@ -296,23 +306,28 @@ class Dispatcher:
                 tracestate=carrier.get("tracestate", ""),
             ),
             fingerprint=self.fingerprint,
+            cache_salt=prompt.salts.prefix or b"",
         )
         stub = self.registry.connection(pod.address).stub
         call = stub.Generate(request, metadata=grpc_metadata())
         try:
-            first = await self._await_accept(call, encode)
+            first = await self._await_accept(call, encode, request_id)
         except BaseException:
             call.cancel()
             raise
         if first is grpc.aio.EOF or not first.HasField("accepted"):
-            raise APIError(
+            raise upstream_failure(
                 503,
-                f"LLM pod {pod.address} did not accept {request_id} first",
+                "the LLM pod did not accept the request",
                 code="upstream_error",
+                request_id=request_id,
+                detail=f"pod {pod.address} sent "
+                + ("nothing" if first is grpc.aio.EOF else first.WhichOneof("kind"))
+                + " before accepting",
             )
         return Generation(request_id, pod, first.accepted, call)
 
-    async def _await_accept(self, call, encode: asyncio.Task | None):
+    async def _await_accept(self, call, encode: asyncio.Task | None, request_id: str):
         """The first message; an encode that fails meanwhile ends the wait early."""
         read = asyncio.ensure_future(call.read())
         waiting = {read} if encode is None else {read, encode}
@@ -330,38 +345,36 @@ class Dispatcher:
                 if read in done:
                     return read.result()
                 waiting.discard(encode)
-                _raise_for_encode(encode)
+                _raise_for_encode(encode, request_id)
         finally:
             if not read.done():
                 read.cancel()
 
 
-def with_request_unique_images(prompt: PreparedPrompt) -> PreparedPrompt:
-    """The no-reuse baseline (`--embedding-reuse off`): each image gets an identity unique to
-    this request, so nothing keyed by image content — cache entries, encoder dedup, KV pages
-    over image spans — is reused; every image is encoded afresh, as in a deployment without
-    content-addressed image caching."""
-    items = []
-    for item in prompt.items:
-        fresh = dataclasses.replace(item, offsets=list(item.offsets))
-        fresh.set_identity(blake3.blake3(item.key + os.urandom(16)).digest())
-        items.append(fresh)
-    return dataclasses.replace(
-        prompt, input_ids=pad_with_offsets(prompt.input_ids, items), items=items
-    )
-
-
-def _raise_for_encode(task: asyncio.Task) -> None:
-    """An encode outcome that dooms the request: no encoder (503) or a bad image (400)."""
+def _raise_for_encode(task: asyncio.Task, request_id: str) -> None:
+    """An encode outcome that dooms the request: no encoder (503) or a bad image (400).
+    A refusal of the image itself keeps its reason; an encoder fault is told without it."""
     error = task.exception()
     if isinstance(error, EncodersUnavailable):
-        raise APIError(503, f"no encoder available: {error}", code="encoder_unavailable")
+        raise upstream_failure(
+            503,
+            "no encoder is available",
+            code="encoder_unavailable",
+            request_id=request_id,
+            detail=str(error),
+        )
     if isinstance(error, grpc.aio.AioRpcError):
         if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
             raise bad_request(
                 f"image rejected by the encoder: {error.details()}", "messages", "invalid_image"
             )
-        raise APIError(503, f"encoder failed: {error.details()}", code="encoder_unavailable")
+        raise upstream_failure(
+            503,
+            "the encoder failed",
+            code="encoder_unavailable",
+            request_id=request_id,
+            detail=f"{error.code().name} {error.details()}",
+        )
     if error is not None:
         raise error
     for result in task.result().results:
@@ -371,11 +384,27 @@ def _raise_for_encode(task: asyncio.Task) -> None:
             )
 
 
-def upstream_error(err: grpc.aio.AioRpcError) -> APIError:
-    """A pod's refusal before acceptance, as the client's HTTP status."""
+def upstream_error(err: grpc.aio.AioRpcError, request_id: str, pod: str) -> APIError:
+    """A pod's refusal before acceptance, as the client's HTTP status. A refusal of the
+    request's own content (INVALID_ARGUMENT, OUT_OF_RANGE) keeps the pod's reason, which
+    names the offending value; any other keeps its detail for the log."""
     code, details = err.code(), err.details() or ""
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
         return bad_request(details, code="invalid_request")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return APIError(429, details, code="overloaded", retry_after=1)
-    return APIError(503, f"LLM pod error ({code.name}): {details}", code="upstream_error")
+        error = upstream_failure(
+            429,
+            "the LLM pod is full; retry later",
+            code="overloaded",
+            request_id=request_id,
+            detail=f"pod {pod}: {details}",
+        )
+        error.retry_after = 1
+        return error
+    return upstream_failure(
+        503,
+        "the LLM pod failed",
+        code="upstream_error",
+        request_id=request_id,
+        detail=f"pod {pod}: {code.name} {details}",
+    )

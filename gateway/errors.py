@@ -6,7 +6,11 @@ it into `{"error": {"message", "type", "param", "code"}}`, so no route builds on
 
 from __future__ import annotations
 
+import logging
+
 from fastapi.responses import JSONResponse
+
+log = logging.getLogger(__name__)
 
 _TYPES = {
     400: "invalid_request_error",
@@ -64,3 +68,15 @@ class APIError(Exception):
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
+
+
+def upstream_failure(
+    status: int, public: str, *, code: str, request_id: str | None, detail: str
+) -> APIError:
+    """An error that arose behind the gateway (a pod, an encoder, the cache). The client's
+    body says only `public` and the request id: no pod address, Redis host or gRPC detail
+    reaches it. `detail`, which may hold all of those, goes to the log under the request id.
+    """
+    log.warning("%s [request %s]: %s", public, request_id or "-", detail)
+    message = f"{public} (request id {request_id})" if request_id else public
+    return APIError(status, message, code=code)

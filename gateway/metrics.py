@@ -35,6 +35,10 @@ EMBEDDING_HITS = Counter(
 )
 ENCODE_DISPATCHED = Counter(names.GATEWAY_ENCODE_DISPATCHED, "images sent to an encoder")
 RETRIES = Counter(names.GATEWAY_RETRIES, "dispatch retries", [names.LABEL_REASON])
+MM_HASHES_IGNORED = Counter(
+    names.GATEWAY_MM_HASHES_IGNORED,
+    "callers' mm_hashes entries ignored: not the identity computed from the image's bytes",
+)
 POD_REQUESTS_IN_FLIGHT = Gauge(
     names.GATEWAY_POD_REQUESTS_IN_FLIGHT,
     "requests this gateway placed on the LLM pod that have not finished",

@@ -21,6 +21,14 @@ from gateway.routing.kv_index import KVIndex
 from gateway.routing.registry import PodRegistry
 from gateway.routing.router import Router
 from gateway.settings import GatewaySettings
+from gateway.tenancy import (
+    RequestSalts,
+    Tenancy,
+    bearer_key,
+    check_cache_salt,
+    request_salts,
+    tenant_salt,
+)
 from iris.multimodal import DecodePolicy, check_vocab_size
 
 log = logging.getLogger(__name__)
@@ -154,6 +162,17 @@ class Gateway:
                 param="model",
                 code="model_not_found",
             )
+
+    def salts(self, authorization: str | None, cache_salt: object) -> RequestSalts:
+        """The request's salts from its `cache_salt` (checked: a bad one is a 400) and,
+        under per-key tenancy, its API key (gateway/tenancy.py)."""
+        settings = self.settings
+        tenant = tenant_salt(
+            Tenancy(settings.tenancy),
+            check_cache_salt(cache_salt, settings.max_cache_salt_chars),
+            bearer_key(authorization),
+        )
+        return request_salts(tenant, settings.embedding_reuse)
 
     def max_model_len(self) -> int:
         """The context length: the setting, else the smallest a pod reports, else the config."""

@@ -39,6 +39,14 @@ class GatewaySettings(ServiceSettings):
     api_keys: StringList = []  # JSON list or comma-separated
     embedding_reuse: bool = True  # skip Reserve/Encode for images the pod's prefix covers
 
+    # Tenant isolation (gateway/tenancy.py): `shared` salts only requests that send a
+    # cache_salt; `per-key` gives every API key its own salt by default.
+    tenancy: Literal["shared", "per-key"] = "shared"
+    max_cache_salt_chars: int = Field(256, gt=0)
+    # Debugging only: name the LLM pod(s) that served a request in an X-Iris-Pod header
+    # (off by default: clients should not learn internal addresses).
+    debug_pod_header: bool = False
+
     # Image intake.
     allow_remote_images: bool = False
     remote_image_hosts: StringList = []  # allow-list: "example.com" or "*.example.com"

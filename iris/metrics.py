@@ -97,6 +97,8 @@ GATEWAY_PREFIX_HIT_RATIO = "iris_gateway_routed_prefix_ratio"  # histogram, 0..1
 GATEWAY_EMBEDDING_HITS = "iris_gateway_embedding_hits_total"  # counter
 GATEWAY_ENCODE_DISPATCHED = "iris_gateway_encode_dispatched_total"  # counter
 GATEWAY_RETRIES = "iris_gateway_retries_total"  # counter, label reason
+# Callers' mm_hashes entries that were not the images' computed identities (ignored).
+GATEWAY_MM_HASHES_IGNORED = "iris_gateway_mm_hashes_ignored_total"  # counter
 # This gateway's placements per LLM pod (routing's own count; label llm_pod = address).
 GATEWAY_POD_REQUESTS_IN_FLIGHT = "iris_gateway_pod_requests_in_flight"  # gauge
 GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT = "iris_gateway_pod_prefill_tokens_in_flight"  # gauge

@@ -16,12 +16,14 @@ class EncodeItem(_message.Message):
     def __init__(self, image: _Optional[bytes] = ..., item: _Optional[_Union[_common_pb2.MultimodalItem, _Mapping]] = ...) -> None: ...
 
 class EncodeRequest(_message.Message):
-    __slots__ = ("items", "fingerprint")
+    __slots__ = ("items", "fingerprint", "identity_salt")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_SALT_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[EncodeItem]
     fingerprint: bytes
-    def __init__(self, items: _Optional[_Iterable[_Union[EncodeItem, _Mapping]]] = ..., fingerprint: _Optional[bytes] = ...) -> None: ...
+    identity_salt: bytes
+    def __init__(self, items: _Optional[_Iterable[_Union[EncodeItem, _Mapping]]] = ..., fingerprint: _Optional[bytes] = ..., identity_salt: _Optional[bytes] = ...) -> None: ...
 
 class EncodeResult(_message.Message):
     __slots__ = ("key", "ok", "error")

@@ -64,12 +64,13 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, req
     started = time.perf_counter()
     gateway.check_model(body.model)
     _check(body, gateway.settings.max_n)
+    salts = gateway.salts(request.headers.get("authorization"), body.cache_salt)
     inference = Inference(gateway, "chat", body)
     request_id = new_request_id("chatcmpl")
     try:
         with inference.span.use():
             messages = [message.model_dump(exclude_none=True) for message in body.messages]
-            prompt = await gateway.prompts.chat(messages, body.mm_hashes)
+            prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts)
             requested = body.max_completion_tokens or body.max_tokens
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             max_tokens = resolve_max_tokens(
@@ -105,7 +106,7 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, req
         return event_stream(
             chunks,
             closer(generations, inference),
-            _pod_header(generations),
+            _pod_header(gateway, generations),
             ending=gateway.streams_ending,
         )
     try:
@@ -125,7 +126,7 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, req
             "choices": [_choice_body(choice, body.logprobs) for choice in choices],
             "usage": usage.body(),
         },
-        headers=_pod_header(generations),
+        headers=_pod_header(gateway, generations),
     )
 
 

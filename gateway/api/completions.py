@@ -72,7 +72,7 @@ def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
         raise bad_request(f"n = {body.n} is over the limit of {max_n}", "n")
 
 
-async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
+async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, salts):
     """One job per (prompt, choice); choice index = prompt index * n + j. Every prompt and
     its sampling params are checked before any is routed: a routing decision opens an
     in-flight ticket, which a later 4xx would leave open."""
@@ -80,9 +80,9 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
     for p, source in enumerate(sources):
         param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
         prompt = (
-            await gateway.prompts.text(source, param)
+            await gateway.prompts.text(source, param, salts)
             if isinstance(source, str)
-            else gateway.prompts.tokens(source, param)
+            else gateway.prompts.tokens(source, param, salts)
         )
         max_tokens = resolve_max_tokens(
             body.max_tokens, prompt.prompt_tokens, gateway.max_model_len(), "max_tokens", param
@@ -113,6 +113,7 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
     started = time.perf_counter()
     gateway.check_model(body.model)
     _check_unsupported(body, gateway.settings.max_n)
+    salts = gateway.salts(request.headers.get("authorization"), body.cache_salt)
     sources = _prompts(body)
     if len(sources) * body.n > gateway.settings.max_n:
         raise bad_request(
@@ -125,7 +126,7 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
     request_id = new_request_id("cmpl")
     try:
         with inference.span.use():
-            jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs)
+            jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs, salts)
             metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
             generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:
@@ -140,7 +141,7 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
         return event_stream(
             chunks,
             closer(generations, inference),
-            _pod_header(generations),
+            _pod_header(gateway, generations),
             ending=gateway.streams_ending,
         )
     try:
@@ -160,7 +161,7 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
             "choices": [_choice_body(choice, want_logprobs) for choice in choices],
             "usage": usage.body(),
         },
-        headers=_pod_header(generations),
+        headers=_pod_header(gateway, generations),
     )
 
 

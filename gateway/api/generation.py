@@ -274,7 +274,9 @@ def usage_of(
     return usage
 
 
-def pod_header(generations: Sequence[Generation]) -> dict[str, str]:
-    """`X-Iris-Pod`: the address(es) of the pod(s) that served the request (for operators
-    and tests)."""
+def pod_header(gateway: Gateway, generations: Sequence[Generation]) -> dict[str, str]:
+    """`X-Iris-Pod`: the address(es) of the pod(s) that served the request — only when the
+    gateway's `debug_pod_header` setting is on (clients are not told internal addresses)."""
+    if not gateway.settings.debug_pod_header:
+        return {}
     return {"X-Iris-Pod": ",".join(sorted({g.pod.address for g in generations}))}

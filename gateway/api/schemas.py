@@ -82,6 +82,8 @@ class _SamplingFields(_Lenient):
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
     user: Text | None = None
+    # vLLM's tenant salt (DESIGN.md §2): checked by gateway/tenancy.py (a bad value → 400).
+    cache_salt: Any = None
 
 
 class ChatCompletionRequest(_SamplingFields):

@@ -11,7 +11,7 @@ import grpc
 
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from gateway.clients.channels import open_channel
-from gateway.errors import APIError
+from gateway.errors import upstream_failure
 from iris.telemetry import grpc_metadata
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,11 @@ class CacheClient:
         self._stub = cache_pb2_grpc.EmbeddingCacheStub(self._channel)
 
     async def reserve(
-        self, items: Sequence[tuple[bytes, int]], lease_ms: int
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, request_id: str | None = None
     ) -> list[tuple[ReserveStatus, str]]:
         """Per (key, token_count): PRESENT, PENDING, RESERVED (ours to encode) or FAILED
-        (with the reason the image could not be encoded)."""
+        (with the reason the image could not be encoded). A fault is a 503 / 502 whose body
+        names neither the cache nor its store (they go to the log under `request_id`)."""
         request = cache_pb2.ReserveRequest(
             fingerprint=self.fingerprint,
             items=[cache_pb2.ItemRequest(key=key, token_count=count) for key, count in items],
@@ -57,17 +58,33 @@ class CacheClient:
                 request, timeout=self.timeout_s, metadata=grpc_metadata()
             )
         except grpc.aio.AioRpcError as err:
-            raise APIError(
-                503, f"embedding cache unavailable: {err.details()}", code="cache_unavailable"
+            raise upstream_failure(
+                503,
+                "the embedding cache is unavailable",
+                code="cache_unavailable",
+                request_id=request_id,
+                detail=f"cache {self.address}: {err.code().name} {err.details()}",
             ) from None
         states = []
         for state in reply.states:
             status = _FROM_WIRE.get(state.status)
             if status is None:
-                raise APIError(502, f"embedding cache answered Reserve with status {state.status}")
+                raise upstream_failure(
+                    502,
+                    "the embedding cache gave an invalid answer",
+                    code="upstream_error",
+                    request_id=request_id,
+                    detail=f"Reserve answered with status {state.status}",
+                )
             states.append((status, state.reason))
         if len(states) != len(items):
-            raise APIError(502, f"cache answered {len(states)} states for {len(items)} items")
+            raise upstream_failure(
+                502,
+                "the embedding cache gave an invalid answer",
+                code="upstream_error",
+                request_id=request_id,
+                detail=f"Reserve answered {len(states)} states for {len(items)} items",
+            )
         return states
 
     async def abandon(self, keys: Sequence[bytes]) -> None:

@@ -43,13 +43,20 @@ class EncoderPool:
             self._stubs[address] = (channel, encoder_pb2_grpc.EncoderStub(channel))
 
     async def encode(
-        self, items: Sequence[encoder_pb2.EncodeItem], metadata=None
+        self,
+        items: Sequence[encoder_pb2.EncodeItem],
+        identity_salt: bytes | None = None,
+        metadata=None,
     ) -> encoder_pb2.EncodeResponse:
-        """Encode on one encoder, moving on to the next while they are UNAVAILABLE."""
+        """Encode on one encoder, moving on to the next while they are UNAVAILABLE.
+        `identity_salt` is the salt that went into the items' identities (the encoder
+        re-computes them)."""
         addresses = self.addresses
         if not addresses:
             raise EncodersUnavailable("no encoder is configured")
-        request = encoder_pb2.EncodeRequest(items=list(items), fingerprint=self.fingerprint)
+        request = encoder_pb2.EncodeRequest(
+            items=list(items), fingerprint=self.fingerprint, identity_salt=identity_salt or b""
+        )
         start = next(self._turn)
         errors = []
         for step in range(len(addresses)):

@@ -1,5 +1,5 @@
 """One image's bytes → a MultimodalItem: header under the decode policy, the adapter's token
-count and grid from the (EXIF-rotated) size, and the identity (or the caller's hash)."""
+count and grid from the (EXIF-rotated) size, and the identity computed from the bytes."""
 
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ def describe_image(
     adapter,
     policy: DecodePolicy,
     fingerprint: bytes,
-    caller_key: bytes | int | None,
+    salt: bytes | None,
     param: str,
 ) -> MultimodalItem:
     """The item for one image (offsets are set later, once the prompt is expanded).
 
-    `caller_key` is the caller's full identity (bytes), 64-bit hash (int) or None (hash the
-    bytes). A policy refusal is a 400 naming the value and the limit.
+    Its identity is always computed here from the bytes, the fingerprint and the request's
+    image salt (DESIGN.md §2), never taken from the caller. A policy refusal is a 400
+    naming the value and the limit.
     """
     try:
         header = read_image_header(data, policy)
@@ -37,10 +38,5 @@ def describe_image(
     except ValueError as err:  # a size the model's processor refuses (e.g. aspect ratio)
         raise bad_request(f"{param}: {err}", param, "invalid_image") from None
     item = MultimodalItem(Modality.IMAGE, token_count=int(token_count), grid=tuple(grid))
-    if isinstance(caller_key, bytes):
-        item.set_identity(caller_key)
-    elif isinstance(caller_key, int):
-        item.set_hash(caller_key)
-    else:
-        item.set_identity(image_identity(data, fingerprint))
+    item.set_identity(image_identity(data, fingerprint, salt))
     return item

@@ -17,26 +17,31 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gateway import metrics
 from gateway.errors import bad_request
 from gateway.intake.images import describe_image
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import image_bytes
+from gateway.tenancy import NO_SALTS, RequestSalts
 from iris.multimodal import (
     DecodePolicy,
     MMHashesTypeError,
     MultimodalItem,
-    adopt_mm_hashes,
+    check_mm_hashes_type,
+    disagreeing_mm_hashes,
     pad_with_offsets,
 )
 
 
 @dataclass
 class PreparedPrompt:
-    """What routing and dispatch need: padded ids, items (with offsets) and image bytes."""
+    """What routing and dispatch need: padded ids, items (with offsets), image bytes, and
+    the salts that went into the items' identities and go into the prefix's block hashes."""
 
     input_ids: np.ndarray  # int64, image spans hold sentinels
     items: list[MultimodalItem] = field(default_factory=list)
     images: list[bytes] = field(default_factory=list)  # the file of each item, same order
+    salts: RequestSalts = NO_SALTS
 
     @property
     def prompt_tokens(self) -> int:
@@ -97,8 +102,13 @@ class PromptBuilder:
         vocab = adapter.tokenizer().get_vocab()
         self.max_token_chars = max((len(piece) for piece in vocab), default=1)
 
-    async def chat(self, messages: Sequence[dict], mm_hashes: object = None) -> PreparedPrompt:
-        """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt."""
+    async def chat(
+        self, messages: Sequence[dict], mm_hashes: object = None, salts: RequestSalts = NO_SALTS
+    ) -> PreparedPrompt:
+        """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt.
+
+        Each image's identity is computed from its bytes under `salts.images`; a caller's
+        `mm_hashes` entry that is not that identity is ignored and counted."""
         template, refs = split_messages(messages)
         if len(refs) > self.max_images:
             raise bad_request(
@@ -107,37 +117,44 @@ class PromptBuilder:
                 "too_many_images",
             )
         try:
-            keys = adopt_mm_hashes(mm_hashes, len(refs))
+            check_mm_hashes_type(mm_hashes)
         except MMHashesTypeError as err:
             raise bad_request(str(err), "mm_hashes") from None
         datas = await self._load(refs)
-        return await asyncio.to_thread(self._chat, template, refs, datas, keys)
+        return await asyncio.to_thread(self._chat, template, refs, datas, mm_hashes, salts)
 
-    def _chat(self, template, refs, datas, keys) -> PreparedPrompt:
+    def _chat(self, template, refs, datas, mm_hashes, salts: RequestSalts) -> PreparedPrompt:
         items = [
             describe_image(
                 data,
                 adapter=self.adapter,
                 policy=self.policy,
                 fingerprint=self.fingerprint,
-                caller_key=key,
+                salt=salts.images,
                 param=ref.param,
             )
-            for data, key, ref in zip(datas, keys, refs, strict=True)
+            for data, ref in zip(datas, refs, strict=True)
         ]
+        if mm_hashes is not None:
+            # Under a salt a caller cannot know the identity; an agreeing entry is only
+            # possible unsalted. Either way nothing the caller sent becomes a key.
+            ignored = disagreeing_mm_hashes(mm_hashes, [item.identity for item in items])
+            metrics.MM_HASHES_IGNORED.inc(len(ignored))
         try:
             prompt = self.adapter.apply_chat_template(template, add_generation_prompt=True)
         except ValueError as err:
             raise bad_request(f"cannot render the chat template: {err}", "messages") from None
         self._check_length(prompt, "messages")
         ids = self.adapter.encode_prompt(prompt)
-        return self._expand(ids, items, datas, "messages")
+        return self._expand(ids, items, datas, "messages", salts)
 
-    async def text(self, prompt: str, param: str = "prompt") -> PreparedPrompt:
+    async def text(
+        self, prompt: str, param: str = "prompt", salts: RequestSalts = NO_SALTS
+    ) -> PreparedPrompt:
         """A completions text prompt (no images)."""
         self._check_length(prompt, param)
         ids = await asyncio.to_thread(self.adapter.encode_prompt, prompt)
-        return self._expand(ids, [], [], param)
+        return self._expand(ids, [], [], param, salts)
 
     def _check_length(self, text: str, param: str) -> None:
         """400 for a text that cannot fit the context whatever it tokenizes to."""
@@ -154,7 +171,9 @@ class PromptBuilder:
                 "context_length_exceeded",
             )
 
-    def tokens(self, ids: Sequence[int], param: str = "prompt") -> PreparedPrompt:
+    def tokens(
+        self, ids: Sequence[int], param: str = "prompt", salts: RequestSalts = NO_SALTS
+    ) -> PreparedPrompt:
         """A completions token-id prompt; every id must be in [0, vocab_size)."""
         for index, token in enumerate(ids):
             if not 0 <= token < self.vocab_size:
@@ -162,7 +181,7 @@ class PromptBuilder:
                     f"{param}[{index}] = {token} is outside the vocabulary [0, {self.vocab_size})",
                     param,
                 )
-        return self._expand(list(ids), [], [], param)
+        return self._expand(list(ids), [], [], param, salts)
 
     async def _load(self, refs: list[ImageRef]) -> list[bytes]:
         max_bytes = self.policy.max_bytes
@@ -174,7 +193,12 @@ class PromptBuilder:
         )
 
     def _expand(
-        self, ids: list[int], items: list[MultimodalItem], datas: list[bytes], param: str
+        self,
+        ids: list[int],
+        items: list[MultimodalItem],
+        datas: list[bytes],
+        param: str,
+        salts: RequestSalts,
     ) -> PreparedPrompt:
         if not ids:
             raise bad_request(f"{param} is empty: it has no tokens", param)
@@ -187,4 +211,4 @@ class PromptBuilder:
             # The adapter's expansion and its own count must agree (its contract, not input).
             assert item.span_token_count == item.token_count, (item.offsets, item.token_count)
         padded = pad_with_offsets(expanded, items) if items else np.asarray(expanded, np.int64)
-        return PreparedPrompt(padded, items, datas)
+        return PreparedPrompt(padded, items, datas, salts)

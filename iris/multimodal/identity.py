@@ -14,6 +14,7 @@ import blake3
 
 IDENTITY_TAG = b"iris-image-v1"
 FINGERPRINT_BYTES = 32
+SALT_BYTES = 32  # a salt is a BLAKE3 key
 _PARALLEL_HASH_BYTES = 1 << 20
 log = logging.getLogger(__name__)
 
@@ -60,16 +61,33 @@ def processor_fingerprint(model_dir: str | Path) -> bytes:
     return hashlib.sha256(canonical_json(fingerprint_document(config, preprocessor))).digest()
 
 
-def image_identity(image_bytes: bytes | memoryview, fingerprint: bytes) -> bytes:
-    """BLAKE3(b"iris-image-v1" ‖ fingerprint ‖ image bytes): 32 bytes."""
+def image_identity(
+    image_bytes: bytes | memoryview, fingerprint: bytes, salt: bytes | None = None
+) -> bytes:
+    """BLAKE3(b"iris-image-v1" ‖ fingerprint ‖ image bytes): 32 bytes.
+
+    With a `salt` (32 bytes: a tenant's, or a no-reuse request's) the same input is hashed
+    in BLAKE3's keyed mode with the salt as key, so an identity under one salt says nothing
+    about the identity under another, nor under none (the modes are domain-separated).
+    """
     if len(fingerprint) != FINGERPRINT_BYTES:
         raise ValueError(f"fingerprint must be {FINGERPRINT_BYTES} bytes, got {len(fingerprint)}")
+    check_salt(salt)
     # Large images hash on several threads; the digest does not depend on it.
     threads = blake3.blake3.AUTO if len(image_bytes) >= _PARALLEL_HASH_BYTES else 1
-    hasher = blake3.blake3(IDENTITY_TAG, max_threads=threads)
+    if salt:
+        hasher = blake3.blake3(IDENTITY_TAG, key=salt, max_threads=threads)
+    else:
+        hasher = blake3.blake3(IDENTITY_TAG, max_threads=threads)
     hasher.update(fingerprint)
     hasher.update(image_bytes)
     return hasher.digest()
+
+
+def check_salt(salt: bytes | None) -> None:
+    """A salt is absent (None or empty) or exactly SALT_BYTES bytes; else ValueError."""
+    if salt and len(salt) != SALT_BYTES:
+        raise ValueError(f"salt must be {SALT_BYTES} bytes, got {len(salt)}")
 
 
 class MMHashesTypeError(TypeError):
@@ -77,6 +95,7 @@ class MMHashesTypeError(TypeError):
 
 
 _HEX = re.compile(r"[0-9a-fA-F]+")
+_SHOWN_CHARS = 80  # of a caller's entry, in the one log line about it
 
 
 def parse_mm_hash(entry: str) -> bytes | int | None:
@@ -90,30 +109,57 @@ def parse_mm_hash(entry: str) -> bytes | int | None:
     return None
 
 
-def adopt_mm_hashes(mm_hashes: Any, num_images: int) -> list[bytes | int | None]:
-    """Per image: the caller's identity (bytes), hash (int) or None (hash the bytes).
-
-    A value that is not a list of strings raises MMHashesTypeError; a list of the wrong
-    length is ignored as a whole (warning); one malformed entry is ignored alone (warning).
-    """
+def check_mm_hashes_type(mm_hashes: Any) -> None:
+    """`mm_hashes` is None or a list of strings; else MMHashesTypeError (a 400)."""
     if mm_hashes is None:
-        return [None] * num_images
+        return
     if not isinstance(mm_hashes, Sequence) or isinstance(mm_hashes, (str, bytes)):
         raise MMHashesTypeError(
             f"mm_hashes must be a list of hex strings, got {type(mm_hashes).__name__}"
         )
     if not all(isinstance(entry, str) for entry in mm_hashes):
         raise MMHashesTypeError("mm_hashes must be a list of hex strings")
-    if len(mm_hashes) != num_images:
-        log.warning("ignoring mm_hashes: %d entries for %d images", len(mm_hashes), num_images)
-        return [None] * num_images
-    adopted = []
-    for index, entry in enumerate(mm_hashes):
-        parsed = parse_mm_hash(entry)
-        if parsed is None:
-            log.warning("ignoring mm_hashes[%d] %r: expected 16 or 64 hex digits", index, entry)
-        elif parsed == 0:  # on the wire a hash of 0 is "no hash": the item would have no key
-            log.warning("ignoring mm_hashes[%d] %r: the hash 0 is reserved", index, entry)
-            parsed = None
-        adopted.append(parsed)
-    return adopted
+
+
+def disagreeing_mm_hashes(mm_hashes: Any, identities: Sequence[bytes]) -> list[int]:
+    """Indices of the caller's `mm_hashes` entries that are not the computed identity.
+
+    Identity is never taken on a caller's word (DESIGN.md §2): the field is kept for
+    SGLang clients, and an entry agrees when it is the image's identity (64 hex digits) or
+    its 64-bit hash (16). Every other entry — another image's identity, a malformed string,
+    one of a list whose length is not the number of images — is reported here so the
+    gateway can count it; nothing the caller sent is ever used as a key. One warning line
+    per request names the first such entry, cut to a bounded length.
+    """
+    check_mm_hashes_type(mm_hashes)
+    if mm_hashes is None:
+        return []
+    if len(mm_hashes) != len(identities):
+        bad = list(range(len(mm_hashes)))
+    else:
+        bad = [
+            index
+            for index, (entry, identity) in enumerate(zip(mm_hashes, identities, strict=True))
+            if not _agrees(parse_mm_hash(entry), identity)
+        ]
+    if bad:
+        first = mm_hashes[bad[0]]
+        shown = first[:_SHOWN_CHARS] + ("..." if len(first) > _SHOWN_CHARS else "")
+        log.warning(
+            "ignoring %d of %d mm_hashes entries for %d images (they are not the images' "
+            "identities); first: mm_hashes[%d] = %r",
+            len(bad),
+            len(mm_hashes),
+            len(identities),
+            bad[0],
+            shown,
+        )
+    return bad
+
+
+def _agrees(claimed: bytes | int | None, identity: bytes) -> bool:
+    if isinstance(claimed, bytes):
+        return claimed == identity
+    if isinstance(claimed, int):
+        return claimed == int.from_bytes(identity[:8], "big")
+    return False

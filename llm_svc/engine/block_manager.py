@@ -59,7 +59,7 @@ class BlockManager:
         """
         if self.cache is None or seq.block_table:
             return 0
-        nodes = self.cache.match(seq.token_ids[: seq.num_tokens - 1])
+        nodes = self.cache.match(seq.token_ids[: seq.num_tokens - 1], seq.cache_salt)
         self.cache.acquire(nodes)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
@@ -75,7 +75,7 @@ class BlockManager:
         if self.cache is None:
             return 0
         if seq.peeked_prefix_tokens is None:
-            matched = self.cache.match(seq.token_ids[: seq.num_tokens - 1])
+            matched = self.cache.match(seq.token_ids[: seq.num_tokens - 1], seq.cache_salt)
             seq.peeked_prefix_tokens = len(matched) * self.page_size
         return seq.peeked_prefix_tokens
 
@@ -91,7 +91,9 @@ class BlockManager:
         for index in range(len(seq.tree_nodes), seq.num_computed_tokens // size):
             parent = seq.tree_nodes[-1] if seq.tree_nodes else None
             tokens = seq.token_ids[index * size : (index + 1) * size]
-            node, created = self.cache.insert(parent, tokens, seq.block_table[index])
+            node, created = self.cache.insert(
+                parent, tokens, seq.block_table[index], seq.cache_salt
+            )
             if not created:
                 self.cache.acquire([node])
                 self.free_pages.append(seq.block_table[index])

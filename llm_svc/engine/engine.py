@@ -27,7 +27,7 @@ from llm_svc.engine.sampling import SampledToken, Sampler
 from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import Scheduler
 from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
-from llm_svc.engine.validation import check_request
+from llm_svc.engine.validation import check_cache_salt, check_request
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,7 @@ class LLMEngine:
         items: list[Any] | None = None,
         mrope_positions: np.ndarray | None = None,
         context: contextvars.Context | None = None,
+        cache_salt: bytes = b"",
     ) -> Sequence:
         """Queue one request; raises InvalidRequestError (naming value and limit) if bad.
 
@@ -138,7 +139,10 @@ class LLMEngine:
 
         `items` (iris.multimodal.MultimodalItem: key, offsets, token_count, grid) describe
         the images whose sentinels fill their spans of `prompt_token_ids`; M-RoPE positions
-        are derived from their grids when the model needs them and none are given."""
+        are derived from their grids when the model needs them and none are given.
+
+        `cache_salt` (empty, or 32 bytes) picks the prefix cache's namespace: requests with
+        different salts share no cached page (DESIGN.md §2)."""
         if request_id in self.requests:
             raise InvalidRequestError("request_id", request_id, "already in use")
         items = list(items or [])
@@ -155,7 +159,15 @@ class LLMEngine:
         )
         if mrope_positions is None and items and self.model_config.mrope_section:
             mrope_positions = self._mrope_positions(len(ids), items)
-        seq = Sequence(request_id, ids, params, items=items, mrope_positions=mrope_positions)
+        check_cache_salt(cache_salt)
+        seq = Sequence(
+            request_id,
+            ids,
+            params,
+            items=items,
+            mrope_positions=mrope_positions,
+            cache_salt=bytes(cache_salt),
+        )
         seq.context = context
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens)
         self.requests[request_id] = seq

@@ -5,6 +5,11 @@ carries its chained block hash (iris.multimodal.next_block_hash over its parent'
 reference count (running sequences using the page) and a last-use tick. Pages nobody
 references stay cached until they are evicted, least recently used leaf first. Every
 insertion and eviction is recorded as a KV event.
+
+There is one tree (namespace) per tenant salt, rooted at root_hash(fingerprint, salt): the
+tokens are the key, so only separate trees keep tenants with the same prompt from sharing
+pages, and their block hashes (hence KV events and the gateway's index) differ as well.
+A salted tree that loses its last page is dropped; the shared one (salt b"") stays.
 """
 
 from __future__ import annotations
@@ -35,16 +40,29 @@ class RadixCache:
 
     def __init__(self, page_size: int, fingerprint: bytes) -> None:
         self.page_size = page_size
-        self.root = RadixNode((), -1, root_hash(fingerprint), None)
-        self.root.ref = 1  # never evicted
+        self.fingerprint = fingerprint
+        self.roots: dict[bytes, RadixNode] = {}
+        self.root = self.root_for(b"")  # the shared namespace
         self.num_nodes = 0
         self.num_unreferenced = 0
         self.events: list[KVEvent] = []
         self._clock = itertools.count(1)
 
-    def match(self, token_ids: Sequence[int]) -> list[RadixNode]:
-        """The nodes of the longest cached prefix of `token_ids`, in full pages."""
-        nodes, node, size = [], self.root, self.page_size
+    def root_for(self, salt: bytes) -> RadixNode:
+        """The root of `salt`'s namespace (b"": the shared one), made on first use."""
+        root = self.roots.get(salt)
+        if root is None:
+            root = RadixNode((), -1, root_hash(self.fingerprint, salt or None), None)
+            root.ref = 1  # never evicted
+            self.roots[salt] = root
+        return root
+
+    def match(self, token_ids: Sequence[int], salt: bytes = b"") -> list[RadixNode]:
+        """The nodes of the longest cached prefix of `token_ids` in `salt`'s namespace."""
+        nodes, size = [], self.page_size
+        node = self.roots.get(salt)
+        if node is None:
+            return nodes
         for start in range(0, len(token_ids) - size + 1, size):
             node = node.children.get(tuple(token_ids[start : start + size]))
             if node is None:
@@ -53,14 +71,15 @@ class RadixCache:
         return nodes
 
     def insert(
-        self, parent: RadixNode | None, tokens: Sequence[int], page: int
+        self, parent: RadixNode | None, tokens: Sequence[int], page: int, salt: bytes = b""
     ) -> tuple[RadixNode, bool]:
-        """Add page `page` holding `tokens` under `parent` (None = root), referenced once.
+        """Add page `page` holding `tokens` under `parent` (None = the root of `salt`'s
+        namespace), referenced once.
 
         If that prefix is already cached, returns the cached node (not referenced) and False:
         the caller keeps using the cached page and frees its own copy.
         """
-        parent = parent or self.root
+        parent = parent or self.root_for(salt)
         key = tuple(tokens)
         assert len(key) == self.page_size, "only full pages enter the cache"
         existing = parent.children.get(key)
@@ -107,9 +126,16 @@ class RadixCache:
             self.num_unreferenced -= 1
             freed.append(node.page)
             self.events.append(BlockRemoved(node.block_hash))
-            if parent is not self.root and parent.ref == 0 and not parent.children:
+            if parent.parent is not None and parent.ref == 0 and not parent.children:
                 heapq.heappush(heap, (parent.last_used, id(parent), parent))
+        self._drop_empty_namespaces()
         return freed
+
+    def _drop_empty_namespaces(self) -> None:
+        # Salts are per tenant (or per request in the no-reuse mode): an empty tree would
+        # otherwise stay for good.
+        for salt in [s for s, root in self.roots.items() if s and not root.children]:
+            del self.roots[salt]
 
     def take_events(self) -> list[KVEvent]:
         events, self.events = self.events, []
@@ -123,7 +149,7 @@ class RadixCache:
         return {node.page for node in self._nodes()}
 
     def _nodes(self):
-        stack = list(self.root.children.values())
+        stack = [node for root in self.roots.values() for node in root.children.values()]
         while stack:
             node = stack.pop()
             yield node

@@ -59,8 +59,10 @@ class Sequence:
         *,
         items: list[Any] | None = None,
         mrope_positions: np.ndarray | None = None,
+        cache_salt: bytes = b"",
     ) -> None:
         self.request_id = request_id
+        self.cache_salt = cache_salt  # the tenant's radix namespace (b"": the shared one)
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
         self.params = params

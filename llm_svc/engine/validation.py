@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from iris.multimodal import MultimodalItem, check_spans
+from iris.multimodal import SALT_BYTES, MultimodalItem, check_spans
 from llm_svc.engine.errors import InvalidRequestError, RequestTooLargeError
 from llm_svc.engine.sampling_params import SamplingParams
 
@@ -117,3 +117,10 @@ def check_request(
             f"needs {pages} KV pages of {page_size} tokens but the cache has {num_pages}",
         )
     return ids.tolist()
+
+
+def check_cache_salt(salt: bytes) -> None:
+    """A prefix-cache salt is empty (the shared namespace) or 32 bytes (a tenant's)."""
+    if not isinstance(salt, (bytes, bytearray)) or len(salt) not in (0, SALT_BYTES):
+        size = len(salt) if isinstance(salt, (bytes, bytearray)) else type(salt).__name__
+        raise InvalidRequestError("cache_salt", size, f"must be empty or {SALT_BYTES} bytes")

@@ -9,20 +9,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "input_ids", "items", "sampling", "trace", "fingerprint")
+    __slots__ = ("request_id", "input_ids", "items", "sampling", "trace", "fingerprint", "cache_salt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     items: _containers.RepeatedCompositeFieldContainer[_common_pb2.MultimodalItem]
     sampling: _common_pb2.SamplingParams
     trace: _common_pb2.TraceContext
     fingerprint: bytes
-    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., items: _Optional[_Iterable[_Union[_common_pb2.MultimodalItem, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., fingerprint: _Optional[bytes] = ...) -> None: ...
+    cache_salt: bytes
+    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., items: _Optional[_Iterable[_Union[_common_pb2.MultimodalItem, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., fingerprint: _Optional[bytes] = ..., cache_salt: _Optional[bytes] = ...) -> None: ...
 
 class Accepted(_message.Message):
     __slots__ = ("prompt_tokens", "cached_tokens", "image_tokens")

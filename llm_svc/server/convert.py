@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from iris.multimodal import Modality, MultimodalItem, check_spans, hash_of_identity
+from iris.multimodal import (
+    SALT_BYTES,
+    Modality,
+    MultimodalItem,
+    check_spans,
+    hash_of_identity,
+)
 from iris.proto import common_pb2
 from llm_svc.engine import SamplingParams, TokenLogprobs
 from llm_svc.proto import llm_pb2
@@ -44,6 +50,13 @@ def sampling_params(
         # The wire seed is 64-bit unsigned; the engine's generator takes [0, 2^63).
         params.seed = int(proto.seed) % 2**63
     return params
+
+
+def cache_salt(salt: bytes) -> bytes:
+    """The request's prefix-cache salt: empty (shared) or 32 bytes, else RequestError."""
+    if len(salt) not in (0, SALT_BYTES):
+        raise RequestError(f"cache_salt has {len(salt)} bytes: must be 0 or {SALT_BYTES}")
+    return bytes(salt)
 
 
 def multimodal_items(protos: Sequence[common_pb2.MultimodalItem], length: int) -> list:

@@ -23,6 +23,7 @@ class Submission:
     prompt_token_ids: list[int]
     params: SamplingParams
     items: list[Any] = field(default_factory=list)
+    cache_salt: bytes = b""  # the tenant's prefix-cache namespace (b"": shared)
     arrival: float = field(default_factory=time.monotonic)
     # The request's context (its llm.Generate span current), for work done on its behalf
     # off the server's event loop (embedding fetches), so those spans join its trace.

@@ -122,7 +122,8 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
         ids = list(request.input_ids)
         items = convert.multimodal_items(request.items, len(ids))
         params = convert.sampling_params(request.sampling, len(ids), self.limits.max_model_len)
-        return Submission(request.request_id or uuid.uuid4().hex, ids, params, items)
+        salt = convert.cache_salt(request.cache_salt)
+        return Submission(request.request_id or uuid.uuid4().hex, ids, params, items, salt)
 
     async def _responses(
         self,

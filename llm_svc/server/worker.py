@@ -142,6 +142,7 @@ class EngineWorker:
                 submission.params,
                 items=submission.items or None,
                 context=submission.context,
+                cache_salt=submission.cache_salt,
             )
         except Exception as err:  # any refusal concerns this request only
             self._events.append(Rejected(submission.request_id, err))

@@ -106,9 +106,13 @@ class Stack:
     cache_client: AsyncCacheClient
     stopped: bool = field(default=False)
 
-    def request(self, items, fingerprint: bytes | None = None) -> encoder_pb2.EncodeRequest:
+    def request(
+        self, items, fingerprint: bytes | None = None, identity_salt: bytes = b""
+    ) -> encoder_pb2.EncodeRequest:
         return encoder_pb2.EncodeRequest(
-            items=list(items), fingerprint=fingerprint or self.family.fingerprint
+            items=list(items),
+            fingerprint=fingerprint or self.family.fingerprint,
+            identity_salt=identity_salt,
         )
 
     async def encode(self, items, **kwargs) -> encoder_pb2.EncodeResponse:

@@ -6,6 +6,7 @@ import torch
 
 from embedding_cache_svc.client import Failed
 from iris.metrics import ENCODER_FAILED_IMAGES, LABEL_REASON
+from iris.multimodal import image_identity
 from tests.encoder_svc.stack import CountingRunner, encode_item, png
 
 
@@ -28,6 +29,8 @@ async def test_bad_images_fail_alone_with_their_reason(qwen, stack_factory):
     garbage.image = b"this is not an image at all"
     truncated = encode_item(qwen, png(4, 128, 128))
     truncated.image = truncated.image[: len(truncated.image) // 2]
+    for bad in (garbage, truncated):  # identities are of the bytes sent, as the gateway's
+        bad.item.identity = image_identity(bad.image, qwen.fingerprint)
     wrong_count = encode_item(qwen, png(5, 96, 96))
     wrong_count.item.token_count += 1
     items = [good[0], garbage, truncated, good[1], wrong_count]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
+import torch
 
 from iris.proto import common_pb2
+from iris.multimodal import image_identity
 from tests.encoder_svc.stack import encode_item, png
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -24,8 +26,8 @@ def _cases(qwen):
     return [
         ("short identity", [encode_item(qwen, image, identity=b"x" * 31)], INVALID,
          "items[0]: identity is 31 bytes, expected 32"),
-        ("no key", [encode_item(qwen, image, identity=b"", hash=0)], INVALID,
-         "items[0]: item has neither identity nor hash"),
+        ("no identity", [encode_item(qwen, image, identity=b"", hash=0x0123456789ABCDEF)],
+         INVALID, "items[0]: identity is 0 bytes, expected 32"),
         ("hash disagrees", [good, encode_item(qwen, image, hash=1)], INVALID,
          "items[1]: hash 0000000000000001 is not the identity's first 8 bytes"),
         ("zero tokens", [encode_item(qwen, image, token_count=0)], INVALID,
@@ -61,9 +63,38 @@ async def test_another_models_fingerprint_is_a_failed_precondition(qwen, stack_f
     assert "fingerprint is 5 bytes, expected 32" in refused.value.details()
 
 
-async def test_a_callers_64_bit_hash_keys_the_item(qwen, stack_factory):
+async def test_an_identity_that_is_not_the_images_own_is_refused(qwen, stack_factory):
+    """The attack of issue 20 at the encoder: image X sent under image Y's identity. It is
+    refused before any work, and nothing is stored under Y's key."""
     stack = await stack_factory(qwen)
-    item = encode_item(qwen, png(53, 96, 96), identity=b"", hash=0x0123456789ABCDEF)
-    reply = await stack.encode([item])
-    assert reply.results[0].ok
-    assert reply.results[0].key == bytes.fromhex("0123456789abcdef")
+    victim, attacker = png(54, 96, 96), png(55, 96, 96)
+    forged = encode_item(qwen, attacker, identity=image_identity(victim, qwen.fingerprint))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stack.encode([encode_item(qwen, victim), forged])
+    assert refused.value.code() == INVALID
+    assert "items[1]: identity" in refused.value.details()
+    assert "is not the identity of the image bytes sent" in refused.value.details()
+    assert stack.runner.calls == []
+    key = image_identity(victim, qwen.fingerprint)
+    token_count = forged.item.token_count
+    stored = await stack.cache_client.get_many([(key, token_count)], 64, torch.float32)
+    assert stored[key] is None
+
+
+async def test_the_salt_that_went_into_the_identity_must_come_with_it(qwen, stack_factory):
+    stack = await stack_factory(qwen)
+    image, salt = png(56, 96, 96), bytes(range(32))
+    salted = encode_item(qwen, image, identity=image_identity(image, qwen.fingerprint, salt))
+    # Without its salt, a salted identity is not the image's: refused.
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stack.encode([salted])
+    assert refused.value.code() == INVALID and "identity" in refused.value.details()
+    # The unsalted identity under a salt is refused as well.
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stack.stub.Encode(stack.request([encode_item(qwen, image)], identity_salt=salt))
+    assert refused.value.code() == INVALID
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stack.stub.Encode(stack.request([salted], identity_salt=b"short"))
+    assert "identity_salt is 5 bytes, expected 0 or 32" in refused.value.details()
+    reply = await stack.stub.Encode(stack.request([salted], identity_salt=salt))
+    assert reply.results[0].ok and reply.results[0].key == salted.item.identity

@@ -9,11 +9,14 @@ import pytest
 
 from iris.multimodal import (
     MMHashesTypeError,
-    adopt_mm_hashes,
     block_hashes,
+    check_mm_hashes_type,
     check_vocab_size,
+    disagreeing_mm_hashes,
     image_identity,
+    next_block_hash,
     processor_fingerprint,
+    root_hash,
 )
 
 
@@ -86,33 +89,53 @@ def test_image_identity_is_tagged_blake3():
         image_identity(data, b"short")
 
 
-def test_mm_hashes_adopted_per_entry(caplog):
-    identity_hex = "ab" * 32
-    adopted = adopt_mm_hashes(["00000000000000ff", identity_hex, "xyz", "abc"], 4)
-    assert adopted == [255, bytes.fromhex(identity_hex), None, None]
-    assert "mm_hashes[2]" in caplog.text and "mm_hashes[3]" in caplog.text
+def test_a_salt_keys_the_identity():
+    fingerprint, data = bytes(range(32)), b"\x89PNG fake image bytes"
+    salt = bytes(reversed(range(32)))
+    salted = image_identity(data, fingerprint, salt)
+    assert salted == blake3.blake3(b"iris-image-v1" + fingerprint + data, key=salt).digest()
+    assert salted != image_identity(data, fingerprint)
+    assert salted != image_identity(data, fingerprint, bytes(32))
+    assert image_identity(data, fingerprint, b"") == image_identity(data, fingerprint)
+    with pytest.raises(ValueError, match="salt must be 32 bytes"):
+        image_identity(data, fingerprint, b"short")
 
 
-def test_the_reserved_hash_zero_is_ignored(caplog):
-    # A 64-bit hash of 0 reads as "no hash" on the wire, so the image is hashed instead.
-    assert adopt_mm_hashes(["0000000000000000", "0" * 64], 2) == [None, bytes(32)]
-    assert "mm_hashes[0]" in caplog.text and "reserved" in caplog.text
-
-
-def test_mm_hashes_wrong_length_ignored_whole(caplog):
+def test_mm_hashes_that_are_not_the_identity_are_reported(caplog):
+    identities = [bytes(range(32)), bytes(32)]
+    agree = [identities[0].hex(), identities[1][:8].hex()]
+    assert disagreeing_mm_hashes(agree, identities) == []
+    assert disagreeing_mm_hashes(None, identities) == []
+    forged = ["ab" * 32, "xyz" * 1000]
     with caplog.at_level(logging.WARNING):
-        assert adopt_mm_hashes(["00000000000000ff"], 2) == [None, None]
-    assert "2 images" in caplog.text
+        assert disagreeing_mm_hashes(forged, identities) == [0, 1]
+    # One line per request, and a caller's long entry is cut.
+    lines = [r for r in caplog.records if "mm_hashes" in r.getMessage()]
+    assert len(lines) == 1 and len(lines[0].getMessage()) < 400
+
+
+def test_mm_hashes_of_the_wrong_length_are_all_reported():
+    assert disagreeing_mm_hashes(["00" * 8], [bytes(32), bytes(32)]) == [0]
 
 
 @pytest.mark.parametrize("bad", ["00000000000000ff", 5, {"a": 1}, [1, 2]])
 def test_mm_hashes_wrong_type_is_an_error(bad):
     with pytest.raises(MMHashesTypeError):
-        adopt_mm_hashes(bad, 2)
+        check_mm_hashes_type(bad)
+    with pytest.raises(MMHashesTypeError):
+        disagreeing_mm_hashes(bad, [bytes(32), bytes(32)])
 
 
-def test_mm_hashes_absent():
-    assert adopt_mm_hashes(None, 3) == [None, None, None]
+def test_a_salt_roots_the_block_hashes():
+    fingerprint = hashlib.sha256(b"model").digest()
+    ids, salt = list(range(8)), bytes(range(32))
+    shared, salted = block_hashes(fingerprint, ids, 4), block_hashes(fingerprint, ids, 4, salt)
+    assert not set(shared) & set(salted)
+    assert root_hash(fingerprint, salt) == (
+        blake3.blake3(b"iris-prefix-v1" + fingerprint, key=salt).digest()[:16]
+    )
+    assert salted[0] == next_block_hash(root_hash(fingerprint, salt), ids[:4])
+    assert block_hashes(fingerprint, ids, 4, bytes(31) + b"\x01") != salted
 
 
 def test_block_hashes_chain_full_blocks_only():

@@ -87,3 +87,37 @@ def test_identical_requests_in_one_batch_share_pages_after_commit(llama_dir):
     # the page completed during decode, also identical for both).
     assert engine.blocks.cache.num_nodes == 5
     assert engine.blocks.num_used == 0
+
+
+SALT_A, SALT_B = bytes(range(32)), bytes(range(1, 33))
+
+
+def test_each_salt_has_its_own_namespace():
+    cache = RadixCache(page_size=2, fingerprint=FINGERPRINT)
+    shared, _ = cache.insert(None, [1, 2], page=0)
+    tenant, created = cache.insert(None, [1, 2], page=1, salt=SALT_A)
+    assert created and tenant is not shared  # same tokens, another tenant: another page
+    assert cache.match([1, 2, 3]) == [shared]
+    assert cache.match([1, 2, 3], SALT_A) == [tenant]
+    assert cache.match([1, 2, 3], SALT_B) == []
+    # The salted page's hash chains on the salted root: events and index are per salt.
+    assert tenant.block_hash == block_hashes(FINGERPRINT, [1, 2], 2, SALT_A)[0]
+    assert tenant.block_hash != shared.block_hash
+    # A salted namespace that loses its last page is dropped; the shared one stays.
+    cache.release([shared, tenant])
+    assert sorted(cache.evict(2)) == [0, 1]
+    assert set(cache.roots) == {b""} and cache.num_nodes == 0
+
+
+def test_requests_with_other_salts_share_no_pages(llama_dir):
+    engine = make_engine(llama_dir, page_size=4, num_pages=64)
+    prompt = list(range(10, 30))  # 5 full pages
+    run_all(engine, {"a": (prompt + [40], greedy(2))})
+    other = engine.add_request("b", prompt + [41], greedy(2), cache_salt=SALT_A)
+    assert engine.step()[0].num_cached_tokens == 0
+    shared_pages = {node.page for node in engine.blocks.cache.match(prompt)}
+    assert len(shared_pages) == 5 and not shared_pages & set(other.block_table)
+    run_all(engine, {})
+    same = engine.add_request("c", prompt + [42], greedy(2), cache_salt=SALT_A)
+    assert engine.step()[0].num_cached_tokens == 20 and len(same.tree_nodes) == 5
+    run_all(engine, {})

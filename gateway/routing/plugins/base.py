@@ -21,17 +21,19 @@ from iris.multimodal import block_hashes
 
 @dataclass
 class RoutingRequest:
-    """One request as routing sees it: padded ids and the model fingerprint."""
+    """One request as routing sees it: padded ids, the model fingerprint and the tenant's
+    prefix salt (None: shared), which roots the block hashes: the index is per salt."""
 
     input_ids: np.ndarray
     fingerprint: bytes
+    salt: bytes | None = None
     _hashes: dict[int, list[bytes]] = field(default_factory=dict, repr=False)
 
     def block_hashes(self, page_size: int) -> list[bytes]:
         """The prompt's chained block hashes at a pod's page size (computed once per size)."""
         hashes = self._hashes.get(page_size)
         if hashes is None:
-            hashes = block_hashes(self.fingerprint, self.input_ids, page_size)
+            hashes = block_hashes(self.fingerprint, self.input_ids, page_size, self.salt)
             self._hashes[page_size] = hashes
         return hashes
 

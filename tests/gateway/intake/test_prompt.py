@@ -8,6 +8,7 @@ import pytest
 from gateway.errors import APIError
 from gateway.intake.prompt import PromptBuilder
 from gateway.intake.remote import RemoteImageFetcher
+from gateway.tenancy import RequestSalts
 from iris.multimodal import DecodePolicy, image_identity, pad_values_for
 from tests.gateway.helpers import data_url, image_message, png_bytes
 
@@ -56,19 +57,41 @@ async def test_same_image_same_ids_different_image_different_ids(qwen_adapter):
     assert red.prompt_tokens == blue.prompt_tokens
 
 
-async def test_caller_mm_hashes_replace_hashing(qwen_adapter):
+async def test_a_callers_mm_hashes_never_become_the_identity(qwen_adapter):
+    """Issue 20's attack at the intake: image X sent with another image's identity (or a
+    64-bit hash) keeps its own identity; each disagreeing entry is counted."""
     b = builder(qwen_adapter)
-    message = image_message(data_url(png_bytes()))
-    short = await b.chat([message], mm_hashes=["00000000000000ff"])
-    assert short.items[0].identity is None and short.items[0].hash == 255
-    assert short.items[0].pad_values == pad_values_for((255).to_bytes(8, "big"))
-    full = await b.chat([message], mm_hashes=["ab" * 32])
-    assert full.items[0].identity == bytes.fromhex("ab" * 32)
-    wrong_length = await b.chat([message], mm_hashes=["00000000000000ff", "01"])
-    assert wrong_length.items[0].identity == image_identity(png_bytes(), qwen_adapter.fingerprint)
+    image = png_bytes()
+    own = image_identity(image, qwen_adapter.fingerprint)
+    message = image_message(data_url(image))
+    before = _ignored()
+    for claimed in (["00000000000000ff"], ["ab" * 32], ["00000000000000ff", "01"]):
+        prompt = await b.chat([message], mm_hashes=claimed)
+        assert prompt.items[0].identity == own
+        assert prompt.items[0].pad_values == pad_values_for(own)
+    assert _ignored() == before + 4
+    agreeing = await b.chat([message], mm_hashes=[own.hex()])
+    assert agreeing.items[0].identity == own and _ignored() == before + 4
     with pytest.raises(APIError) as caught:
         await b.chat([message], mm_hashes="00000000000000ff")
     assert caught.value.status == 400 and caught.value.param == "mm_hashes"
+
+
+def _ignored() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("iris_gateway_mm_hashes_ignored_total") or 0.0
+
+
+async def test_the_image_salt_goes_into_the_identity(qwen_adapter):
+    b = builder(qwen_adapter)
+    image, salt = png_bytes(), bytes(range(32))
+    salts = RequestSalts(prefix=salt, images=salt)
+    prompt = await b.chat([image_message(data_url(image))], salts=salts)
+    assert prompt.items[0].identity == image_identity(image, qwen_adapter.fingerprint, salt)
+    assert prompt.salts == salts
+    shared = await b.chat([image_message(data_url(image))])
+    assert not np.array_equal(prompt.input_ids, shared.input_ids)  # other sentinels
 
 
 async def test_placeholder_typed_by_the_user_is_refused(qwen_adapter):
