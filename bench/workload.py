@@ -395,7 +395,14 @@ def run_one(args, name, router, reuse, seed, plan, pool) -> ModeResult:
         router=router,
         embedding_reuse=reuse,
         torch_threads=1,
-        extra_env=args.extra_env,
+        # The benchmark records which pod served each turn (X-Iris-Pod, a debug header).
+        extra_env={
+            **args.extra_env,
+            "gateway": {
+                "IRIS_GATEWAY_DEBUG_POD_HEADER": "true",
+                **args.extra_env.get("gateway", {}),
+            },
+        },
     )
     with Platform(config) as platform:
         print(f"[{name}] seed {seed}: platform up at {platform.gateway_url}", file=sys.stderr)

@@ -14,7 +14,7 @@ import pytest
 from iris.up.metrics_page import metrics_url, scrape
 from iris.up.processes import wait_until
 from tests.e2e.helpers import image_message, image_png
-from tests.fixtures.platform import FAST_GATEWAY, start_platform
+from tests.fixtures.platform import FAST_GATEWAY, POD_HEADER, start_platform
 
 pytestmark = pytest.mark.slow
 DEADLINE_S = 90.0  # no request may take longer: "none hang"
@@ -97,7 +97,9 @@ def test_redis_stopped_under_load_then_refilled(tmp_path, tiny_qwen2_vl_dir):
 
 
 def test_llm_pod_killed_mid_stream(tmp_path, tiny_qwen2_vl_dir):
-    platform = start_platform(tiny_qwen2_vl_dir, tmp_path, llm_pods=2)
+    platform = start_platform(
+        tiny_qwen2_vl_dir, tmp_path, llm_pods=2, extra_env={"gateway": POD_HEADER}
+    )
     try:
         body = {
             "model": platform.model_name,

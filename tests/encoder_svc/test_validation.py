@@ -6,8 +6,8 @@ import grpc
 import pytest
 import torch
 
-from iris.proto import common_pb2
 from iris.multimodal import image_identity
+from iris.proto import common_pb2
 from tests.encoder_svc.stack import encode_item, png
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

@@ -25,7 +25,7 @@ def wait_pods(client, count):
     raise AssertionError(f"{count} pods never became usable")
 
 
-def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two_pods):
+def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two_pods, caplog):
     (a_address, a), (b_address, b) = two_pods
     parts = qwen_gateway_parts
     with make_client(
@@ -38,10 +38,15 @@ def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two
             "model": qwen_gateway_parts["model_dir"].name,
             "messages": [{"role": "user", "content": "hi"}],
         }
-        # Both refuse once: the request tries each pod and gets a 503 naming the refusal.
+        # Both refuse once: the request tries each pod and gets a 503. The pods' refusal
+        # (a gRPC detail) and their addresses go to the log, not to the client.
         response = client.post("/v1/chat/completions", json=body)
         assert response.status_code == 503
-        assert "draining" in response.json()["error"]["message"]
+        message = response.json()["error"]["message"]
+        assert "no LLM pod accepted the request (request id chatcmpl-" in message
+        for internal in ("draining", a_address, b_address, "UNAVAILABLE"):
+            assert internal not in message
+        assert "draining" in caplog.text
         # Only A refuses: whichever pod a request meets first, every request is served,
         # and the one A refused was retried on B under the same request id.
         seen_by_a = len(a.requests)

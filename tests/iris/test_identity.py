@@ -131,8 +131,9 @@ def test_a_salt_roots_the_block_hashes():
     ids, salt = list(range(8)), bytes(range(32))
     shared, salted = block_hashes(fingerprint, ids, 4), block_hashes(fingerprint, ids, 4, salt)
     assert not set(shared) & set(salted)
-    assert root_hash(fingerprint, salt) == (
-        blake3.blake3(b"iris-prefix-v1" + fingerprint, key=salt).digest()[:16]
+    assert (
+        root_hash(fingerprint, salt)
+        == (blake3.blake3(b"iris-prefix-v1" + fingerprint, key=salt).digest()[:16])
     )
     assert salted[0] == next_block_hash(root_hash(fingerprint, salt), ids[:4])
     assert block_hashes(fingerprint, ids, 4, bytes(31) + b"\x01") != salted

@@ -98,6 +98,9 @@ CHAT_CASES = [
     ("top_logprobs without logprobs", chat(top_logprobs=2), 400),
     ("mm_hashes a string", chat(messages=[image_message(data_url(IMG))], mm_hashes="ab"), 400),
     ("mm_hashes numbers", chat(messages=[image_message(data_url(IMG))], mm_hashes=[1]), 400),
+    ("cache_salt a number", chat(cache_salt=5), 400),
+    ("cache_salt empty", chat(cache_salt=""), 400),
+    ("cache_salt too long", chat(cache_salt="s" * 257), 400),
 ]
 
 COMPLETION_CASES = [
@@ -115,6 +118,7 @@ COMPLETION_CASES = [
     ("empty text prompt", {"model": MODEL, "prompt": ""}, 400),
     ("an empty prompt among several", {"model": MODEL, "prompt": ["a", ""]}, 400),
     ("lone surrogate in prompt", b'{"model": "<model>", "prompt": "\\ud800"}', 422),
+    ("cache_salt a list", {"model": MODEL, "prompt": "hi", "cache_salt": ["a"]}, 400),
 ]
 
 
@@ -166,6 +170,24 @@ def test_a_chat_too_long_for_the_context_names_messages(client, model_name):
         assert_openai_error(response, 400)
         error = response.json()["error"]
         assert (error["param"], error["code"]) == ("messages", "context_length_exceeded")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/v1/chat/completions", chat(cache_salt=5), "cache_salt must be a string, got int"),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": "hi", "cache_salt": "s" * 300},
+            "cache_salt is 300 characters, over the limit of 256",
+        ),
+    ],
+)
+def test_a_bad_cache_salt_is_a_400_naming_the_field(client, model_name, path, body, message):
+    response = send(client, path, body, model_name)
+    assert_openai_error(response, 400)
+    assert response.json()["error"]["param"] == "cache_salt"
+    assert message in response.json()["error"]["message"]
 
 
 def test_there_are_at_least_forty_cases():
