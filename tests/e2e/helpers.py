@@ -30,3 +30,19 @@ def image_message(png: bytes, text: str = "Describe the image.") -> list[dict]:
             ],
         }
     ]
+
+
+# What no client-visible error may contain (issue 20, item 6): gRPC status names and debug
+# strings, besides every internal address.
+GRPC_WORDS = ("StatusCode", "debug_error_string", "UNAVAILABLE", "DEADLINE_EXCEEDED", "ipv4:")
+
+
+def internal_details_in(text: str, platform) -> list[str]:
+    """The internal details (service addresses, ports, gRPC words) that `text` names."""
+    found = [word for word in GRPC_WORDS if word in text]
+    for service in platform.services:
+        if service.kind == "gateway":
+            continue
+        host, _, port = service.address.rpartition(":")
+        found += [part for part in (service.address, f":{port}") if part in text]
+    return found

@@ -13,7 +13,7 @@ import pytest
 
 from iris.up.metrics_page import metrics_url, scrape
 from iris.up.processes import wait_until
-from tests.e2e.helpers import image_message, image_png
+from tests.e2e.helpers import image_message, image_png, internal_details_in
 from tests.fixtures.platform import FAST_GATEWAY, POD_HEADER, start_platform
 
 pytestmark = pytest.mark.slow
@@ -31,11 +31,13 @@ def chat(platform, messages, max_tokens=2, **extra) -> httpx.Response:
     return httpx.post(f"{platform.gateway_url}/v1/chat/completions", json=body, timeout=DEADLINE_S)
 
 
-def assert_clean(response: httpx.Response) -> None:
-    """A success, or an error with an OpenAI error body — never a bare crash."""
+def assert_clean(response: httpx.Response, platform) -> None:
+    """A success, or an error with an OpenAI error body — never a bare crash — that names
+    no pod address, Redis host or gRPC detail (those are in the gateway's log)."""
     if response.status_code != 200:
         error = response.json()["error"]
         assert error["message"] and error["type"], response.text
+        assert not internal_details_in(response.text, platform), response.text
 
 
 def gateway_healthy(platform) -> bool:
@@ -57,7 +59,7 @@ def test_encoder_killed_mid_batch(tmp_path, tiny_qwen2_vl_dir):
             responses = [future.result(timeout=DEADLINE_S + 10) for future in futures]
         for response in responses:
             assert response.status_code in (200, 503), response.text
-            assert_clean(response)
+            assert_clean(response, platform)
         assert gateway_healthy(platform)
         # The surviving encoder serves new images.
         fresh = chat(platform, image_message(image_png(seed=1999)))
@@ -79,7 +81,7 @@ def test_redis_stopped_under_load_then_refilled(tmp_path, tiny_qwen2_vl_dir):
             futures.append(pool.submit(chat, platform, [{"role": "user", "content": "Hi"}]))
             responses = [future.result(timeout=DEADLINE_S + 10) for future in futures]
         for response in responses:
-            assert_clean(response)
+            assert_clean(response, platform)
         assert responses[-1].status_code == 200  # text needs no cache
         assert gateway_healthy(platform)
 
@@ -126,6 +128,8 @@ def test_llm_pod_killed_mid_stream(tmp_path, tiny_qwen2_vl_dir):
                     victim.child.kill()
         assert events[-1] != "[DONE]" or any("error" in json.loads(e) for e in events[:-1])
         assert any(e != "[DONE]" and "error" in json.loads(e) for e in events), events[-3:]
+        errors = [e for e in events if e != "[DONE]" and "error" in json.loads(e)]
+        assert not internal_details_in(" ".join(errors), platform), errors
         assert gateway_healthy(platform)
         # Requests not yet accepted go to the surviving pod.
         for i in range(3):
