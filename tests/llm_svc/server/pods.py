@@ -89,9 +89,14 @@ def sampling(max_tokens: int, **extra) -> common_pb2.SamplingParams:
     )
 
 
-def request(request_id: str, ids, max_tokens: int, **extra) -> llm_pb2.GenerateRequest:
+def request(
+    request_id: str, ids, max_tokens: int, cache_salt: bytes = b"", **extra
+) -> llm_pb2.GenerateRequest:
     return llm_pb2.GenerateRequest(
-        request_id=request_id, input_ids=list(ids), sampling=sampling(max_tokens, **extra)
+        request_id=request_id,
+        input_ids=list(ids),
+        sampling=sampling(max_tokens, **extra),
+        cache_salt=cache_salt,
     )
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
+from iris.multimodal import block_hashes
 from llm_svc import LLM, SamplingParams
 from tests.llm_svc.server.pods import IDLE, idle_engine_state, request
 
@@ -79,6 +81,31 @@ async def test_a_repeated_prompt_is_served_from_the_prefix_cache(stub):
     assert second[0].accepted.cached_tokens == 32
     assert second[-1].finished.usage.cached_tokens == 32
     assert ids_first == ids_second
+
+
+async def test_each_cache_salt_is_a_prefix_namespace_of_its_own(stub, pod):
+    """Same prompt, other salt: no cached token; same salt: the prefix is reused. The pages
+    carry the salted chain (what the gateway's per-salt index computes)."""
+    prompt = [(13 * i) % 250 + 31 for i in range(33)]
+    tenant_a, tenant_b = bytes(range(32)), bytes(range(2, 34))
+    shared, _, _ = await collect(stub, request("salt-shared", prompt, 2))
+    first_a, _, _ = await collect(stub, request("salt-a1", prompt, 2, cache_salt=tenant_a))
+    first_b, _, _ = await collect(stub, request("salt-b1", prompt, 2, cache_salt=tenant_b))
+    again_a, _, _ = await collect(stub, request("salt-a2", prompt, 2, cache_salt=tenant_a))
+    assert [m[0].accepted.cached_tokens for m in (shared, first_a, first_b, again_a)] == [
+        0, 0, 0, 32,
+    ]  # fmt: skip
+    cached = pod.on_engine(lambda engine: engine.blocks.cache.block_hashes())
+    fingerprint = pod.engine.fingerprint
+    for salt in (None, tenant_a, tenant_b):
+        assert set(block_hashes(fingerprint, prompt, 4, salt)) <= cached
+
+
+async def test_a_cache_salt_of_the_wrong_size_is_invalid(stub):
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await collect(stub, request("salt-bad", [40, 41, 42], 2, cache_salt=b"short"))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cache_salt has 5 bytes: must be 0 or 32" in refused.value.details()
 
 
 async def test_logprobs_come_with_each_token(stub, offline):
