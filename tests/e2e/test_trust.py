@@ -108,6 +108,18 @@ def test_an_image_sent_under_another_images_identity_poisons_nothing(platform, a
     assert not torch.allclose(y_entry, x_entry, atol=1e-3)
 
 
+def test_a_broken_image_under_another_images_identity_fails_only_itself(platform, adapter):
+    """The attack's variant: a truncated X claiming Y's identity used to store a failed
+    entry under Y's key, so every request for Y got a 400. Now only X fails."""
+    victim_png, attacker_png = image_png(seed=4031), image_png(seed=4032)
+    truncated = attacker_png[: len(attacker_png) // 2]
+    claimed = image_identity(victim_png, adapter.fingerprint).hex()
+    attack = chat(platform, image_message(truncated), mm_hashes=[claimed])
+    assert attack.status_code == 400, attack.text
+    victim = chat(platform, image_message(victim_png))
+    assert victim.status_code == 200, victim.text
+
+
 def test_the_encoder_refuses_an_identity_that_is_not_the_images(platform, adapter):
     victim_png, attacker_png = image_png(seed=4011), image_png(seed=4012)
     header = read_image_header(attacker_png)
