@@ -6,6 +6,7 @@ import contextvars
 import logging
 from typing import Any
 
+import blake3
 import numpy as np
 
 from iris.multimodal import check_vocab_size, processor_fingerprint
@@ -52,6 +53,13 @@ def load_vlm_adapter(model_dir, architecture: str):
     except ValueError:
         return None
     return load_adapter(model_dir, allow_pad_equals_eos=True)
+
+
+def positions_salt(salt: bytes, positions: np.ndarray) -> bytes:
+    """The prefix-cache namespace of a request run at caller-given positions: `salt`'s,
+    narrowed to exactly these positions (32 bytes, like a tenant salt)."""
+    table = np.ascontiguousarray(positions, dtype=np.int64)
+    return blake3.blake3(b"iris-positions-v1" + bytes(salt) + table.tobytes()).digest()
 
 
 class LLMEngine:
@@ -157,9 +165,14 @@ class LLMEngine:
             accepts_images=self.fetcher is not None,
             image_token_id=self.image_token_id,
         )
-        if mrope_positions is None and items and self.model_config.mrope_section:
-            mrope_positions = self._mrope_positions(len(ids), items)
         check_cache_salt(cache_salt)
+        if mrope_positions is not None:
+            # The radix cache is keyed by token ids; KV computed at caller-chosen positions
+            # differs from the same tokens' KV at derived ones, so such a request gets a
+            # namespace of its own positions and shares pages only with identical ones.
+            cache_salt = positions_salt(cache_salt, mrope_positions)
+        elif items and self.model_config.mrope_section:
+            mrope_positions = self._mrope_positions(len(ids), items)
         seq = Sequence(
             request_id,
             ids,
