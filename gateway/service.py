@@ -96,9 +96,12 @@ class Gateway:
             self.fingerprint,
             poll_interval_s=settings.load_poll_interval_s,
             timeout_s=settings.grpc_timeout_s,
+            tls=settings.tls(),
         )
-        self.cache = CacheClient(settings.cache_address, self.fingerprint, settings.grpc_timeout_s)
-        self.encoders = EncoderPool(self.fingerprint, settings.accept_timeout_s)
+        self.cache = CacheClient(
+            settings.cache_address, self.fingerprint, settings.grpc_timeout_s, settings.tls()
+        )
+        self.encoders = EncoderPool(self.fingerprint, settings.accept_timeout_s, settings.tls())
         self.dispatcher = Dispatcher(
             router=self.router,
             registry=self.registry,

@@ -8,10 +8,10 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from iris.metrics import GATEWAY_HTTP_PORT
-from iris.settings import AddressList, ServiceSettings, StringList
+from iris.settings import AddressList, GrpcServiceSettings, StringList
 
 
-class GatewaySettings(ServiceSettings):
+class GatewaySettings(GrpcServiceSettings):
     """Everything the gateway reads from its environment; passed down through constructors."""
 
     model_config = SettingsConfigDict(
