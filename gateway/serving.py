@@ -37,5 +37,6 @@ def serve(settings: GatewaySettings) -> None:
         port=settings.port,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=settings.shutdown_grace_s,
+        limit_concurrency=settings.max_connections,
     )
     DrainingServer(config, gateway, settings.shutdown_grace_s).run()

@@ -4,6 +4,7 @@ count and grid from the (EXIF-rotated) size, and the identity (or the caller's h
 from __future__ import annotations
 
 from gateway.errors import bad_request
+from gateway.intake.budget import ImageBudget
 from iris.multimodal import (
     DecodePolicy,
     ImageDecodeError,
@@ -22,16 +23,20 @@ def describe_image(
     fingerprint: bytes,
     caller_key: bytes | int | None,
     param: str,
+    budget: ImageBudget | None = None,
 ) -> MultimodalItem:
     """The item for one image (offsets are set later, once the prompt is expanded).
 
     `caller_key` is the caller's full identity (bytes), 64-bit hash (int) or None (hash the
-    bytes). A policy refusal is a 400 naming the value and the limit.
+    bytes). A policy refusal is a 400 naming the value and the limit; the image's decoded
+    pixels are charged to the request's `budget` (413 when over).
     """
     try:
         header = read_image_header(data, policy)
     except ImageDecodeError as err:
         raise bad_request(f"{param}: {err}", param, "invalid_image") from None
+    if budget is not None:
+        budget.charge_pixels(header.width * header.height, param)
     try:
         token_count, grid = adapter.image_token_count(header.width, header.height)
     except ValueError as err:  # a size the model's processor refuses (e.g. aspect ratio)
