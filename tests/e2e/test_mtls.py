@@ -1,10 +1,13 @@
 """The whole platform as real processes over mutual TLS, with suite-made certificates (one
-per role): a chat with an image crosses every hop (gateway → cache Reserve, gateway →
-encoder Encode, encoder → cache Put, gateway → pod Generate, pod → cache BatchGet), and
-on those same processes a wrong role is PERMISSION_DENIED and a caller without a client
-certificate fails the handshake."""
+per role), and the gateway requiring an API key (`iris up --api-key`): a chat with an
+image crosses every hop (gateway → cache Reserve, gateway → encoder Encode, encoder →
+cache Put, gateway → pod Generate, pod → cache BatchGet), and on those same processes a
+wrong role is PERMISSION_DENIED and a caller without a client certificate fails the
+handshake."""
 
 from __future__ import annotations
+
+import os
 
 import grpc
 import pytest
@@ -17,6 +20,7 @@ from tests.e2e.helpers import image_message, image_png
 from tests.fixtures.platform import start_platform
 
 KINDS = ("gateway", "encoder", "cache", "llm")
+API_KEY = "sk-e2e-" + os.urandom(8).hex()
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +29,7 @@ def tls_platform(tmp_path_factory, tiny_qwen2_vl_dir, role_certs):
         tiny_qwen2_vl_dir,
         tmp_path_factory.mktemp("tls-platform"),
         extra_env={kind: role_certs.env(kind) for kind in KINDS},
+        api_keys=(API_KEY,),
     )
     yield running
     running.stop()
@@ -36,13 +41,26 @@ def tls_as(role_certs, role: str) -> TLSFiles:
 
 
 def test_a_chat_with_an_image_crosses_every_hop_over_mutual_tls(tls_platform):
-    reply = tls_platform.openai_client().chat.completions.create(
+    import openai
+
+    client = openai.OpenAI(base_url=f"{tls_platform.gateway_url}/v1", api_key=API_KEY)
+    reply = client.chat.completions.create(
         model=tls_platform.model_name,
         messages=image_message(image_png(2001)),
         max_tokens=4,
     )
     assert reply.choices[0].finish_reason in ("stop", "length")
     assert reply.usage.prompt_tokens > 10  # the image's tokens are in the prompt
+
+
+def test_the_gateway_wants_the_api_key_and_the_demo_sends_it(tls_platform):
+    import httpx
+
+    from iris.up.demo import send_demo_requests
+
+    assert httpx.get(f"{tls_platform.gateway_url}/v1/models").status_code == 401
+    replies = send_demo_requests(tls_platform.gateway_url, api_key=API_KEY)
+    assert [reply["object"] for _, reply in replies] == ["chat.completion"] * 2
 
 
 def _denied(call) -> str:
