@@ -46,10 +46,6 @@ class KeyRing:
     def __init__(self, keys: Sequence[str]) -> None:
         self._keys = [(key.encode(), key_id(key)) for key in keys]
 
-    @property
-    def required(self) -> bool:
-        return bool(self._keys)
-
     def identify(self, authorization: str) -> Caller:
         if not self._keys:
             return Caller(None)
@@ -94,9 +90,9 @@ class Authenticate:
             client = scope.get("client") or ("?", 0)
             # Never the key, nor anything of the body: the status and who asked.
             log.info(
-                "refused %s %s from %s: %d %s",
+                "refused %s %r from %s: %d %s",
                 scope["method"],
-                scope["path"],
+                scope["path"][:100],
                 client[0],
                 err.status,
                 err.code,

@@ -11,12 +11,11 @@ Without TLS files everything stays plaintext (the default, e.g. `iris up` on loo
 
 from iris.mtls.credentials import TLSFiles, aio_channel, sync_channel
 from iris.mtls.interceptor import RoleCheck, role_interceptors
-from iris.mtls.roles import ROLES, Role, role_hostname, role_uri
+from iris.mtls.roles import ROLES, role_hostname, role_uri
 
 __all__ = [
     "ROLES",
     "RoleCheck",
-    "Role",
     "TLSFiles",
     "aio_channel",
     "role_hostname",

@@ -7,15 +7,12 @@ A role certificate carries two subject alternative names:
   to the cache expects `cache.iris.internal` whatever address it dialled (pods found
   through EndpointSlices are dialled by IP, which no certificate could list in advance).
 
-A method missing from `POLICY` is refused to everyone; gRPC health stays open (probes and
-`iris up` carry no certificate-based role checks, only the TLS handshake).
+A method missing from `POLICY` is refused to everyone; gRPC health is open to any caller
+that passes the TLS handshake (any certificate of the CA, whatever its role).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-Role = Literal["gateway", "encoder", "cache", "llm", "admin"]
 ROLES: tuple[str, ...] = ("gateway", "encoder", "cache", "llm", "admin")
 
 ROLE_URI_PREFIX = "urn:iris:role:"

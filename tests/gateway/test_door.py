@@ -247,7 +247,7 @@ def test_nothing_secret_reaches_the_log(door):
     """Runs last in this module: every refusal above was logged by then."""
     child = door.child
     log = child.log_path.read_text(errors="replace")
-    assert "refused POST /v1/chat/completions" in log  # the refusals are logged...
+    assert "refused POST '/v1/chat/completions'" in log  # the refusals are logged...
     for key in KEYS.values():  # ...but never a key, the prompt, or image data
         assert key not in log
     assert "zebra quartz" not in log
