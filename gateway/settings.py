@@ -55,6 +55,7 @@ class GatewaySettings(GrpcServiceSettings):
     max_images_per_request: int = Field(16, gt=0)
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
     body_timeout_s: float = Field(30.0, gt=0)  # the whole body must arrive within this
+    header_timeout_s: float = Field(10.0, gt=0)  # and the request line and headers in this
     # Per request, across all its images (beside the per-image limits above).
     max_request_image_bytes: int = Field(64 * 1024 * 1024, gt=0)
     max_request_image_pixels: int = Field(100_000_000, gt=0)

@@ -4,10 +4,12 @@ the scripted pod and encoder and the real cache process of tests/gateway/conftes
 
 Each limit is set small in the process's settings. The key is checked before the body is
 read, a Content-Length over the limit is refused before buffering (both would otherwise
-wait out the 1 s body deadline and answer 408), a trickled body is a 408, each key has
-its own request and prompt-token buckets (429 with Retry-After), a request's images have
-a total byte and pixel budget, an Encode too large for one message is a 413, uvicorn's
-concurrency is bounded, and none of it logs a key, a prompt or an image.
+wait out the 1 s body deadline and answer 408), a trickled body is a 408, a request head
+that never completes gets the connection closed, each key has its own request and
+prompt-token buckets (429 with Retry-After), a request's images have a total byte and
+pixel budget, an Encode too large for one message is a 413, uvicorn's concurrency is
+bounded (on a second process whose deadlines are long, so that idle connections stay
+open), and none of it logs a key, a prompt or an image.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ KEYS = {
 }
 SECRET_WORDS = "zebra quartz lantern " * 40  # a long prompt, looked for in the log
 MAX_BODY = 100_000
-MAX_CONNECTIONS = 4
+MAX_CONNECTIONS = 4  # of the roomy door
 
 
 @dataclass
@@ -44,21 +46,21 @@ class Door:
     model: str
 
 
-@pytest.fixture(scope="module")
-def door(qwen_gateway_parts, tmp_path_factory):
+def start_door(parts, log_path, **settings: str):
+    """An `iris gateway` process with the test's settings (IRIS_GATEWAY_<KEY>: value)."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("door") / "gateway.log"
     env = {
-        "IRIS_GATEWAY_MODEL": str(qwen_gateway_parts["model_dir"]),
+        "IRIS_GATEWAY_MODEL": str(parts["model_dir"]),
         "IRIS_GATEWAY_HOST": "127.0.0.1",
         "IRIS_GATEWAY_PORT": str(port),
-        "IRIS_GATEWAY_LLM_ADDRESSES": qwen_gateway_parts["pod_address"],
-        "IRIS_GATEWAY_ENCODER_ADDRESSES": qwen_gateway_parts["encoder_address"],
-        "IRIS_GATEWAY_CACHE_ADDRESS": qwen_gateway_parts["cache_address"],
+        "IRIS_GATEWAY_LLM_ADDRESSES": parts["pod_address"],
+        "IRIS_GATEWAY_ENCODER_ADDRESSES": parts["encoder_address"],
+        "IRIS_GATEWAY_CACHE_ADDRESS": parts["cache_address"],
         "IRIS_GATEWAY_API_KEYS": json.dumps(list(KEYS.values())),
         "IRIS_GATEWAY_MAX_BODY_BYTES": str(MAX_BODY),
         "IRIS_GATEWAY_BODY_TIMEOUT_S": "1",
-        "IRIS_GATEWAY_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+        # Longer than the body's: a client here sends its head at once, even on a busy machine.
+        "IRIS_GATEWAY_HEADER_TIMEOUT_S": "3",
         # Rates so slow that nothing refills during the test: only the bursts count.
         "IRIS_GATEWAY_KEY_REQUESTS_PER_S": "0.0001",
         "IRIS_GATEWAY_KEY_REQUEST_BURST": "3",
@@ -70,6 +72,7 @@ def door(qwen_gateway_parts, tmp_path_factory):
         "IRIS_GATEWAY_LOAD_POLL_INTERVAL_S": "0.1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        **{f"IRIS_GATEWAY_{key.upper()}": value for key, value in settings.items()},
     }
     child = ChildProcess("gateway", [sys.executable, "-m", "iris.cli", "gateway"], env, log_path)
     child.start()
@@ -83,9 +86,32 @@ def door(qwen_gateway_parts, tmp_path_factory):
 
     try:
         assert wait_until(ready, 60, 0.2), child.tail()
-        yield Door(url, port, child, qwen_gateway_parts["model_dir"].name)
-    finally:
+    except BaseException:
         child.stop()
+        raise
+    return Door(url, port, child, parts["model_dir"].name)
+
+
+@pytest.fixture(scope="module")
+def door(qwen_gateway_parts, tmp_path_factory):
+    running = start_door(qwen_gateway_parts, tmp_path_factory.mktemp("door") / "gateway.log")
+    yield running
+    running.child.stop()
+
+
+@pytest.fixture(scope="module")
+def roomy_door(qwen_gateway_parts, tmp_path_factory):
+    """Long head and body deadlines, few connections."""
+    log_path = tmp_path_factory.mktemp("roomy-door") / "gateway.log"
+    running = start_door(
+        qwen_gateway_parts,
+        log_path,
+        header_timeout_s="600",
+        body_timeout_s="600",
+        max_connections=str(MAX_CONNECTIONS),
+    )
+    yield running
+    running.child.stop()
 
 
 def auth(name: str) -> dict:
@@ -232,8 +258,25 @@ def test_an_encode_too_large_for_one_message_is_413(door):
     assert "over the limit of 14000" in openai_error(refused.json())["message"]
 
 
-def test_uvicorn_concurrency_is_bounded(door):
-    url, port = door.url, door.port
+def closed_by_the_server(sock: socket.socket) -> bool:
+    """True once the server closes; our 30 s socket timeout would raise instead."""
+    sock.settimeout(30)
+    return sock.recv(1024) == b""
+
+
+def test_a_request_head_that_never_completes_is_closed(door):
+    trickling = socket.create_connection(("127.0.0.1", door.port))
+    silent = socket.create_connection(("127.0.0.1", door.port))
+    with trickling, silent:
+        trickling.sendall(b"GET /healthz HTTP/1.1\r\nHost: gat")  # and no more
+        assert closed_by_the_server(trickling)
+        assert closed_by_the_server(silent)
+    # A whole request on a fresh connection is served as ever.
+    assert httpx.get(door.url + "/healthz").status_code == 200
+
+
+def test_uvicorn_concurrency_is_bounded(roomy_door):
+    url, port = roomy_door.url, roomy_door.port
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS - 1)]
     try:
         assert httpx.get(url + "/healthz").status_code == 503  # uvicorn's own refusal
