@@ -21,6 +21,8 @@ from embedding_cache_svc.service import CacheServicer
 from embedding_cache_svc.settings import CacheSettings
 from embedding_cache_svc.store import Store, StoreUnavailable, make_store
 from iris.metrics_http import MetricsHTTPServer
+from iris.mtls import role_interceptors
+from iris.mtls.credentials import add_port
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "iris.cache.EmbeddingCache"
@@ -64,10 +66,11 @@ class CacheServer:
             # A port already taken must fail the start, not be shared with its owner.
             ("grpc.so_reuseport", 0),
         ]
-        self._server = grpc.aio.server(options=options)
+        tls = self.settings.tls()
+        self._server = grpc.aio.server(options=options, interceptors=role_interceptors(tls))
         cache_pb2_grpc.add_EmbeddingCacheServicer_to_server(self.servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        self.port = self._server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        self.port = add_port(self._server, f"{self.settings.host}:{self.settings.port}", tls)
         await self._server.start()
         self.http = MetricsHTTPServer(
             self.metrics.registry, self._health_body, self.settings.host, self.settings.metrics_port

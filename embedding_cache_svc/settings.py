@@ -8,10 +8,10 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from iris.metrics import CACHE_GRPC_PORT, CACHE_METRICS_PORT
-from iris.settings import ServiceSettings
+from iris.settings import GrpcServiceSettings
 
 
-class CacheSettings(ServiceSettings):
+class CacheSettings(GrpcServiceSettings):
     """Everything `iris cache` reads from the environment.
 
     TTLs of 0 mean "no expiry". `memory_bytes` bounds the memory store only; a Redis store

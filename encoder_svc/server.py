@@ -26,6 +26,8 @@ from encoder_svc.settings import EncoderSettings
 from encoder_svc.sink import CacheSink, EmbeddingSink
 from encoder_svc.validate import RequestLimits
 from iris.metrics_http import MetricsHTTPServer
+from iris.mtls import TLSFiles, role_interceptors
+from iris.mtls.credentials import add_port
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "iris.encoder.Encoder"
@@ -118,7 +120,9 @@ class EncoderServer:
         if self._model is None:
             self._model = await asyncio.to_thread(load_model, settings)
         if self._sink is None:
-            self._cache_client = _cache_client(settings.cache_address, self._model.fingerprint)
+            self._cache_client = _cache_client(
+                settings.cache_address, self._model.fingerprint, settings.tls()
+            )
             self._sink = CacheSink(self._cache_client)
         preprocessor = Preprocessor(
             self._model.runner, settings.decode_policy(), settings.preprocess_workers
@@ -143,10 +147,11 @@ class EncoderServer:
                 ("grpc.so_reuseport", 0),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+            interceptors=role_interceptors(settings.tls()),
         )
         encoder_pb2_grpc.add_EncoderServicer_to_server(servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        self.port = self._server.add_insecure_port(f"{settings.host}:{settings.port}")
+        self.port = add_port(self._server, f"{settings.host}:{settings.port}", settings.tls())
         await self._server.start()
         self._http = MetricsHTTPServer(
             self.metrics.registry,
@@ -187,10 +192,10 @@ class EncoderServer:
             await self.health.set(name, status)
 
 
-def _cache_client(address: str, fingerprint: bytes):
+def _cache_client(address: str, fingerprint: bytes, tls: TLSFiles):
     from embedding_cache_svc.client import AsyncCacheClient
 
-    return AsyncCacheClient(address, fingerprint)
+    return AsyncCacheClient(address, fingerprint, tls=tls)
 
 
 async def serve(settings: EncoderSettings) -> None:

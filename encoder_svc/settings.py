@@ -9,12 +9,12 @@ from pydantic_settings import SettingsConfigDict
 
 from iris.metrics import CACHE_GRPC_PORT, ENCODER_GRPC_PORT, ENCODER_METRICS_PORT
 from iris.multimodal import DecodePolicy
-from iris.settings import ServiceSettings
+from iris.settings import GrpcServiceSettings
 
 _POLICY = DecodePolicy()
 
 
-class EncoderSettings(ServiceSettings):
+class EncoderSettings(GrpcServiceSettings):
     """Everything `iris encoder` reads from the environment.
 
     Batching: a batch closes when it holds `max_batch_images` images or

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from gateway.api import chat, completions, health, models
 from gateway.api.errors import install_error_handlers
+from gateway.auth import Authenticate
 from gateway.middleware import BodyLimit, RequestMetrics
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
@@ -39,6 +40,10 @@ def create_app(settings: GatewaySettings, gateway: Gateway | None = None) -> Fas
     install_error_handlers(app)
     for module in (chat, completions, models, health):
         app.include_router(module.router)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    # Outermost last: metrics see every answer; the key is checked before any body is read.
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
+    app.add_middleware(Authenticate, keys=gateway.keys, limits=gateway.key_limits)
     app.add_middleware(RequestMetrics)
     return app

@@ -19,6 +19,7 @@ import grpc
 from encoder_svc.proto import encoder_pb2
 from gateway import metrics
 from gateway.clients.cache import CacheClient, ReserveStatus
+from gateway.clients.channels import MAX_MESSAGE_BYTES
 from gateway.clients.encoders import EncoderPool, EncodersUnavailable
 from gateway.errors import APIError, bad_request, upstream_failure
 from gateway.intake.prompt import PreparedPrompt
@@ -105,6 +106,7 @@ class Dispatcher:
         lease_ms: int,
         accept_timeout_s: float,
         embedding_reuse: bool = True,
+        max_encode_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.router = router
         self.registry = registry
@@ -114,6 +116,7 @@ class Dispatcher:
         self.lease_ms = lease_ms
         self.accept_timeout_s = accept_timeout_s
         self.embedding_reuse = embedding_reuse
+        self.max_encode_bytes = max_encode_bytes
         self._background: set[asyncio.Task] = set()  # Encode calls nobody awaits
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
@@ -245,11 +248,16 @@ class Dispatcher:
                 metrics.EMBEDDING_HITS.inc()
         if not to_encode:
             return None
+        try:
+            encode_items = self._encode_items(prompt, to_encode)
+        except APIError:
+            # Our leases would otherwise make every request for these images wait them out.
+            keys = [prompt.items[i].key for i in to_encode]
+            abandon = asyncio.ensure_future(self.cache.abandon(keys))
+            self._background.add(abandon)
+            abandon.add_done_callback(self._background.discard)
+            raise
         metrics.ENCODE_DISPATCHED.inc(len(to_encode))
-        encode_items = [
-            encoder_pb2.EncodeItem(image=prompt.images[i], item=item_to_proto(prompt.items[i]))
-            for i in to_encode
-        ]
         task = asyncio.create_task(
             self.encoders.encode(encode_items, prompt.salts.images, grpc_metadata())
         )
@@ -273,14 +281,34 @@ class Dispatcher:
             self._background.add(abandon)
             abandon.add_done_callback(self._background.discard)
 
-    async def _encode_now(
-        self, prompt: PreparedPrompt, indices: Sequence[int], request_id: str
-    ) -> None:
-        metrics.ENCODE_DISPATCHED.inc(len(indices))
-        encode_items = [
+    def _encode_items(
+        self, prompt: PreparedPrompt, indices: Sequence[int]
+    ) -> list[encoder_pb2.EncodeItem]:
+        """The Encode items for `indices`; a 413 if they cannot go in one gRPC message
+        (sending would fail on the channel's limit, which is no outage to report as 503)."""
+        items = [
             encoder_pb2.EncodeItem(image=prompt.images[i], item=item_to_proto(prompt.items[i]))
             for i in indices
         ]
+        request = encoder_pb2.EncodeRequest(
+            items=items, fingerprint=self.fingerprint, identity_salt=prompt.salts.images or b""
+        )
+        size = request.ByteSize()
+        if size > self.max_encode_bytes:
+            raise APIError(
+                413,
+                f"the images to encode come to {size} bytes in one Encode message, over the "
+                f"limit of {self.max_encode_bytes}; send fewer or smaller images",
+                param="messages",
+                code="images_too_large",
+            )
+        return items
+
+    async def _encode_now(
+        self, prompt: PreparedPrompt, indices: Sequence[int], request_id: str
+    ) -> None:
+        encode_items = self._encode_items(prompt, indices)
+        metrics.ENCODE_DISPATCHED.inc(len(indices))
         task = asyncio.ensure_future(
             self.encoders.encode(encode_items, prompt.salts.images, grpc_metadata())
         )

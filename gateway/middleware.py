@@ -1,8 +1,9 @@
-"""ASGI middleware: a body-size limit (413 in OpenAI's shape, before anything is parsed)
-and request metrics."""
+"""ASGI middleware: a body-size and body-time limit (413 / 408 in OpenAI's shape, before
+anything is parsed) and request metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -17,11 +18,14 @@ KNOWN_ROUTES = frozenset(
 
 
 class BodyLimit:
-    """Read the whole request body up to `max_bytes` (413 beyond), then replay it."""
+    """Read the whole request body up to `max_bytes` (413 beyond; a Content-Length over it
+    is refused before a byte is read) within `timeout_s` in all (408 after: a client that
+    trickles its body cannot hold a slot for long), then replay it."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -36,20 +40,22 @@ class BodyLimit:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 await too_large.response()(scope, receive, send)
                 return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await too_large.response()(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                body = await self._read(receive)
+        except TimeoutError:
+            slow = APIError(
+                408,
+                f"request body not received within {self.timeout_s:g} s",
+                code="request_timeout",
+            )
+            await slow.response()(scope, receive, send)
+            return
+        if body is None:  # the client left
+            return
+        if len(body) > self.max_bytes:
+            await too_large.response()(scope, receive, send)
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -60,6 +66,19 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The body (cut short just past `max_bytes`), or None if the client left."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > self.max_bytes or not message.get("more_body", False):
+                return b"".join(chunks)
 
 
 class RequestMetrics:

@@ -9,12 +9,14 @@ import asyncio
 import logging
 from contextlib import suppress
 
+from gateway.auth import KeyRing
 from gateway.clients.cache import CacheClient
 from gateway.clients.encoders import EncoderPool
 from gateway.dispatch import Dispatcher
 from gateway.errors import APIError
 from gateway.intake.prompt import PromptBuilder
 from gateway.intake.remote import RemoteImageFetcher
+from gateway.key_limits import KeyLimits
 from gateway.routing.config import load_router_config
 from gateway.routing.discovery import EndpointSliceDiscovery
 from gateway.routing.kv_index import KVIndex
@@ -82,6 +84,8 @@ class Gateway:
             policy=policy,
             fetcher=fetcher,
             max_images=settings.max_images_per_request,
+            max_request_image_bytes=settings.max_request_image_bytes,
+            max_request_image_pixels=settings.max_request_image_pixels,
             max_model_len=self.max_model_len,
         )
         self.index = KVIndex()
@@ -89,6 +93,13 @@ class Gateway:
             load_router_config(settings.router_config), self.index, settings.retry_after_s
         )
         self.admission = Admission(settings.max_concurrent_requests, settings.retry_after_s)
+        self.keys = KeyRing(settings.api_keys)
+        self.key_limits = KeyLimits(
+            requests_per_s=settings.key_requests_per_s,
+            request_burst=settings.key_request_burst,
+            prompt_tokens_per_s=settings.key_prompt_tokens_per_s,
+            prompt_token_burst=settings.key_prompt_token_burst,
+        )
         # Set when open streams must end (the server is stopping): see begin_drain.
         self.streams_ending = asyncio.Event()
         self.registry: PodRegistry | None = None
@@ -104,9 +115,12 @@ class Gateway:
             self.fingerprint,
             poll_interval_s=settings.load_poll_interval_s,
             timeout_s=settings.grpc_timeout_s,
+            tls=settings.tls(),
         )
-        self.cache = CacheClient(settings.cache_address, self.fingerprint, settings.grpc_timeout_s)
-        self.encoders = EncoderPool(self.fingerprint, settings.accept_timeout_s)
+        self.cache = CacheClient(
+            settings.cache_address, self.fingerprint, settings.grpc_timeout_s, settings.tls()
+        )
+        self.encoders = EncoderPool(self.fingerprint, settings.accept_timeout_s, settings.tls())
         self.dispatcher = Dispatcher(
             router=self.router,
             registry=self.registry,
@@ -116,6 +130,7 @@ class Gateway:
             lease_ms=settings.lease_ms,
             accept_timeout_s=settings.accept_timeout_s,
             embedding_reuse=settings.embedding_reuse,
+            max_encode_bytes=settings.max_encode_message_bytes,
         )
         if settings.discovery == "static":
             await self.registry.set_addresses(settings.llm_addresses)

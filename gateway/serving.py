@@ -11,6 +11,7 @@ from __future__ import annotations
 import uvicorn
 
 from gateway.app import create_app
+from gateway.http_protocol import head_deadline_protocol
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 
@@ -37,5 +38,7 @@ def serve(settings: GatewaySettings) -> None:
         port=settings.port,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=settings.shutdown_grace_s,
+        limit_concurrency=settings.max_connections,
+        http=head_deadline_protocol(settings.header_timeout_s),
     )
     DrainingServer(config, gateway, settings.shutdown_grace_s).run()

@@ -7,11 +7,12 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from gateway.clients.channels import MAX_MESSAGE_BYTES
 from iris.metrics import GATEWAY_HTTP_PORT
-from iris.settings import AddressList, ServiceSettings, StringList
+from iris.settings import AddressList, GrpcServiceSettings, StringList
 
 
-class GatewaySettings(ServiceSettings):
+class GatewaySettings(GrpcServiceSettings):
     """Everything the gateway reads from its environment; passed down through constructors."""
 
     model_config = SettingsConfigDict(
@@ -36,7 +37,13 @@ class GatewaySettings(ServiceSettings):
     discovery_interval_s: float = Field(5.0, gt=0)
 
     router_config: str = "prefix-aware"  # a built-in policy name or a YAML file path
-    api_keys: StringList = []  # JSON list or comma-separated
+    api_keys: StringList = []  # JSON list or comma-separated; none: open (loopback use)
+    # Per-key admission (gateway/key_limits.py): token buckets per API key; a rate of 0 is
+    # no limit. Bursts are what a key may spend at once.
+    key_requests_per_s: float = Field(0.0, ge=0)
+    key_request_burst: int = Field(20, gt=0)
+    key_prompt_tokens_per_s: float = Field(0.0, ge=0)
+    key_prompt_token_burst: int = Field(100_000, gt=0)
     embedding_reuse: bool = True  # skip Reserve/Encode for images the pod's prefix covers
 
     # Tenant isolation (gateway/tenancy.py): `shared` salts only requests that send a
@@ -55,6 +62,15 @@ class GatewaySettings(ServiceSettings):
     max_image_pixels: int = Field(40_000_000, gt=0)
     max_images_per_request: int = Field(16, gt=0)
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    body_timeout_s: float = Field(30.0, gt=0)  # the whole body must arrive within this
+    header_timeout_s: float = Field(10.0, gt=0)  # and the request line and headers in this
+    # Per request, across all its images (beside the per-image limits above).
+    max_request_image_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    max_request_image_pixels: int = Field(100_000_000, gt=0)
+    # The largest Encode message sent (images of one request to encode); over it, a 413.
+    max_encode_message_bytes: int = Field(MAX_MESSAGE_BYTES, gt=0, le=MAX_MESSAGE_BYTES)
+    # uvicorn's limit_concurrency: open connections + tasks; beyond it uvicorn answers 503.
+    max_connections: int = Field(1024, gt=1)
 
     # Generation limits.
     max_model_len: int | None = Field(None, gt=0)  # default: the pods' (or the config's)

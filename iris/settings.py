@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ValidationError
+from pydantic import BeforeValidator, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -98,3 +98,25 @@ class ServiceSettings(BaseSettings):
                 env_key = f"{prefix}{key}".upper()
                 problems.append(f"{key} (env {env_key}): {error['msg']}")
             raise SettingsError(f"invalid {cls.__name__}: " + "; ".join(problems)) from None
+
+
+class GrpcServiceSettings(ServiceSettings):
+    """A service that speaks gRPC to its peers: with all three PEM paths set, it serves and
+    calls over mutual TLS with its role's certificate (iris/mtls); with none, plaintext."""
+
+    tls_cert_file: str | None = None  # this role's certificate (PEM)
+    tls_key_file: str | None = None  # its private key (PEM)
+    tls_ca_file: str | None = None  # the CA that signs every role's certificate (PEM)
+
+    @model_validator(mode="after")
+    def _tls_complete(self):
+        from iris.mtls import TLSFiles
+
+        TLSFiles.of(self)  # all three or none: raises naming the missing ones
+        return self
+
+    def tls(self):
+        """These settings' TLS files (iris.mtls.TLSFiles; `.enabled` is False in plaintext)."""
+        from iris.mtls import TLSFiles
+
+        return TLSFiles.of(self)

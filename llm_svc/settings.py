@@ -9,10 +9,10 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from iris.metrics import CACHE_GRPC_PORT, LLM_GRPC_PORT, LLM_METRICS_PORT
-from iris.settings import ServiceSettings
+from iris.settings import GrpcServiceSettings
 
 
-class LLMSettings(ServiceSettings):
+class LLMSettings(GrpcServiceSettings):
     """Everything `iris llm` reads from the environment.
 
     KV cache size: `kv_num_pages` if set, else as many pages as fit in `kv_cache_bytes`,

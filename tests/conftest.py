@@ -15,4 +15,5 @@ pytest_plugins = [
     "tests.fixtures.redis_server",
     "tests.fixtures.otlp_collector",
     "tests.fixtures.platform",
+    "tests.fixtures.certs",
 ]

@@ -19,6 +19,7 @@ from embedding_cache_svc.client.errors import Status, from_rpc_error
 from embedding_cache_svc.client.l1 import L1Cache
 from embedding_cache_svc.entry import Failed
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
+from iris.mtls import TLSFiles, sync_channel
 from iris.telemetry import grpc_metadata
 
 
@@ -27,7 +28,8 @@ class CacheClient:
 
     Every call takes an explicit `timeout_s` (default: the constructor's) and raises
     CacheUnavailable / CacheTimeout / CacheInvalidArgument (see errors.py), never hangs.
-    With `l1_bytes` > 0, `get_many` is served from an in-process LRU first.
+    With `l1_bytes` > 0, `get_many` is served from an in-process LRU first. With `tls`
+    enabled the channel is mutual TLS under this process's role certificate (iris/mtls).
     """
 
     def __init__(
@@ -39,11 +41,12 @@ class CacheClient:
         l1: L1Cache | None = None,
         timeout_s: float = 5.0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        tls: TLSFiles | None = None,
     ) -> None:
         cache = l1 if l1 is not None else (L1Cache(l1_bytes) if l1_bytes else None)
         self.core = ClientCore(fingerprint, cache, timeout_s, chunk_bytes)
         self.address = address
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = sync_channel(address, tls, "cache", CHANNEL_OPTIONS)
         self._stub = cache_pb2_grpc.EmbeddingCacheStub(self._channel)
 
     @property

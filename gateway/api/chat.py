@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway import metrics
-from gateway.api.deps import Authorized, GatewayDep
+from gateway.api.deps import CallerDep, GatewayDep
 from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
     Choice,
@@ -58,8 +58,10 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
         raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
 
 
-@router.post("/v1/chat/completions", responses=ERROR_RESPONSES, dependencies=[Authorized])
-async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, request: Request):
+@router.post("/v1/chat/completions", responses=ERROR_RESPONSES)
+async def chat_completions(
+    body: ChatCompletionRequest, gateway: GatewayDep, caller: CallerDep, request: Request
+):
     """OpenAI chat completions: text and image parts, streamed (SSE) or whole."""
     started = time.perf_counter()
     gateway.check_model(body.model)
@@ -71,6 +73,7 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, req
         with inference.span.use():
             messages = [message.model_dump(exclude_none=True) for message in body.messages]
             prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts)
+            gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens)
             requested = body.max_completion_tokens or body.max_tokens
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             max_tokens = resolve_max_tokens(

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from gateway import metrics
-from gateway.api.deps import Authorized, GatewayDep
+from gateway.api.deps import CallerDep, GatewayDep
 from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
     Choice,
@@ -107,8 +107,10 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, 
     return jobs, prompt_of_choice
 
 
-@router.post("/v1/completions", responses=ERROR_RESPONSES, dependencies=[Authorized])
-async def completions(body: CompletionRequest, gateway: GatewayDep, request: Request):
+@router.post("/v1/completions", responses=ERROR_RESPONSES)
+async def completions(
+    body: CompletionRequest, gateway: GatewayDep, caller: CallerDep, request: Request
+):
     """OpenAI (legacy) completions, streamed (SSE) or whole."""
     started = time.perf_counter()
     gateway.check_model(body.model)
@@ -127,6 +129,8 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
     try:
         with inference.span.use():
             jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs, salts)
+            prompt_tokens = sum(job.prompt.prompt_tokens for job in jobs[:: body.n])
+            gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt_tokens)
             metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
             generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:

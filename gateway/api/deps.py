@@ -1,13 +1,12 @@
-"""Dependencies declared once: the Gateway, and the API key check."""
+"""Dependencies declared once: the Gateway, and the caller the auth middleware admitted."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from gateway.errors import APIError
+from gateway.auth import SCOPE_KEY, Caller
 from gateway.service import Gateway
 
 
@@ -18,20 +17,9 @@ def get_gateway(request: Request) -> Gateway:
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 
 
-def require_api_key(request: Request, gateway: GatewayDep) -> None:
-    """With API keys configured, `Authorization: Bearer <key>` must carry one (else 401)."""
-    keys = gateway.settings.api_keys
-    if not keys:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise APIError(
-            401, "missing API key: send Authorization: Bearer <key>", code="invalid_api_key"
-        )
-    # Compare against every key in constant time so timing reveals nothing.
-    if not any(hmac.compare_digest(token.strip().encode(), key.encode()) for key in keys):
-        raise APIError(401, "invalid API key", code="invalid_api_key")
+def get_caller(request: Request) -> Caller:
+    """Who sent the request (gateway/auth.py checked its key before the body was read)."""
+    return request.scope[SCOPE_KEY]
 
 
-Authorized = Depends(require_api_key)
+CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -30,7 +30,7 @@ class ErrorResponse(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 429, 503)
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 408, 413, 422, 429, 503)
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.api.deps import Authorized, GatewayDep
+from gateway.api.deps import GatewayDep
 from gateway.api.errors import ERROR_RESPONSES
 
 router = APIRouter(tags=["models"])
@@ -21,13 +21,13 @@ def _model(gateway) -> dict:
     }
 
 
-@router.get("/v1/models", responses=ERROR_RESPONSES, dependencies=[Authorized])
+@router.get("/v1/models", responses=ERROR_RESPONSES)
 async def list_models(gateway: GatewayDep) -> dict:
     """The served model."""
     return {"object": "list", "data": [_model(gateway)]}
 
 
-@router.get("/v1/models/{model_id:path}", responses=ERROR_RESPONSES, dependencies=[Authorized])
+@router.get("/v1/models/{model_id:path}", responses=ERROR_RESPONSES)
 async def get_model(model_id: str, gateway: GatewayDep) -> dict:
     """The served model by id; any other id is a 404."""
     gateway.check_model(model_id)

@@ -12,6 +12,7 @@ import grpc
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from gateway.clients.channels import open_channel
 from gateway.errors import upstream_failure
+from iris.mtls import TLSFiles
 from iris.telemetry import grpc_metadata
 
 log = logging.getLogger(__name__)
@@ -35,11 +36,13 @@ _FROM_WIRE = {
 class CacheClient:
     """Reserve items in the embedding cache service; unavailability is a 503."""
 
-    def __init__(self, address: str, fingerprint: bytes, timeout_s: float) -> None:
+    def __init__(
+        self, address: str, fingerprint: bytes, timeout_s: float, tls: TLSFiles | None = None
+    ) -> None:
         self.address = address
         self.fingerprint = fingerprint
         self.timeout_s = timeout_s
-        self._channel = open_channel(address)
+        self._channel = open_channel(address, tls, "cache")
         self._stub = cache_pb2_grpc.EmbeddingCacheStub(self._channel)
 
     async def reserve(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from iris.mtls import TLSFiles, aio_channel
+
 # Encode requests carry whole image files (up to the decode policy's byte limit).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
@@ -14,6 +16,7 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def open_channel(address: str) -> grpc.aio.Channel:
-    """An insecure channel (inside the cluster; the mesh or NetworkPolicy guards it)."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+def open_channel(address: str, tls: TLSFiles | None, server_role: str) -> grpc.aio.Channel:
+    """A channel to a peer of `server_role`: mutual TLS under the gateway's certificate when
+    `tls` is enabled, else plaintext (loopback, or a cluster where NetworkPolicy guards it)."""
+    return aio_channel(address, tls, server_role, CHANNEL_OPTIONS)

@@ -10,6 +10,7 @@ import grpc
 
 from encoder_svc.proto import encoder_pb2, encoder_pb2_grpc
 from gateway.clients.channels import open_channel
+from iris.mtls import TLSFiles
 from iris.telemetry import grpc_metadata
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,9 @@ class EncodersUnavailable(Exception):
 class EncoderPool:
     """Round-robin over encoder addresses; the address list may change (discovery)."""
 
-    def __init__(self, fingerprint: bytes, timeout_s: float) -> None:
+    def __init__(self, fingerprint: bytes, timeout_s: float, tls: TLSFiles | None = None) -> None:
         self.fingerprint = fingerprint
+        self.tls = tls
         self.timeout_s = timeout_s
         self._stubs: dict[str, tuple[grpc.aio.Channel, encoder_pb2_grpc.EncoderStub]] = {}
         self._turn = itertools.count()
@@ -39,7 +41,7 @@ class EncoderPool:
             channel, _ = self._stubs.pop(address)
             await channel.close()
         for address in wanted - set(self._stubs):
-            channel = open_channel(address)
+            channel = open_channel(address, self.tls, "encoder")
             self._stubs[address] = (channel, encoder_pb2_grpc.EncoderStub(channel))
 
     async def encode(

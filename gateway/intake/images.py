@@ -4,6 +4,7 @@ count and grid from the (EXIF-rotated) size, and the identity computed from the 
 from __future__ import annotations
 
 from gateway.errors import bad_request
+from gateway.intake.budget import ImageBudget
 from iris.multimodal import (
     DecodePolicy,
     ImageDecodeError,
@@ -22,17 +23,21 @@ def describe_image(
     fingerprint: bytes,
     salt: bytes | None,
     param: str,
+    budget: ImageBudget | None = None,
 ) -> MultimodalItem:
     """The item for one image (offsets are set later, once the prompt is expanded).
 
     Its identity is always computed here from the bytes, the fingerprint and the request's
     image salt (DESIGN.md §2), never taken from the caller. A policy refusal is a 400
-    naming the value and the limit.
+    naming the value and the limit; the image's decoded pixels are charged to the
+    request's `budget` (413 when over).
     """
     try:
         header = read_image_header(data, policy)
     except ImageDecodeError as err:
         raise bad_request(f"{param}: {err}", param, "invalid_image") from None
+    if budget is not None:
+        budget.charge_pixels(header.width * header.height, param)
     try:
         token_count, grid = adapter.image_token_count(header.width, header.height)
     except ValueError as err:  # a size the model's processor refuses (e.g. aspect ratio)

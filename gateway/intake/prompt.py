@@ -12,6 +12,7 @@ to fit the context whatever its tokens is refused before it is tokenized at all.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from gateway import metrics
 from gateway.errors import bad_request
+from gateway.intake.budget import ImageBudget
 from gateway.intake.images import describe_image
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import image_bytes
@@ -87,6 +89,8 @@ class PromptBuilder:
         policy: DecodePolicy,
         fetcher: RemoteImageFetcher,
         max_images: int,
+        max_request_image_bytes: int | None = None,
+        max_request_image_pixels: int | None = None,
         max_model_len: Callable[[], int] | None = None,
     ) -> None:
         self.adapter = adapter
@@ -94,6 +98,9 @@ class PromptBuilder:
         self.policy = policy
         self.fetcher = fetcher
         self.max_images = max_images
+        # Across all of one request's images (None: no limit beyond the per-image ones).
+        self.max_request_image_bytes = max_request_image_bytes or sys.maxsize
+        self.max_request_image_pixels = max_request_image_pixels or sys.maxsize
         self.vocab_size = int(adapter.vocab_size)
         self.max_model_len = max_model_len
         # No token covers more characters than its vocabulary entry has (byte-level BPE:
@@ -120,10 +127,13 @@ class PromptBuilder:
             check_mm_hashes_type(mm_hashes)
         except MMHashesTypeError as err:
             raise bad_request(str(err), "mm_hashes") from None
-        datas = await self._load(refs)
-        return await asyncio.to_thread(self._chat, template, refs, datas, mm_hashes, salts)
+        budget = ImageBudget(self.max_request_image_bytes, self.max_request_image_pixels)
+        datas = await self._load(refs, budget)
+        return await asyncio.to_thread(self._chat, template, refs, datas, mm_hashes, salts, budget)
 
-    def _chat(self, template, refs, datas, mm_hashes, salts: RequestSalts) -> PreparedPrompt:
+    def _chat(
+        self, template, refs, datas, mm_hashes, salts: RequestSalts, budget: ImageBudget
+    ) -> PreparedPrompt:
         items = [
             describe_image(
                 data,
@@ -132,6 +142,7 @@ class PromptBuilder:
                 fingerprint=self.fingerprint,
                 salt=salts.images,
                 param=ref.param,
+                budget=budget,
             )
             for data, ref in zip(datas, refs, strict=True)
         ]
@@ -183,12 +194,13 @@ class PromptBuilder:
                 )
         return self._expand(list(ids), [], [], param, salts)
 
-    async def _load(self, refs: list[ImageRef]) -> list[bytes]:
+    async def _load(self, refs: list[ImageRef], budget: ImageBudget) -> list[bytes]:
         max_bytes = self.policy.max_bytes
-        # Inline images decode at once; remote ones are fetched concurrently.
+        # Inline images decode at once; remote ones are fetched concurrently, each chunk
+        # charged to the request's budget as it arrives.
         return list(
             await asyncio.gather(
-                *(image_bytes(ref.url, self.fetcher, max_bytes, ref.param) for ref in refs)
+                *(image_bytes(ref.url, self.fetcher, max_bytes, ref.param, budget) for ref in refs)
             )
         )
 

@@ -2,9 +2,12 @@
 
 Only when enabled; the host must be on the allow-list; every address the name resolves to
 must be public (private, loopback, link-local, multicast, reserved and unspecified ranges
-are refused), and the connection goes to the address that was checked, so a second DNS
-answer cannot swap in an internal one. Redirects are not followed; the body is read under
-a byte limit and a timeout.
+are refused, and so are the IPv6 ranges that tunnel to IPv4 — 6to4, Teredo, NAT64 — whose
+far end could be anything), and the connection goes to the address that was checked, so a
+second DNS answer cannot swap in an internal one. Redirects are not followed. The answer
+must be an `image/*` Content-Type sent without content encoding (nothing is decompressed
+before the size cap applies); its body is read under the byte limit and the request's
+image budget, and the whole fetch — resolving, connecting, reading — under one deadline.
 """
 
 from __future__ import annotations
@@ -18,14 +21,25 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from gateway.errors import APIError, bad_request
+from gateway.intake.budget import ImageBudget
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# IPv6 prefixes that carry traffic on to an IPv4 address: 6to4, Teredo, NAT64 (well-known
+# and local-use). Always refused: a relay could deliver to an internal host.
+TUNNELS = tuple(
+    ipaddress.ip_network(prefix)
+    for prefix in ("2002::/16", "2001::/32", "64:ff9b::/96", "64:ff9b:1::/48")
+)
 
 
 def address_is_public(address: IPAddress) -> bool:
     """True for a globally routable unicast address (what a remote image may live on)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif any(address in tunnel for tunnel in TUNNELS):
+            return False
     return not (
         address.is_private
         or address.is_loopback
@@ -69,8 +83,18 @@ class RemoteImageFetcher:
         # Tests that serve images from loopback pass a looser check; production never does.
         self.address_allowed = address_allowed
 
-    async def fetch(self, url: str, param: str) -> bytes:
-        """The body of `url`, or an APIError (400 refused/failed, 413 too large)."""
+    async def fetch(self, url: str, param: str, budget: ImageBudget | None = None) -> bytes:
+        """The body of `url`, or an APIError (400 refused/failed/timed out, 413 too large
+        for one image or for the request's `budget`)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._fetch(url, param, budget)
+        except TimeoutError:
+            raise bad_request(
+                f"image URL not fetched within {self.timeout_s:g} s", param, "image_fetch"
+            ) from None
+
+    async def _fetch(self, url: str, param: str, budget: ImageBudget | None) -> bytes:
         if not self.enabled:
             raise bad_request("remote image URLs are disabled on this gateway", param)
         try:
@@ -87,7 +111,7 @@ class RemoteImageFetcher:
         address = await self._resolve(host, port, param)
         if not self.address_allowed(address):
             raise bad_request(f"image host {host!r} resolves to a non-public address", param)
-        return await self._download(parts, host, address, param)
+        return await self._download(parts, host, address, param, budget)
 
     async def _resolve(self, host: str, port: int, param: str) -> IPAddress:
         try:
@@ -109,35 +133,64 @@ class RemoteImageFetcher:
                 raise bad_request(f"image host {host!r} resolves to a non-public address", param)
         return addresses[0]
 
-    async def _download(self, parts, host: str, address: IPAddress, param: str) -> bytes:
+    async def _download(
+        self, parts, host: str, address: IPAddress, param: str, budget: ImageBudget | None
+    ) -> bytes:
         netloc = f"[{address}]" if address.version == 6 else str(address)
         if parts.port:
             netloc += f":{parts.port}"
         pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
-        headers = {"Host": host if not parts.port else f"{host}:{parts.port}"}
+        headers = {
+            "Host": host if not parts.port else f"{host}:{parts.port}",
+            "Accept": "image/*",
+            "Accept-Encoding": "identity",
+        }
         extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
         body = bytearray()
         try:
             async with (
-                httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client,
+                httpx.AsyncClient(follow_redirects=False) as client,
                 client.stream("GET", pinned, headers=headers, extensions=extensions) as response,
             ):
-                if response.status_code != 200:
-                    raise bad_request(
-                        f"image URL answered HTTP {response.status_code}", param, "image_fetch"
-                    )
-                async for chunk in response.aiter_bytes():
+                self._check_response(response, param)
+                # Raw bytes: nothing is decompressed (identity was checked above).
+                async for chunk in response.aiter_raw():
                     body += chunk
+                    if budget is not None:
+                        budget.charge_bytes(len(chunk), param)
                     if len(body) > self.max_bytes:
-                        raise APIError(
-                            413,
-                            f"remote image is over the limit of {self.max_bytes} bytes",
-                            param=param,
-                        )
-        except httpx.TimeoutException:
-            raise bad_request(
-                f"image URL timed out after {self.timeout_s} s", param, "image_fetch"
-            ) from None
+                        raise self._too_large(param)
         except httpx.HTTPError as err:
             raise bad_request(f"image URL failed: {err}", param, "image_fetch") from None
         return bytes(body)
+
+    def _check_response(self, response: httpx.Response, param: str) -> None:
+        if response.status_code != 200:
+            raise bad_request(
+                f"image URL answered HTTP {response.status_code}", param, "image_fetch"
+            )
+        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not media.startswith("image/"):
+            raise bad_request(
+                f"image URL answered Content-Type {media[:60]!r}, not image/*",
+                param,
+                "image_fetch",
+            )
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise bad_request(
+                f"image URL answered Content-Encoding {encoding[:30]!r}; only identity is accepted",
+                param,
+                "image_fetch",
+            )
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            raise self._too_large(param)
+
+    def _too_large(self, param: str) -> APIError:
+        return APIError(
+            413,
+            f"remote image is over the limit of {self.max_bytes} bytes",
+            param=param,
+            code="image_too_large",
+        )

@@ -10,6 +10,7 @@ except ImportError:  # same API, slower
     import base64
 
 from gateway.errors import APIError, bad_request
+from gateway.intake.budget import ImageBudget
 from gateway.intake.remote import RemoteImageFetcher
 
 
@@ -43,8 +44,15 @@ def decode_base64_image(text: str, max_bytes: int, param: str) -> bytes:
     return data
 
 
-async def image_bytes(url: str, fetcher: RemoteImageFetcher, max_bytes: int, param: str) -> bytes:
-    """The bytes of one image part's URL: `data:<mime>;base64,...`, bare base64, or http(s)."""
+async def image_bytes(
+    url: str,
+    fetcher: RemoteImageFetcher,
+    max_bytes: int,
+    param: str,
+    budget: ImageBudget | None = None,
+) -> bytes:
+    """The bytes of one image part's URL: `data:<mime>;base64,...`, bare base64, or http(s),
+    charged to the request's `budget`."""
     if url.startswith("data:"):
         header, comma, payload = url.partition(",")
         if not comma or not header.endswith(";base64"):
@@ -52,10 +60,16 @@ async def image_bytes(url: str, fetcher: RemoteImageFetcher, max_bytes: int, par
         mime = header[5:-7]
         if mime and not mime.startswith("image/"):
             raise bad_request(f"image data URL has media type {mime!r}, not image/*", param)
-        return decode_base64_image(payload, max_bytes, param)
+        return _charged(decode_base64_image(payload, max_bytes, param), budget, param)
     if url.startswith(("http://", "https://")):
-        return await fetcher.fetch(url, param)
+        return await fetcher.fetch(url, param, budget)
     if ":" in url[:12]:
         scheme = url.split(":", 1)[0]
         raise bad_request(f"image URL scheme {scheme!r} is not supported", param)
-    return decode_base64_image(url, max_bytes, param)
+    return _charged(decode_base64_image(url, max_bytes, param), budget, param)
+
+
+def _charged(data: bytes, budget: ImageBudget | None, param: str) -> bytes:
+    if budget is not None:
+        budget.charge_bytes(len(data), param)
+    return data

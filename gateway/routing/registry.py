@@ -14,6 +14,7 @@ from gateway.clients.channels import open_channel
 from gateway.routing.kv_index import KVIndex
 from gateway.routing.pods import Pod
 from gateway.routing.watcher import PodWatcher
+from iris.mtls import TLSFiles
 from llm_svc.proto import llm_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,16 @@ class PodRegistry:
     """Adds and removes pods as discovery reports addresses; routing reads `pods()`."""
 
     def __init__(
-        self, index: KVIndex, fingerprint: bytes, *, poll_interval_s: float, timeout_s: float
+        self,
+        index: KVIndex,
+        fingerprint: bytes,
+        *,
+        poll_interval_s: float,
+        timeout_s: float,
+        tls: TLSFiles | None = None,
     ) -> None:
         self.index = index
+        self.tls = tls
         self.fingerprint = fingerprint
         self.poll_interval_s = poll_interval_s
         self.timeout_s = timeout_s
@@ -53,7 +61,7 @@ class PodRegistry:
             await self._remove(address)
         for address in sorted(wanted - set(self._connections)):
             pod = Pod(address)
-            channel = open_channel(address)
+            channel = open_channel(address, self.tls, "llm")
             stub = llm_pb2_grpc.LLMStub(channel)
             watcher = PodWatcher(
                 pod,

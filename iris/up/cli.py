@@ -27,6 +27,13 @@ def command(
     embedding_reuse: Annotated[
         str, typer.Option(help="on: share image embeddings; off: encode every image afresh")
     ] = "on",
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--api-key",
+            help="Require this API key (Authorization: Bearer); repeatable. Default: open",
+        ),
+    ] = None,
     log_dir: Annotated[Path | None, typer.Option(help="Where service logs go")] = None,
     demo_request: Annotated[
         bool, typer.Option(help="Send one chat request with an image once up")
@@ -50,6 +57,7 @@ def command(
             cache=cache,
             router=router,
             embedding_reuse=embedding_reuse == "on",
+            api_keys=tuple(api_key or ()),
             log_dir=log_dir,
         )
     except ValueError as err:
@@ -83,10 +91,11 @@ def command(
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
         url = platform.gateway_url
-        typer.echo(f"Iris is up: {url}")
-        typer.echo(examples(url, served_model(url)))
+        key = config.api_keys[0] if config.api_keys else None
+        typer.echo(f"Iris is up: {url}" + (" (API key required)" if key else ""))
+        typer.echo(examples(url, served_model(url, key), keyed=key is not None))
         if demo_request:
-            _demo(url, on_demo_model)
+            _demo(url, on_demo_model, key)
         if not exit_after_demo:
             typer.echo("Ctrl-C to stop.")
             _supervise(platform, stop)
@@ -99,14 +108,14 @@ def _interrupt(*_) -> None:
     raise KeyboardInterrupt
 
 
-def _demo(url: str, on_demo_model: bool) -> None:
+def _demo(url: str, on_demo_model: bool, api_key: str | None) -> None:
     """Send the demo requests and print their answers; a refused one ends `iris up` (1)."""
     import httpx
 
     from iris.up.demo import send_demo_requests
 
     try:
-        replies = send_demo_requests(url)
+        replies = send_demo_requests(url, api_key=api_key)
     except httpx.HTTPStatusError as err:
         typer.echo(f"iris up: the demo request failed: {err.response.text}", err=True)
         raise typer.Exit(1) from None

@@ -37,11 +37,17 @@ def demo_chat_body(model: str, question: str = "What is in this picture?") -> di
     }
 
 
-def send_demo_requests(gateway_url: str, timeout_s: float = 120.0) -> list[tuple[str, dict]]:
+def _headers(api_key: str | None) -> dict:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def send_demo_requests(
+    gateway_url: str, timeout_s: float = 120.0, api_key: str | None = None
+) -> list[tuple[str, dict]]:
     """POST the demo chats — one with an image, one text question — and return
     (description, parsed response) pairs. The demo model's vision tower is random, so the
     image answer shows the path works, not that the model sees; the text one is sensible."""
-    model = served_model(gateway_url)
+    model = served_model(gateway_url, api_key)
     text_body = {
         "model": model,
         "messages": [{"role": "user", "content": "What is the capital of France?"}],
@@ -53,28 +59,38 @@ def send_demo_requests(gateway_url: str, timeout_s: float = 120.0) -> list[tuple
         ("an image + 'What is in this picture?'", demo_chat_body(model)),
         ("'What is the capital of France?'", text_body),
     ):
-        response = httpx.post(f"{gateway_url}/v1/chat/completions", json=body, timeout=timeout_s)
+        response = httpx.post(
+            f"{gateway_url}/v1/chat/completions",
+            json=body,
+            headers=_headers(api_key),
+            timeout=timeout_s,
+        )
         response.raise_for_status()
         replies.append((description, response.json()))
     return replies
 
 
-def served_model(gateway_url: str) -> str:
+def served_model(gateway_url: str, api_key: str | None = None) -> str:
     """The model id the gateway serves (what clients put in "model")."""
-    return httpx.get(f"{gateway_url}/v1/models", timeout=10).json()["data"][0]["id"]
+    reply = httpx.get(f"{gateway_url}/v1/models", headers=_headers(api_key), timeout=10)
+    return reply.json()["data"][0]["id"]
 
 
-def examples(gateway_url: str, model: str) -> str:
-    """The curl and openai-client examples `iris up` prints."""
+def examples(gateway_url: str, model: str, keyed: bool = False) -> str:
+    """The curl and openai-client examples `iris up` prints (with `keyed`, they read the
+    key from $IRIS_API_KEY: the key itself is never printed)."""
+    header = ' -H "Authorization: Bearer $IRIS_API_KEY"' if keyed else ""
+    client_key = 'os.environ["IRIS_API_KEY"]' if keyed else '"unused"'
     return f"""\
 Try it:
-  curl -s {gateway_url}/v1/chat/completions -H 'Content-Type: application/json' \\
+  curl -s {gateway_url}/v1/chat/completions -H 'Content-Type: application/json'{header} \\
     -d '{{"model": "{model}", "max_tokens": 32,
          "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
 
   python - <<'PY'
+  import os
   from openai import OpenAI
-  client = OpenAI(base_url="{gateway_url}/v1", api_key="unused")
+  client = OpenAI(base_url="{gateway_url}/v1", api_key={client_key})
   reply = client.chat.completions.create(
       model=client.models.list().data[0].id,
       messages=[{{"role": "user", "content": "What is the capital of France?"}}],

@@ -8,6 +8,7 @@ the workload benchmark.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import socket
@@ -34,6 +35,8 @@ class UpConfig:
     cache: str = "memory"  # memory | redis
     router: str = "prefix"  # prefix | round-robin
     embedding_reuse: bool = True
+    # Keys the gateway requires (Authorization: Bearer); none: open, as fits loopback.
+    api_keys: tuple[str, ...] = ()
     log_dir: Path | None = None
     otlp_endpoint: str | None = None
     torch_threads: int = 1  # per LLM pod / encoder: several pods share the machine's cores
@@ -203,6 +206,8 @@ class Platform:
             "IRIS_GATEWAY_ROUTER_CONFIG": ROUTER_POLICIES[self.config.router],
             "IRIS_GATEWAY_EMBEDDING_REUSE": "true" if self.config.embedding_reuse else "false",
         }
+        if self.config.api_keys:
+            gateway_env["IRIS_GATEWAY_API_KEYS"] = json.dumps(list(self.config.api_keys))
         self.services.append(
             self._python_service(
                 "gateway",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from iris.mtls import TLSFiles
 from llm_svc.engine.models.config import TextModelConfig
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -42,6 +43,7 @@ class EngineConfig:
     seed: int = 0
     tokenizer_dir: str | Path | None = None
     cache_address: str | None = None
+    cache_tls: TLSFiles | None = None  # mutual TLS to the cache (iris/mtls); None: plaintext
     embedding_wait_s: float = 30.0
     cache_timeout_s: float = 5.0
     embedding_fetch_workers: int = 4

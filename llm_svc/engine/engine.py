@@ -111,6 +111,7 @@ class LLMEngine:
                 self.fingerprint,
                 wait_s=config.embedding_wait_s,
                 timeout_s=config.cache_timeout_s,
+                tls=config.cache_tls,
             )
         if source is None:
             return None

@@ -27,6 +27,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         seed=settings.seed,
         # The pod's embeddings come from the cache service (DESIGN.md §3 step 5).
         cache_address=settings.cache_address,
+        cache_tls=settings.tls(),
         embedding_wait_s=settings.embedding_wait_s,
         cache_timeout_s=settings.cache_timeout_s,
     )

@@ -17,6 +17,8 @@ from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
 from iris.metrics_http import MetricsHTTPServer
+from iris.mtls import role_interceptors
+from iris.mtls.credentials import add_port
 from llm_svc.engine import LLMEngine
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from llm_svc.server.builder import build_engine
@@ -115,11 +117,12 @@ class LLMServer:
                 ("grpc.max_receive_message_length", settings.max_message_bytes),
                 # A port already taken must fail the start, not be shared with its owner.
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            interceptors=role_interceptors(settings.tls()),
         )
         llm_pb2_grpc.add_LLMServicer_to_server(self.servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        self.port = self._server.add_insecure_port(f"{settings.host}:{settings.port}")
+        self.port = add_port(self._server, f"{settings.host}:{settings.port}", settings.tls())
         await self._server.start()
         self._http = MetricsHTTPServer(
             self.metrics.registry, self._health_body, settings.host, settings.metrics_port

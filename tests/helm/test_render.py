@@ -3,7 +3,8 @@
 Built-in kinds are checked against the Kubernetes JSON schemas that kubernetes-validate ships
 (offline, strict: unknown fields are errors); IrisAutoscaler against the CRD in the chart;
 ServiceMonitor (a Prometheus Operator CRD not available offline) against the few fields of its
-spec the chart uses.
+spec the chart uses; cert-manager's Certificate and Issuer against the models of a package
+generated from cert-manager's CRDs (tests/helm/cert_manager.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.helm.cert_manager import KINDS as CERT_MANAGER_KINDS
+from tests.helm.cert_manager import validate_cert_manager
 from tests.helm.chart import CRD_PATH, KUBE_VERSION, SCENARIOS, by_kind, crd_validator, workloads
 
 # The ServiceMonitor fields the chart sets (monitoring.coreos.com/v1), nothing more.
@@ -59,6 +62,8 @@ def validate(manifest: dict) -> None:
         crd_validator().validate(manifest)
     elif kind == "ServiceMonitor":
         jsonschema.Draft7Validator(SERVICE_MONITOR_SCHEMA).validate(manifest)
+    elif kind in CERT_MANAGER_KINDS:
+        validate_cert_manager(manifest)
     else:
         kubernetes_validate.validate(manifest, KUBE_VERSION, strict=True)
 
@@ -75,6 +80,9 @@ def test_every_manifest_validates(render, scenario):
             pytest.fail(
                 f"{scenario}: {name} is invalid at {list(err.absolute_path)}: {err.message}"
             )
+        except ValueError as err:  # cert-manager objects (pydantic's error is a ValueError)
+            name = f"{manifest['kind']}/{manifest['metadata']['name']}"
+            pytest.fail(f"{scenario}: {name} is invalid: {err}")
 
 
 def test_crd_itself_validates():

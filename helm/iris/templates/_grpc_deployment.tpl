@@ -61,6 +61,7 @@ spec:
               value: {{ $c.port | quote }}
             - name: {{ printf "IRIS_%s_METRICS_PORT" (upper $component) }}
               value: {{ $c.metricsPort | quote }}
+            {{- include "iris.tls.env" (list $root (upper $component)) | nindent 12 }}
             {{- .env | nindent 12 }}
             {{- with $c.extraEnv }}
             {{- toYaml . | nindent 12 }}
@@ -81,20 +82,30 @@ spec:
             periodSeconds: 10
             timeoutSeconds: 3
             failureThreshold: 3
+          {{- if $root.Values.tls.enabled }}
+          # kubelet's gRPC probe speaks no TLS: under mutual TLS, readiness is /healthz.
+          readinessProbe:
+            httpGet:
+              path: /healthz
+              port: metrics
+          {{- else }}
           # Ready = the gRPC health service answers SERVING.
           readinessProbe:
             grpc:
               port: {{ $c.port }}
+          {{- end }}
             periodSeconds: 5
             timeoutSeconds: 3
             failureThreshold: 2
           volumeMounts:
             {{- include "iris.scratchVolumeMounts" $root | nindent 12 }}
+            {{- include "iris.tls.volumeMount" $root | nindent 12 }}
             {{- if .model }}
             {{- include "iris.modelVolumeMount" $root | nindent 12 }}
             {{- end }}
       volumes:
         {{- include "iris.scratchVolumes" $root | nindent 8 }}
+        {{- include "iris.tls.volume" (list $root $component) | nindent 8 }}
         {{- if .model }}
         {{- include "iris.modelVolume" $root | nindent 8 }}
         {{- end }}

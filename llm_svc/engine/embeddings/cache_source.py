@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import torch
 
 from embedding_cache_svc.client import CacheClient, CacheError, Failed, Status
+from iris.mtls import TLSFiles
 from iris.multimodal import MultimodalItem
 from llm_svc.engine.embeddings.base import EmbeddingSource
 from llm_svc.engine.errors import CacheUnavailableError, EmbeddingMissingError, ImageFailedError
@@ -34,10 +35,17 @@ class CacheEmbeddingSource(EmbeddingSource):
 
     @classmethod
     def connect(
-        cls, address: str, fingerprint: bytes, *, wait_s: float, timeout_s: float
+        cls,
+        address: str,
+        fingerprint: bytes,
+        *,
+        wait_s: float,
+        timeout_s: float,
+        tls: TLSFiles | None = None,
     ) -> CacheEmbeddingSource:
-        """A source with its own client of the cache at `address` (host:port)."""
-        return cls(CacheClient(address, fingerprint, timeout_s=timeout_s), wait_s)
+        """A source with its own client of the cache at `address` (host:port), over
+        mutual TLS when `tls` is enabled."""
+        return cls(CacheClient(address, fingerprint, timeout_s=timeout_s, tls=tls), wait_s)
 
     def fetch(
         self, items: Mapping[int, MultimodalItem], hidden: int, dtype: torch.dtype

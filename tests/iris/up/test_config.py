@@ -28,3 +28,17 @@ def test_a_leading_part_of_the_platform_plans_only_that_part(tmp_path):
     )
     platform.plan()
     assert [service.kind for service in platform.services] == ["cache", "encoder"]
+
+
+def gateway_env(platform: Platform) -> dict[str, str]:
+    (gateway,) = [service for service in platform.services if service.kind == "gateway"]
+    return gateway.child.env
+
+
+def test_the_gateway_is_open_by_default_and_takes_api_keys(tmp_path):
+    open_platform = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path))
+    open_platform.plan()
+    assert "IRIS_GATEWAY_API_KEYS" not in gateway_env(open_platform)
+    keyed = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path, api_keys=("k1", "k,2")))
+    keyed.plan()
+    assert gateway_env(keyed)["IRIS_GATEWAY_API_KEYS"] == '["k1", "k,2"]'
