@@ -30,7 +30,7 @@ def fresh_script(qwen_gateway_parts):
     yield pod, encoder
 
 
-def eventually(condition, timeout=5.0):
+def eventually(condition, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"

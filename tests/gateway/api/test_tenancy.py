@@ -23,7 +23,7 @@ def fresh(qwen_gateway_parts):
     yield pod, encoder
 
 
-def eventually(condition, timeout=10.0):
+def eventually(condition, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"

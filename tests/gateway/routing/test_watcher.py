@@ -30,7 +30,7 @@ def fake_pod():
     server.stop(0)
 
 
-async def eventually(condition, timeout=5.0):
+async def eventually(condition, timeout=60.0):
     for _ in range(int(timeout / 0.02)):
         if condition():
             return
