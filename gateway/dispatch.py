@@ -378,4 +378,6 @@ def upstream_error(err: grpc.aio.AioRpcError) -> APIError:
         return bad_request(details, code="invalid_request")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return APIError(429, details, code="overloaded", retry_after=1)
+    if code == grpc.StatusCode.INTERNAL:  # this request's own data failed on the pod
+        return APIError(500, f"LLM pod error: {details}", code="internal_error")
     return APIError(503, f"LLM pod error ({code.name}): {details}", code="upstream_error")
