@@ -15,6 +15,7 @@ from gateway.dispatch import Dispatcher
 from gateway.errors import APIError
 from gateway.intake.prompt import PromptBuilder
 from gateway.intake.remote import RemoteImageFetcher
+from gateway.routing.capacity import PodCapacity
 from gateway.routing.config import load_router_config
 from gateway.routing.discovery import EndpointSliceDiscovery
 from gateway.routing.kv_index import KVIndex
@@ -77,8 +78,14 @@ class Gateway:
             max_model_len=self.max_model_len,
         )
         self.index = KVIndex()
+        capacity = PodCapacity(
+            max_inflight=settings.max_inflight_per_pod,
+            max_queued_prefill_tokens=settings.max_queued_prefill_tokens_per_pod,
+            default_retry_after_s=settings.retry_after_s,
+            max_retry_after_s=settings.max_retry_after_s,
+        )
         self.router = Router(
-            load_router_config(settings.router_config), self.index, settings.retry_after_s
+            load_router_config(settings.router_config), self.index, settings.retry_after_s, capacity
         )
         self.admission = Admission(settings.max_concurrent_requests, settings.retry_after_s)
         # Set when open streams must end (the server is stopping): see begin_drain.
