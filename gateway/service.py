@@ -81,6 +81,7 @@ class Gateway:
         capacity = PodCapacity(
             max_inflight=settings.max_inflight_per_pod,
             max_queued_prefill_tokens=settings.max_queued_prefill_tokens_per_pod,
+            wait_factor=settings.admission_wait_factor,
             default_retry_after_s=settings.retry_after_s,
             max_retry_after_s=settings.max_retry_after_s,
         )

@@ -15,7 +15,9 @@ through its prefill, so they can hide some of the others' load, never add to it.
 
 The ledger also measures how fast the pod drains what is placed on it (`DrainMeter`):
 prefill tokens reaching their first token, and streams completing, per second over the
-last few seconds. Admission (gateway/routing/capacity.py) turns those into Retry-After.
+last few seconds; and how long each placement waited for its first token. Admission
+(gateway/routing/capacity.py) sets each pod's limit from those waits and turns the drain
+rates into Retry-After.
 
 Every placement is a `Ticket`, closed exactly once whatever happens to the request. A ticket
 that never reached its first token within `stale_after_s` (a start that died between
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 
 STALE_AFTER_S = 120.0
 DRAIN_WINDOW_S = 10.0
+FIRST_TOKEN_SAMPLES = 1024
 
 
 class DrainMeter:
@@ -89,6 +92,8 @@ class Ticket:
         if not self.closed and not self.decoding:
             self.decoding = True
             self._ledger.prefilled.add(self.prefill_tokens)
+            self._ledger.first_token_waits.append(self._ledger._clock() - self.opened_at)
+            self._ledger.first_tokens += 1
 
     def close(self) -> None:
         if not self.closed:
@@ -100,12 +105,15 @@ class Ticket:
 
 class InflightLedger:
     """One pod's open tickets, and how fast the pod drains them: `prefilled` (prompt tokens
-    per second reaching a first token) and `completed` (streams per second)."""
+    per second reaching a first token), `completed` (streams per second), and
+    `first_token_waits` (seconds from routing to the first token, the latest ones)."""
 
     def __init__(self, stale_after_s: float = STALE_AFTER_S, clock=time.monotonic) -> None:
         self._tickets: set[Ticket] = set()
         self.prefilled = DrainMeter(clock=clock)
         self.completed = DrainMeter(clock=clock)
+        self.first_token_waits: deque[float] = deque(maxlen=FIRST_TOKEN_SAMPLES)
+        self.first_tokens = 0  # all-time count (the deque keeps the latest)
         self._stale_after_s = stale_after_s
         self._clock = clock
         self._others = (0, 0)  # (running, prefill tokens) beyond ours at the last poll

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gateway.errors import APIError
-from gateway.routing.capacity import PodCapacity
+from gateway.routing.capacity import START_LIMIT, PodCapacity
 from gateway.routing.config import load_router_config
 from gateway.routing.inflight import DrainMeter, InflightLedger
 from gateway.routing.kv_index import KVIndex
@@ -59,7 +59,7 @@ def test_a_pod_at_its_request_bound_has_no_room_and_retry_after_follows_its_drai
     error = refusal(capacity, [busy, free])
     assert error.status == 429 and error.code == "overloaded"
     assert error.retry_after == 7  # nothing measured yet: the default
-    assert "busy: 2 requests" in error.message
+    assert "busy: 2 of 2 requests" in error.message
     # busy drains 2 streams in the next second: one more slot every 0.5 s -> 1 s (rounded up)
     for ticket in tickets:
         ticket.first_token()
@@ -106,3 +106,36 @@ def test_no_bounds_admit_everything_and_the_router_applies_capacity():
     with pytest.raises(APIError) as caught:
         router.route(request, pods)  # now b holds one too
     assert caught.value.status == 429 and caught.value.retry_after >= 1
+
+
+def test_the_request_limit_shrinks_while_first_tokens_come_late_and_grows_when_used():
+    clock = Clock()
+    only = pod("p", clock)
+    capacity = PodCapacity(max_inflight=64, wait_factor=2.0)
+
+    def first_tokens_after(wait_s: float, count: int) -> None:
+        for _ in range(count):
+            ticket = only.inflight.open(10)
+            clock.now += wait_s
+            ticket.first_token()
+            ticket.close()
+            capacity.request_limit(only)  # routing reads the limit for every request
+
+    assert capacity.request_limit(only) == START_LIMIT
+    first_tokens_after(0.010, 8)  # the floor: 10 ms
+    first_tokens_after(0.100, 3)  # a few late ones: the recent median is still fine
+    assert capacity.request_limit(only) >= START_LIMIT
+    first_tokens_after(0.100, 20)  # 10x the floor, again and again: the pod is queueing
+    assert capacity.request_limit(only) == 1
+    held = only.inflight.open(10)
+    error = refusal(capacity, [only])
+    assert error.status == 429 and "1 of 1 requests" in error.message
+    held.close()
+    first_tokens_after(0.015, 200)  # fast again, but nobody uses more than one slot
+    assert capacity.request_limit(only) <= 2
+    busy = [only.inflight.open(10) for _ in range(8)]  # now eight are in flight
+    first_tokens_after(0.015, 300)
+    assert 8 <= capacity.request_limit(only) <= 10
+    busy += [only.inflight.open(10) for _ in range(100)]
+    first_tokens_after(0.012, 5000)
+    assert capacity.request_limit(only) == 64  # never past the ceiling
