@@ -9,10 +9,10 @@ moment they are made, plus what the pod's last load poll showed beyond them):
 - the prefill tokens queued on it (ours not yet at a first token + others' pending) are
   under `max_queued_prefill_tokens` (an empty queue takes any one prompt, however long).
 
-The request limit adapts to what the pod can do (`AdaptiveLimit`): it grows while first
-tokens come within `wait_factor` x the pod's floor (the 10th percentile of its recent
-routing-to-first-token waits) and the pod uses it, and shrinks while they come later, between 1
-and `max_inflight`. So
+The request limit adapts to what the pod can do (`AdaptiveLimit`): while the pod is at its
+limit, it grows while first tokens come within `wait_factor` x the pod's floor (the 10th
+percentile of its recent routing-to-first-token waits) and shrinks while they come later,
+between 1 and `max_inflight`. So
 past its capacity a pod stops taking requests that would only wait, whatever hardware it
 runs on. `wait_factor` 0 keeps the limit at `max_inflight`; a bound of 0 is no bound.
 
@@ -58,13 +58,15 @@ class AdaptiveLimit:
         self._seen = ledger.first_tokens
         if fresh <= 0:
             return self.value
+        if in_flight + 1 < self.value:
+            return self.value  # the limit binds nothing now: the waits say nothing of it
         ordered = list(waits)
         target = self.factor * sorted(ordered)[len(ordered) // 10]
         for end in range(len(ordered) - fresh + 1, len(ordered) + 1):
             recent = sorted(ordered[max(0, end - RECENT) : end])
             if recent[(len(recent) - 1) // 2] > target:
                 self.value = max(1.0, self.value * DECREASE)
-            elif in_flight + 1 >= self.value:
+            else:
                 self.value = min(self.ceiling, self.value + 1.0 / self.value)
         return self.value
 
