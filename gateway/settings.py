@@ -60,7 +60,7 @@ class GatewaySettings(ServiceSettings):
     # while first tokens take longer than admission_wait_factor x the pod's usual least
     # wait (its recent 10th percentile; 0: the limit stays at max_inflight_per_pod).
     max_inflight_per_pod: int = Field(64, ge=0)
-    admission_wait_factor: float = Field(3.0, ge=0)
+    admission_wait_factor: float = Field(2.0, ge=0)
     max_queued_prefill_tokens_per_pod: int = Field(16384, ge=0)
     max_retry_after_s: int = Field(30, ge=1)
 
