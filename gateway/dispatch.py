@@ -429,6 +429,12 @@ def upstream_error(err: grpc.aio.AioRpcError, request_id: str, pod: str) -> APIE
         )
         error.retry_after = 1
         return error
+    if code == grpc.StatusCode.DATA_LOSS:
+        # This request's own data (an embedding) failed a check on the pod: the reason
+        # names the request's item, not the platform.
+        return APIError(
+            500, f"this request's data failed on the LLM pod: {details}", code="internal_error"
+        )
     return upstream_failure(
         503,
         "the LLM pod failed",

@@ -17,6 +17,7 @@ from gateway.errors import APIError
 from gateway.intake.prompt import PromptBuilder
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.key_limits import KeyLimits
+from gateway.routing.capacity import PodCapacity
 from gateway.routing.config import load_router_config
 from gateway.routing.discovery import EndpointSliceDiscovery
 from gateway.routing.kv_index import KVIndex
@@ -89,8 +90,15 @@ class Gateway:
             max_model_len=self.max_model_len,
         )
         self.index = KVIndex()
+        capacity = PodCapacity(
+            max_inflight=settings.max_inflight_per_pod,
+            max_queued_prefill_tokens=settings.max_queued_prefill_tokens_per_pod,
+            wait_factor=settings.admission_wait_factor,
+            default_retry_after_s=settings.retry_after_s,
+            max_retry_after_s=settings.max_retry_after_s,
+        )
         self.router = Router(
-            load_router_config(settings.router_config), self.index, settings.retry_after_s
+            load_router_config(settings.router_config), self.index, settings.retry_after_s, capacity
         )
         self.admission = Admission(settings.max_concurrent_requests, settings.retry_after_s)
         self.keys = KeyRing(settings.api_keys)

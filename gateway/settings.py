@@ -77,6 +77,16 @@ class GatewaySettings(GrpcServiceSettings):
     max_n: int = Field(8, gt=0)
     max_concurrent_requests: int = Field(256, gt=0)
     retry_after_s: int = Field(1, ge=1)
+    # Capacity-based admission (gateway/routing/capacity.py): a pod takes a request while
+    # its requests in flight are under its limit and its queued prefill tokens under the
+    # bound (0: no bound); when no pod does, 429 at once with Retry-After from the pods'
+    # measured drain rates. The limit adapts between 1 and max_inflight_per_pod: it shrinks
+    # while first tokens take longer than admission_wait_factor x the pod's usual least
+    # wait (its recent 10th percentile; 0: the limit stays at max_inflight_per_pod).
+    max_inflight_per_pod: int = Field(64, ge=0)
+    admission_wait_factor: float = Field(2.0, ge=0)
+    max_queued_prefill_tokens_per_pod: int = Field(16384, ge=0)
+    max_retry_after_s: int = Field(30, ge=1)
 
     # Leases and timing of the calls the gateway makes.
     lease_ms: int = Field(30_000, gt=0)

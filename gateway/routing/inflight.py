@@ -13,6 +13,12 @@ value they sent requests away from the pod that held their prefix. The estimate 
 our placements count in full even while a request is still being encoded or is part way
 through its prefill, so they can hide some of the others' load, never add to it.
 
+The ledger also measures how fast the pod drains what is placed on it (`DrainMeter`):
+prefill tokens reaching their first token, and streams completing, per second over the
+last few seconds; and how long each placement waited for its first token. Admission
+(gateway/routing/capacity.py) sets each pod's limit from those waits and turns the drain
+rates into Retry-After.
+
 Every placement is a `Ticket`, closed exactly once whatever happens to the request. A ticket
 that never reached its first token within `stale_after_s` (a start that died between
 routing and dispatch) stops counting, so a leaked ticket cannot skew routing for long.
@@ -21,9 +27,36 @@ routing and dispatch) stops counting, so a leaked ticket cannot skew routing for
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 STALE_AFTER_S = 120.0
+DRAIN_WINDOW_S = 10.0
+FIRST_TOKEN_SAMPLES = 1024
+
+
+class DrainMeter:
+    """Amounts over time; `rate()` is their sum per second over the last `window_s`."""
+
+    def __init__(self, window_s: float = DRAIN_WINDOW_S, clock=time.monotonic) -> None:
+        self._window_s = window_s
+        self._clock = clock
+        self._samples: deque[tuple[float, float]] = deque()
+        self._total = 0.0
+
+    def add(self, amount: float) -> None:
+        self._samples.append((self._clock(), float(amount)))
+        self._total += amount
+
+    def rate(self) -> float | None:
+        """Per second over the window (at least 1 s of it), or None with nothing in it."""
+        now = self._clock()
+        while self._samples and self._samples[0][0] < now - self._window_s:
+            self._total -= self._samples.popleft()[1]
+        if not self._samples:
+            return None
+        span = min(self._window_s, max(1.0, now - self._samples[0][0]))
+        return self._total / span
 
 
 @dataclass(frozen=True)
@@ -58,18 +91,29 @@ class Ticket:
     def first_token(self) -> None:
         if not self.closed and not self.decoding:
             self.decoding = True
+            self._ledger.prefilled.add(self.prefill_tokens)
+            self._ledger.first_token_waits.append(self._ledger._clock() - self.opened_at)
+            self._ledger.first_tokens += 1
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             self._ledger._tickets.discard(self)
+            if self.decoding:  # a stream that ran: the pod drained one request
+                self._ledger.completed.add(1)
 
 
 class InflightLedger:
-    """One pod's open tickets."""
+    """One pod's open tickets, and how fast the pod drains them: `prefilled` (prompt tokens
+    per second reaching a first token), `completed` (streams per second), and
+    `first_token_waits` (seconds from routing to the first token, the latest ones)."""
 
     def __init__(self, stale_after_s: float = STALE_AFTER_S, clock=time.monotonic) -> None:
         self._tickets: set[Ticket] = set()
+        self.prefilled = DrainMeter(clock=clock)
+        self.completed = DrainMeter(clock=clock)
+        self.first_token_waits: deque[float] = deque(maxlen=FIRST_TOKEN_SAMPLES)
+        self.first_tokens = 0  # all-time count (the deque keeps the latest)
         self._stale_after_s = stale_after_s
         self._clock = clock
         self._others = (0, 0)  # (running, prefill tokens) beyond ours at the last poll

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from gateway import metrics
 from gateway.errors import APIError
+from gateway.routing.capacity import PodCapacity
 from gateway.routing.config import RouterConfig
 from gateway.routing.inflight import Ticket
 from gateway.routing.kv_index import KVIndex
@@ -33,17 +34,26 @@ class Decision:
 
 
 class Router:
-    """filter → weighted scorers (clamped to [0, 1]) → picker, each call timed."""
+    """filter → capacity (pods with room, gateway/routing/capacity.py) → weighted scorers
+    (clamped to [0, 1]) → picker, each plugin call timed."""
 
-    def __init__(self, config: RouterConfig, index: KVIndex, retry_after_s: int = 1) -> None:
+    def __init__(
+        self,
+        config: RouterConfig,
+        index: KVIndex,
+        retry_after_s: int = 1,
+        capacity: PodCapacity | None = None,
+    ) -> None:
         self.config = config
         self.index = index
         self.retry_after_s = retry_after_s
+        self.capacity = capacity or PodCapacity(default_retry_after_s=retry_after_s)
 
     def route(
         self, request: RoutingRequest, pods: Iterable[Pod], exclude: frozenset[str] = frozenset()
     ) -> Decision:
-        """Choose a pod; 503 when none is usable, 429 when every usable one is saturated."""
+        """Choose a pod; 503 when none is usable, 429 when every usable one is saturated
+        or at capacity."""
         candidates = [pod for pod in pods if pod.address not in exclude]
         if not candidates:
             raise APIError(503, "no LLM pod is available", code="no_pod_available")
@@ -60,6 +70,7 @@ class Router:
                 raise APIError(
                     503, f"no LLM pod passes the {plugin.type!r} filter", code="no_pod_available"
                 )
+        candidates = self.capacity.with_room(candidates)
         totals = [0.0] * len(candidates)
         for scorer, weight in self.config.scorers:
             scores = _timed(scorer.type, scorer.score, request, candidates, self.index)

@@ -13,6 +13,7 @@ from llm_svc.engine.errors import (
     EmbeddingMissingError,
     ImageFailedError,
     InvalidRequestError,
+    RequestDataError,
     RequestTooLargeError,
 )
 from llm_svc.engine.kv_events import BlockRemoved, BlockStored, KVEvent, replay
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidRequestError",
     "KVEvent",
     "LLMEngine",
+    "RequestDataError",
     "RequestOutput",
     "RequestTooLargeError",
     "SamplingParams",

@@ -18,8 +18,9 @@ from llm_svc.engine.embeddings import (
     EmbeddingFetcher,
     EmbeddingSource,
     assemble_input_embeds,
+    chunk_image_rows,
 )
-from llm_svc.engine.errors import InvalidRequestError
+from llm_svc.engine.errors import InvalidRequestError, RequestDataError
 from llm_svc.engine.kv_events import KVEvent
 from llm_svc.engine.model_runner import ModelRunner
 from llm_svc.engine.outputs import EngineStats, RequestOutput
@@ -71,7 +72,14 @@ class LLMEngine:
     source: `embedding_source`, else the cache service at `config.cache_address`. A request
     whose embeddings cannot be had ends with finish_reason "error" and
     `RequestOutput.error` (ImageFailedError, EmbeddingMissingError, CacheUnavailableError)
-    before it is accepted (`Sequence.accepted`: first scheduled, every embedding held)."""
+    before it is accepted (`Sequence.accepted`: first scheduled, every embedding held).
+
+    One request's bad data found late (RequestDataError: an embedding that is not finite,
+    or has too few rows or the wrong width at assembly) ends that request alone, with
+    finish_reason "error", before or after acceptance: each chunk is checked and assembled
+    on its own before the batched forward, so the others run exactly as they would have
+    without it. Only what no request is to blame for (the device, memory) raises from
+    `step`."""
 
     def __init__(
         self,
@@ -167,6 +175,10 @@ class LLMEngine:
             image_token_id=self.image_token_id,
         )
         check_cache_salt(cache_salt)
+        if mrope_positions is not None and np.shape(mrope_positions) != (3, len(ids)):
+            # Checked here, not found by the step that would use it.
+            shape = np.shape(mrope_positions)
+            raise InvalidRequestError("mrope_positions shape", shape, f"must be (3, {len(ids)})")
         if mrope_positions is not None:
             # The radix cache is keyed by token ids; KV computed at caller-chosen positions
             # differs from the same tokens' KV at derived ones, so such a request gets a
@@ -219,22 +231,47 @@ class LLMEngine:
             if self.fetcher is not None and not outputs:
                 self.fetcher.wait(IDLE_WAIT_S)
             return outputs
-        inputs = self.runner.prepare(scheduled.chunks)
+        chunks, image_rows = self._checked_chunks(scheduled.chunks, outputs)
+        if not chunks:
+            return outputs
+        inputs = self.runner.prepare(chunks)
         embeds = assemble_input_embeds(
             self.runner.model.embed,
             inputs.input_ids,
-            scheduled.chunks,
+            image_rows,
             inputs.meta.query_starts,
             self.model_config.vocab_size,
         )
         logits = self.runner.execute(inputs, embeds)
-        for chunk in scheduled.chunks:
+        for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
             self.blocks.commit(chunk.seq)
         seqs = [chunk.seq for chunk in inputs.sample_chunks]
         for seq, sampled in zip(seqs, self.sampler(logits, seqs), strict=True):
             outputs.append(self._accept(seq, sampled))
         return outputs
+
+    def _checked_chunks(self, chunks, outputs: list[RequestOutput]):
+        """(chunks, their image rows) of the requests whose own data passes its checks;
+        each other request ends here with its RequestDataError (its pages are freed, and
+        nothing of this step reaches the prefix cache for it)."""
+        kept, image_rows = [], []
+        hidden = self.model_config.hidden_size
+        for chunk in chunks:
+            try:
+                rows = chunk_image_rows(chunk, hidden)
+            except RequestDataError as err:
+                log.warning("request %s fails alone: %s", chunk.seq.request_id, err)
+                self._fail(chunk.seq, err, outputs)
+                continue
+            kept.append(chunk)
+            image_rows.append(rows)
+        return kept, image_rows
+
+    def _fail(self, seq: Sequence, error: Exception, outputs: list[RequestOutput]) -> None:
+        seq.error = error
+        self._finish(seq, FinishReason.ERROR)
+        outputs.append(self._output(seq))
 
     def _collect_fetches(self, outputs: list[RequestOutput]) -> None:
         """Landed fetches: their sequences rejoin the queue, or end with the fetch's error."""
@@ -244,9 +281,7 @@ class LLMEngine:
         for result in self.fetcher.collect():
             seq = result.seq
             if result.error is not None:
-                seq.error = result.error
-                self._finish(seq, FinishReason.ERROR)
-                outputs.append(self._output(seq))
+                self._fail(seq, result.error, outputs)
             else:
                 seq.embeddings.update(result.embeddings)
                 ready.append(seq)

@@ -1,7 +1,7 @@
 """Errors one request can get from the engine; they concern that request only and never
 stop the engine. The server maps them to gRPC codes by class name: InvalidRequestError and
 ImageFailedError → INVALID_ARGUMENT, EmbeddingMissingError → FAILED_PRECONDITION,
-CacheUnavailableError → UNAVAILABLE."""
+CacheUnavailableError → UNAVAILABLE, RequestDataError → DATA_LOSS."""
 
 from __future__ import annotations
 
@@ -41,3 +41,14 @@ class EmbeddingMissingError(Exception):
 
 class CacheUnavailableError(Exception):
     """The embedding cache could not be reached within its timeout (server: UNAVAILABLE)."""
+
+
+class RequestDataError(Exception):
+    """One request's own data failed a check found late, inside a step or a fetch (an
+    embedding with too few rows, the wrong width or non-finite values). That request ends
+    with this error and the rest of its batch goes on; the server answers INTERNAL (the
+    platform produced bad data, not the client)."""
+
+    def __init__(self, detail: str, item_index: int | None = None) -> None:
+        self.item_index = item_index
+        super().__init__(detail)

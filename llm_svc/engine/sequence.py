@@ -27,7 +27,7 @@ class FinishReason(enum.StrEnum):
     STOP = "stop"
     LENGTH = "length"
     ABORT = "abort"
-    ERROR = "error"  # refused before acceptance: `Sequence.error` says why
+    ERROR = "error"  # its own error ended it (before or after acceptance): `Sequence.error`
 
 
 @dataclass

@@ -49,11 +49,13 @@ _CODES_BY_NAME = {
     "EmbeddingMissingError": grpc.StatusCode.FAILED_PRECONDITION,
     "CacheUnavailableError": grpc.StatusCode.UNAVAILABLE,
     "QueueFullError": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "RequestDataError": grpc.StatusCode.DATA_LOSS,
 }
 
 
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status code and details for an error that ends a request before acceptance.
+    """The gRPC status code and details for an error that ends a request (before acceptance,
+    or after it: the stream then ends with this status instead of `finished`).
 
     FAILED_PRECONDITION details always carry "embedding missing", which the gateway keys on.
     """

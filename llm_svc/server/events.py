@@ -2,7 +2,7 @@
 
 A `Submission` goes in; `Admitted`, `Produced` and `Rejected` come out, in order per
 request: Rejected alone, or Admitted, then Produced until one is finished (or a Rejected
-if the engine fails mid-way).
+if the engine fails mid-way, or the request's own data fails a check in a later step).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ class Produced:
 
 @dataclass
 class Rejected:
-    """The request ends with an error (before acceptance: the engine refused it)."""
+    """The request ends with an error: before acceptance the engine refused it; after it,
+    the step failed or the request's own data did (the stream ends with the error's status)."""
 
     request_id: str
     error: BaseException

@@ -186,6 +186,12 @@ class EngineWorker:
             )
             self._events.append(Rejected(output.request_id, error))
             return
+        if output.error is not None:  # its own data failed mid-way: it alone ends
+            del self._live[output.request_id]
+            self._events.append(Rejected(output.request_id, output.error))
+            if self._metrics is not None:
+                self._metrics.observe_finished("error", None)
+            return
         self._events.append(Produced(output.request_id, output))
         count = len(output.new_token_ids)
         if count and live.first_token_at is None:

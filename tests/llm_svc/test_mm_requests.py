@@ -10,8 +10,8 @@ import torch
 
 from iris.multimodal import Modality, MultimodalItem
 from llm_svc import LLM
-from llm_svc.engine import InvalidRequestError
-from llm_svc.engine.embeddings import assemble_input_embeds
+from llm_svc.engine import InvalidRequestError, RequestDataError
+from llm_svc.engine.embeddings import assemble_input_embeds, chunk_image_rows
 from llm_svc.engine.scheduler import ScheduledChunk
 from llm_svc.engine.sequence import Sequence
 from tests.llm_svc.conftest import greedy, make_engine
@@ -124,15 +124,20 @@ def test_assembly_scatters_image_rows_and_never_pads(good):
     # A chunk that starts inside the image span and ends after it.
     chunk = ScheduledChunk(seq, start + 3, len(good.padded) - start - 3)
     ids = torch.tensor(good.padded[chunk.start :], dtype=torch.int64)
-    out = assemble_input_embeds(table.__getitem__, ids, [chunk], [0], vocab)
+    rows = chunk_image_rows(chunk, hidden)
+    out = assemble_input_embeds(table.__getitem__, ids, [rows], [0], vocab)
     image_rows = end - chunk.start + 1
     torch.testing.assert_close(out[:image_rows], embedding[3:])
     torch.testing.assert_close(out[image_rows:], table[ids[image_rows:]])
-    seq.embeddings[0] = embedding[:10]  # too few rows: an error, never padding
-    with pytest.raises(ValueError, match="embedding has 10 rows"):
-        assemble_input_embeds(table.__getitem__, ids, [chunk], [0], vocab)
+    seq.embeddings[0] = embedding[:10]  # too few rows: the request's error, never padding
+    with pytest.raises(RequestDataError, match="embedding has 10 rows"):
+        chunk_image_rows(chunk, hidden)
+    seq.embeddings[0] = torch.randn(item.token_count, hidden + 1)  # another model's width
+    with pytest.raises(RequestDataError, match=f"must be {hidden} wide"):
+        chunk_image_rows(chunk, hidden)
     text = ScheduledChunk(seq, end + 1, 3)  # no image rows: nothing to assemble
-    assert assemble_input_embeds(table.__getitem__, ids[:3], [text], [0], vocab) is None
+    assert chunk_image_rows(text, hidden) is None
+    assert assemble_input_embeds(table.__getitem__, ids[:3], [None], [0], vocab) is None
 
 
 def test_llm_refuses_undecodable_image_bytes_and_runs_nothing(qwen_llm, good):

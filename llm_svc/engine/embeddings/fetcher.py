@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from llm_svc.engine.embeddings.base import EmbeddingSource
-from llm_svc.engine.errors import EmbeddingMissingError
+from llm_svc.engine.errors import EmbeddingMissingError, RequestDataError
 from llm_svc.engine.sequence import Sequence
 
 log = logging.getLogger(__name__)
@@ -58,17 +58,34 @@ class EmbeddingFetcher:
 
     def _fetch(self, items) -> dict[int, torch.Tensor]:
         out = self.source.fetch(items, self.hidden, self.dtype)
-        for index, item in items.items():
-            embedding = out.get(index)
-            expected = (item.token_count, self.hidden)
-            if embedding is None or tuple(embedding.shape) != expected:
-                self.source.release(list(items.values()))
-                shape = None if embedding is None else tuple(embedding.shape)
-                raise EmbeddingMissingError(
-                    f"items[{index}] came back with shape {shape}, expected {expected}", index
-                )
-            out[index] = embedding.to(self.device, self.dtype, non_blocking=True)
+        try:
+            for index, item in items.items():
+                embedding = self._checked(index, item, out.get(index))
+                out[index] = embedding.to(self.device, self.dtype, non_blocking=True)
+        except BaseException:
+            self.source.release(list(items.values()))
+            raise
         return out
+
+    def _checked(self, index: int, item, embedding: torch.Tensor | None) -> torch.Tensor:
+        """`embedding` if it can be used for item `index`: the wrong shape is a miss
+        (EmbeddingMissingError, the gateway re-encodes); NaN or inf values are a
+        RequestDataError, caught here on the fetch thread (on the source's device, before
+        the copy) so they never reach the batch: NaN in one request's KV would spread to
+        every decode batch that reads its page."""
+        expected = (item.token_count, self.hidden)
+        if embedding is None or tuple(embedding.shape) != expected:
+            shape = None if embedding is None else tuple(embedding.shape)
+            raise EmbeddingMissingError(
+                f"items[{index}] came back with shape {shape}, expected {expected}", index
+            )
+        if embedding.is_floating_point() and not bool(torch.isfinite(embedding).all()):
+            bad = int((~torch.isfinite(embedding)).sum())
+            raise RequestDataError(
+                f"items[{index}] (key {item.key.hex()}) embedding has {bad} NaN or infinite values",
+                index,
+            )
+        return embedding
 
     def collect(self) -> list[FetchResult]:
         """The fetches that have finished since the last call."""
