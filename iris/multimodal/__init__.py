@@ -29,11 +29,7 @@ from iris.multimodal.spans import (
     Overlap,
     check_spans,
     chunk_overlaps,
-    count_mm_tokens_in_chunk,
-    count_mm_tokens_per_request,
     pad_with_offsets,
-    pad_with_start_end,
-    token_modalities,
 )
 from iris.multimodal.vocab import check_vocab_size
 
@@ -55,18 +51,14 @@ __all__ = [
     "check_spans",
     "check_vocab_size",
     "chunk_overlaps",
-    "count_mm_tokens_in_chunk",
-    "count_mm_tokens_per_request",
     "decode_image",
     "hash_of_identity",
     "image_identity",
     "next_block_hash",
     "pad_values_for",
     "pad_with_offsets",
-    "pad_with_start_end",
     "parse_mm_hash",
     "processor_fingerprint",
     "read_image_header",
     "root_hash",
-    "token_modalities",
 ]
