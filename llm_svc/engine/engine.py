@@ -45,11 +45,9 @@ def load_tokenizer(path):
 def load_vlm_adapter(model_dir, architecture: str):
     """The model adapter of a vision-language checkpoint, or None for a plain LM (no
     adapter serves its architecture)."""
-    from iris.models import adapter_class, load_adapter
+    from iris.models import has_adapter, load_adapter
 
-    try:
-        adapter_class(architecture)
-    except ValueError:
+    if not has_adapter(architecture):
         return None
     return load_adapter(model_dir, allow_pad_equals_eos=True)
 
