@@ -89,7 +89,7 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
-    # Caller-supplied image hashes (DESIGN.md §2): checked by the intake (a wrong type → 400).
+    # Caller-supplied image hashes (docs/design.md §2): checked by the intake (a wrong type → 400).
     mm_hashes: Any = None
 
 

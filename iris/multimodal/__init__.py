@@ -1,4 +1,4 @@
-"""The multimodal contract (DESIGN.md §2): every part of Iris imports it from here."""
+"""The multimodal contract (docs/design.md §2): every part of Iris imports it from here."""
 
 from iris.multimodal.blocks import BLOCK_HASH_BYTES, block_hashes, next_block_hash, root_hash
 from iris.multimodal.decode import (

@@ -1,4 +1,4 @@
-"""Processor fingerprint, image identity and callers' `mm_hashes` (DESIGN.md §2)."""
+"""Processor fingerprint, image identity and callers' `mm_hashes` (docs/design.md §2)."""
 
 from __future__ import annotations
 

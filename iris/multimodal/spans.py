@@ -1,4 +1,4 @@
-"""Span checks, padding and interval arithmetic on input_ids (DESIGN.md §2).
+"""Span checks, padding and interval arithmetic on input_ids (docs/design.md §2).
 
 Offsets are inclusive (start, end) pairs. Padding never changes the sequence length and
 never mutates its input; ids are int64 from here on.
