@@ -6,7 +6,6 @@ import contextlib
 import time
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
 from gateway import metrics
 from gateway.api.deps import Authorized, GatewayDep
@@ -15,19 +14,13 @@ from gateway.api.generation import (
     Choice,
     Job,
     StreamChunks,
-    closer,
-    collect_unless_gone,
     new_request_id,
+    respond,
     start_all,
     streamed,
-    usage_of,
-)
-from gateway.api.generation import (
-    pod_header as _pod_header,
 )
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
-from gateway.api.streaming import event_stream
 from gateway.api.telemetry import Inference
 from gateway.errors import bad_request
 
@@ -97,35 +90,17 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, req
     except BaseException as err:
         inference.close(err)
         raise
-    created, model = int(time.time()), gateway.model_name
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = StreamChunks(request_id, "chat.completion.chunk", created, model, include_usage)
-        chunks = _stream(generations, inference, stream, started)
-        return event_stream(
-            chunks,
-            closer(generations, inference),
-            _pod_header(generations),
-            ending=gateway.streams_ending,
-        )
-    try:
-        choices = await collect_unless_gone(request.receive, generations)
-    except BaseException as err:
-        inference.close(err)
-        raise
-    usage = usage_of(generations, choices, [0] * len(choices))
-    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
-    inference.close()
-    return JSONResponse(
-        {
-            "id": request_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [_choice_body(choice, body.logprobs) for choice in choices],
-            "usage": usage.body(),
-        },
-        headers=_pod_header(generations),
+    return await respond(
+        request,
+        gateway,
+        body,
+        generations,
+        inference,
+        request_id,
+        objects=("chat.completion", "chat.completion.chunk"),
+        prompts_per_choice=[0] * len(generations),
+        choice_body=lambda choice: _choice_body(choice, body.logprobs),
+        stream=lambda envelope: _stream(generations, inference, envelope, started),
     )
 
 

@@ -6,7 +6,6 @@ import contextlib
 import time
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
 from gateway import metrics
 from gateway.api.deps import Authorized, GatewayDep
@@ -16,19 +15,13 @@ from gateway.api.generation import (
     Job,
     StreamChunks,
     close_decisions,
-    closer,
-    collect_unless_gone,
     new_request_id,
+    respond,
     start_all,
     streamed,
-    usage_of,
-)
-from gateway.api.generation import (
-    pod_header as _pod_header,
 )
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
-from gateway.api.streaming import event_stream
 from gateway.api.telemetry import Inference
 from gateway.errors import bad_request
 
@@ -131,36 +124,19 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
     except BaseException as err:
         inference.close(err)
         raise
-    created = int(time.time())
-    model = gateway.model_name
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = StreamChunks(request_id, "text_completion", created, model, include_usage)
-        chunks = _stream(generations, prompt_of_choice, inference, stream, started)
-        return event_stream(
-            chunks,
-            closer(generations, inference),
-            _pod_header(generations),
-            ending=gateway.streams_ending,
-        )
-    try:
-        choices = await collect_unless_gone(request.receive, generations)
-    except BaseException as err:
-        inference.close(err)
-        raise
-    usage = usage_of(generations, choices, prompt_of_choice)
-    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
-    inference.close()
-    return JSONResponse(
-        {
-            "id": request_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [_choice_body(choice, want_logprobs) for choice in choices],
-            "usage": usage.body(),
-        },
-        headers=_pod_header(generations),
+    return await respond(
+        request,
+        gateway,
+        body,
+        generations,
+        inference,
+        request_id,
+        objects=("text_completion", "text_completion"),
+        prompts_per_choice=prompt_of_choice,
+        choice_body=lambda choice: _choice_body(choice, want_logprobs),
+        stream=lambda envelope: _stream(
+            generations, prompt_of_choice, inference, envelope, started
+        ),
     )
 
 

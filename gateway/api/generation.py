@@ -14,7 +14,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
 from gateway import metrics
+from gateway.api.streaming import event_stream
 from gateway.dispatch import Generation
 from gateway.errors import APIError
 from gateway.intake.prompt import PreparedPrompt
@@ -272,6 +276,52 @@ def usage_of(
             final.completion_tokens if final and final.completion_tokens else len(choice.token_ids)
         )
     return usage
+
+
+async def respond(
+    request: Request,
+    gateway: Gateway,
+    body,
+    generations: Sequence[Generation],
+    inference,
+    request_id: str,
+    *,
+    objects: tuple[str, str],
+    prompts_per_choice: Sequence[int],
+    choice_body: Callable[[Choice], dict],
+    stream: Callable[[StreamChunks], AsyncIterator[dict]],
+) -> Response:
+    """The answer to a started request (chat and completions alike): when `body.stream`, an
+    SSE stream of the chunks `stream(envelope)` yields; else, once every choice finished,
+    one JSON body with `choice_body(choice)` per choice. `objects` names the whole
+    response and a stream chunk (`object`); `prompts_per_choice` is for usage (`usage_of`)."""
+    created, model = int(time.time()), gateway.model_name
+    headers = pod_header(generations)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        envelope = StreamChunks(request_id, objects[1], created, model, include_usage)
+        return event_stream(
+            stream(envelope), closer(generations, inference), headers, ending=gateway.streams_ending
+        )
+    try:
+        choices = await collect_unless_gone(request.receive, generations)
+    except BaseException as err:
+        inference.close(err)
+        raise
+    usage = usage_of(generations, choices, prompts_per_choice)
+    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
+    inference.close()
+    return JSONResponse(
+        {
+            "id": request_id,
+            "object": objects[0],
+            "created": created,
+            "model": model,
+            "choices": [choice_body(choice) for choice in choices],
+            "usage": usage.body(),
+        },
+        headers=headers,
+    )
 
 
 def pod_header(generations: Sequence[Generation]) -> dict[str, str]:
