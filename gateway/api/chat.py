@@ -7,16 +7,15 @@ import time
 
 from fastapi import APIRouter, Request
 
-from gateway import metrics
 from gateway.api.deps import Authorized, GatewayDep
 from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
+    Answer,
     Choice,
     Job,
     StreamChunks,
     new_request_id,
     respond,
-    start_all,
     streamed,
 )
 from gateway.api.sampling import resolve_max_tokens, sampling_params
@@ -85,23 +84,16 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, req
             ]
             # Routed last: a decision opens an in-flight ticket, which start_all now owns.
             jobs[0].decision = gateway.dispatcher.route(prompt)
-            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
-            generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:
         inference.close(err)
         raise
-    return await respond(
-        request,
-        gateway,
-        body,
-        generations,
-        inference,
-        request_id,
-        objects=("chat.completion", "chat.completion.chunk"),
-        prompts_per_choice=[0] * len(generations),
+    answer = Answer(
+        ("chat.completion", "chat.completion.chunk"),
+        [0] * len(jobs),
         choice_body=lambda choice: _choice_body(choice, body.logprobs),
-        stream=lambda envelope: _stream(generations, inference, envelope, started),
+        stream=lambda generations, chunks: _stream(generations, inference, chunks, started),
     )
+    return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
 
 
 def _choice_body(choice: Choice, logprobs: bool) -> dict:

@@ -7,17 +7,16 @@ import time
 
 from fastapi import APIRouter, Request
 
-from gateway import metrics
 from gateway.api.deps import Authorized, GatewayDep
 from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
+    Answer,
     Choice,
     Job,
     StreamChunks,
     close_decisions,
     new_request_id,
     respond,
-    start_all,
     streamed,
 )
 from gateway.api.sampling import resolve_max_tokens, sampling_params
@@ -119,25 +118,20 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
     try:
         with inference.span.use():
             jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs)
-            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
-            generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:
         inference.close(err)
         raise
-    return await respond(
-        request,
-        gateway,
-        body,
-        generations,
-        inference,
-        request_id,
-        objects=("text_completion", "text_completion"),
-        prompts_per_choice=prompt_of_choice,
+
+    def stream(generations, chunks):
+        return _stream(generations, prompt_of_choice, inference, chunks, started)
+
+    answer = Answer(
+        ("text_completion", "text_completion"),
+        prompt_of_choice,
         choice_body=lambda choice: _choice_body(choice, want_logprobs),
-        stream=lambda envelope: _stream(
-            generations, prompt_of_choice, inference, envelope, started
-        ),
+        stream=stream,
     )
+    return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
 
 
 def _choice_body(choice: Choice, logprobs: bool) -> dict:

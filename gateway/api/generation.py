@@ -278,46 +278,61 @@ def usage_of(
     return usage
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What differs between chat and completions in an answer: the `object` of the whole
+    response and of a stream chunk, the prompt of each choice (for usage), the body of one
+    finished choice, and the chunks of a stream (from the generations and the envelope)."""
+
+    objects: tuple[str, str]
+    prompts_per_choice: Sequence[int]
+    choice_body: Callable[[Choice], dict]
+    stream: Callable[[Sequence[Generation], StreamChunks], AsyncIterator[dict]]
+
+
 async def respond(
     request: Request,
     gateway: Gateway,
     body,
-    generations: Sequence[Generation],
     inference,
     request_id: str,
-    *,
-    objects: tuple[str, str],
-    prompts_per_choice: Sequence[int],
-    choice_body: Callable[[Choice], dict],
-    stream: Callable[[StreamChunks], AsyncIterator[dict]],
+    jobs: Sequence[Job],
+    started: float,
+    answer: Answer,
 ) -> Response:
-    """The answer to a started request (chat and completions alike): when `body.stream`, an
-    SSE stream of the chunks `stream(envelope)` yields; else, once every choice finished,
-    one JSON body with `choice_body(choice)` per choice. `objects` names the whole
-    response and a stream chunk (`object`); `prompts_per_choice` is for usage (`usage_of`)."""
+    """Start the jobs (chat and completions alike), then answer: when `body.stream`, an SSE
+    stream of `answer.stream`'s chunks; else, once every choice finished, one JSON body.
+    Any failure ends the request's telemetry (`inference`) with it."""
+    try:
+        with inference.span.use():
+            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
+            generations = await start_all(gateway, jobs, request_id)
+    except BaseException as err:
+        inference.close(err)
+        raise
     created, model = int(time.time()), gateway.model_name
     headers = pod_header(generations)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        envelope = StreamChunks(request_id, objects[1], created, model, include_usage)
-        return event_stream(
-            stream(envelope), closer(generations, inference), headers, ending=gateway.streams_ending
-        )
+        envelope = StreamChunks(request_id, answer.objects[1], created, model, include_usage)
+        chunks = answer.stream(generations, envelope)
+        closing = closer(generations, inference)
+        return event_stream(chunks, closing, headers, ending=gateway.streams_ending)
     try:
         choices = await collect_unless_gone(request.receive, generations)
     except BaseException as err:
         inference.close(err)
         raise
-    usage = usage_of(generations, choices, prompts_per_choice)
+    usage = usage_of(generations, choices, answer.prompts_per_choice)
     inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
     inference.close()
     return JSONResponse(
         {
             "id": request_id,
-            "object": objects[0],
+            "object": answer.objects[0],
             "created": created,
             "model": model,
-            "choices": [choice_body(choice) for choice in choices],
+            "choices": [answer.choice_body(choice) for choice in choices],
             "usage": usage.body(),
         },
         headers=headers,
