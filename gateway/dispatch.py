@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import blake3
 import grpc
@@ -93,30 +93,20 @@ class Generation:
             self.ticket.close()
 
 
+@dataclass(eq=False, kw_only=True)
 class Dispatcher:
     """Places prepared prompts on pods and gets them accepted."""
 
-    def __init__(
-        self,
-        *,
-        router: Router,
-        registry: PodRegistry,
-        cache: CacheClient,
-        encoders: EncoderPool,
-        fingerprint: bytes,
-        lease_ms: int,
-        accept_timeout_s: float,
-        embedding_reuse: bool = True,
-    ) -> None:
-        self.router = router
-        self.registry = registry
-        self.cache = cache
-        self.encoders = encoders
-        self.fingerprint = fingerprint
-        self.lease_ms = lease_ms
-        self.accept_timeout_s = accept_timeout_s
-        self.embedding_reuse = embedding_reuse
-        self._background: set[asyncio.Task] = set()  # Encode calls nobody awaits
+    router: Router
+    registry: PodRegistry
+    cache: CacheClient
+    encoders: EncoderPool
+    fingerprint: bytes
+    lease_ms: int
+    accept_timeout_s: float
+    embedding_reuse: bool = True
+    # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
+    _background: set[asyncio.Task] = field(default_factory=set, init=False, repr=False)
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
         request = RoutingRequest(prompt.input_ids, self.fingerprint)
