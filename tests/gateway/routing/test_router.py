@@ -35,11 +35,8 @@ def test_builtin_policies_and_files_load(tmp_path):
         ({"filters": [{"type": "nope"}]}, "unknown routing plugin type 'nope'"),
         ({"scorers": [{"type": "healthy"}]}, "is a filter, not a scorer"),
         (
-            (
-                {"scorers": [{"type": "prefix", "weight": -1}]},
-                r"scorers\[0\]\.weight: -1: Input should be greater than or equal to 0",
-            ),
-            r"scorers\[0\]\.weight: -1: .* >= 0|greater than or equal to 0",
+            {"scorers": [{"type": "prefix", "weight": -1}]},
+            r"scorers\[0\]\.weight: -1: Input should be greater than or equal to 0",
         ),
         ({"scorers": [{"type": "prefix", "weight": True}]}, r"scorers\[0\]\.weight: True"),
         ({"picker": {"type": "prefix"}}, "not a picker"),
