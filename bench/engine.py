@@ -204,53 +204,6 @@ def bench_multimodal(directory: Path, args) -> None:
     service.close()
 
 
-def bench_detokenizers(directory: Path, args) -> None:
-    """The window detokenizer against tokenizers' DecodeStream: engine throughput with each
-    (alternating, best kept), then each alone over the same generated ids."""
-    import llm_svc.engine.engine as engine_module
-    from llm_svc.engine.detokenizer import IncrementalDetokenizer, StreamDetokenizer
-
-    config = EngineConfig(
-        directory, max_num_seqs=args.batch, max_num_batched_tokens=512, kv_cache_bytes=2 << 30
-    )
-    engine = LLMEngine(config)
-    vocab = engine.model_config.vocab_size
-    requests = make_requests(args.requests, vocab, 0, args.max_prompt, args.max_out)
-    useful = sum(out_len for _, out_len in requests)
-    kinds = {"window": IncrementalDetokenizer, "DecodeStream": StreamDetokenizer}
-    best = dict.fromkeys(kinds, float("inf"))
-    for _ in range(args.repeats):
-        for name, cls in kinds.items():
-            engine_module.IncrementalDetokenizer = cls
-            clear_prefix_cache(engine)
-            best[name] = min(best[name], run_engine(engine, requests))
-    for name, seconds in best.items():
-        print(f"engine with {name:12s} {useful / seconds:8.1f} tok/s  ({seconds:.2f} s)")
-    print(
-        f"ratio R {best['window'] / best['DecodeStream']:.3f}  engine tok/s DecodeStream / window"
-    )
-    rng = random.Random(3)
-    texts = [[rng.randrange(100, min(vocab, 30000)) for _ in range(out)] for _, out in requests]
-    prompts = [prompt for prompt, _ in requests]
-    alone = dict.fromkeys(kinds, float("inf"))
-    tokens = sum(len(ids) for ids in texts)
-    outputs = {}
-    for _ in range(max(3, args.repeats)):
-        for name, cls in kinds.items():
-            start = time.perf_counter()
-            out = []
-            for prompt, ids in zip(prompts, texts, strict=True):
-                detok = cls(engine.tokenizer, prompt)
-                out.append("".join(detok.add(i) for i in ids) + detok.flush())
-            alone[name] = min(alone[name], time.perf_counter() - start)
-            outputs[name] = out
-    for name, seconds in alone.items():
-        print(f"{name:12s} alone {seconds / tokens * 1e6:8.1f} us/token ({tokens} tokens)")
-    same = outputs["window"] == outputs["DecodeStream"]
-    ratio = alone["window"] / alone["DecodeStream"]
-    print(f"ratio R {ratio:.2f}  detokenizer speed DecodeStream / window; same text: {same}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=32)
@@ -260,16 +213,13 @@ def main() -> None:
     parser.add_argument("--ttft-prompt", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs, best kept")
     parser.add_argument("--mm-text", type=int, default=256, help="text tokens before the image")
-    parser.add_argument("--only", choices=["all", "mm", "detok"], default="all")
+    parser.add_argument("--only", choices=["all", "mm"], default="all")
     args = parser.parse_args()
     torch.manual_seed(0)
     directory, label = model_dir()
     print(f"model: {label}\n  {directory}")
     if args.only == "mm":
         bench_multimodal(directory, args)
-        return
-    if args.only == "detok":
-        bench_detokenizers(directory, args)
         return
     config = EngineConfig(
         directory, max_num_seqs=args.batch, max_num_batched_tokens=512,
