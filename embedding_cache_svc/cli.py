@@ -4,28 +4,20 @@ from __future__ import annotations
 
 import typer
 
+from iris.cli_options import Host, MetricsPort, Port
+
 
 def command(
     store: str = typer.Option(None, help="memory | redis (env IRIS_CACHE_STORE)"),
-    host: str = typer.Option(None, help="bind address (env IRIS_CACHE_HOST)"),
-    port: int = typer.Option(None, help="gRPC port (env IRIS_CACHE_PORT)"),
-    metrics_port: int = typer.Option(None, help="HTTP /metrics port (env IRIS_CACHE_METRICS_PORT)"),
+    host: Host = None,
+    port: Port = None,
+    metrics_port: MetricsPort = None,
     redis_url: str = typer.Option(None, help="redis://host:port/db (env IRIS_CACHE_REDIS_URL)"),
     memory_bytes: int = typer.Option(None, help="memory store bytes (IRIS_CACHE_MEMORY_BYTES)"),
 ) -> None:
     """Run the embedding cache service (gRPC; memory or Redis store)."""
-    from embedding_cache_svc.server import serve
+    options = dict(locals())  # each flag overrides the setting of its name
     from embedding_cache_svc.settings import CacheSettings
-    from iris.service_main import load_settings, run_until_signalled
+    from iris.service_main import run_service
 
-    settings = load_settings(
-        CacheSettings,
-        store=store,
-        host=host,
-        port=port,
-        metrics_port=metrics_port,
-        redis_url=redis_url,
-        memory_bytes=memory_bytes,
-    )
-
-    run_until_signalled(lambda: serve(settings))
+    run_service(CacheSettings, "embedding_cache_svc.server:serve", options)

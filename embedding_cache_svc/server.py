@@ -13,13 +13,13 @@ import contextlib
 import logging
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from embedding_cache_svc.metrics import CacheMetrics
 from embedding_cache_svc.proto import cache_pb2_grpc
 from embedding_cache_svc.service import CacheServicer
 from embedding_cache_svc.settings import CacheSettings
 from embedding_cache_svc.store import Store, StoreUnavailable, make_store
+from iris.health import ServiceHealth
 from iris.metrics_http import MetricsHTTPServer
 from iris.mtls import role_interceptors
 from iris.mtls.credentials import add_port
@@ -46,7 +46,7 @@ class CacheServer:
         self.store = store or make_store(settings)
         self.metrics = CacheMetrics(self.store.name)
         self.servicer = CacheServicer(self.store, settings, self.metrics)
-        self.health = health.aio.HealthServicer()
+        self.health = ServiceHealth(SERVICE_NAME)
         self.http: MetricsHTTPServer | None = None
         self.store_ok = True
         self.port = 0
@@ -69,7 +69,7 @@ class CacheServer:
         tls = self.settings.tls()
         self._server = grpc.aio.server(options=options, interceptors=role_interceptors(tls))
         cache_pb2_grpc.add_EmbeddingCacheServicer_to_server(self.servicer, self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self.health.add_to(self._server)
         self.port = add_port(self._server, f"{self.settings.host}:{self.settings.port}", tls)
         await self._server.start()
         self.http = MetricsHTTPServer(
@@ -118,13 +118,7 @@ class CacheServer:
         if ok and not self.store_ok:
             log.info("store available again")
         self.store_ok = ok
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if ok
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, status)
+        await self.health.set(ok)
 
     async def _health_loop(self) -> None:
         while True:

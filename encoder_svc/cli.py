@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import typer
 
+from iris.cli_options import CacheAddress, Host, MetricsPort, Model, Port
+
 
 def command(
-    model: str = typer.Option(None, help="local HF model directory (env IRIS_ENCODER_MODEL)"),
-    host: str = typer.Option(None, help="bind address (env IRIS_ENCODER_HOST)"),
-    port: int = typer.Option(None, help="gRPC port (env IRIS_ENCODER_PORT)"),
-    metrics_port: int = typer.Option(
-        None, help="HTTP /metrics port (env IRIS_ENCODER_METRICS_PORT)"
-    ),
-    cache_address: str = typer.Option(
-        None, help="cache service host:port (env IRIS_ENCODER_CACHE_ADDRESS)"
-    ),
+    model: Model = None,
+    host: Host = None,
+    port: Port = None,
+    metrics_port: MetricsPort = None,
+    cache_address: CacheAddress = None,
     device: str = typer.Option(None, help="cpu | cuda (env IRIS_ENCODER_DEVICE)"),
 ) -> None:
     """Run the encoder service (gRPC): batched, deduplicated vision encoding."""
-    from encoder_svc.server import serve
+    options = dict(locals())  # each flag overrides the setting of its name
     from encoder_svc.settings import EncoderSettings
-    from iris.service_main import load_settings, run_until_signalled
+    from iris.service_main import run_service
 
-    settings = load_settings(
-        EncoderSettings,
-        require_model=True,
-        model=model,
-        host=host,
-        port=port,
-        metrics_port=metrics_port,
-        cache_address=cache_address,
-        device=device,
-    )
-
-    run_until_signalled(lambda: serve(settings))
+    run_service(EncoderSettings, "encoder_svc.server:serve", options, require_model=True)

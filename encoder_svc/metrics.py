@@ -85,30 +85,23 @@ class EncoderMetrics:
         self._queue: Callable[[], tuple[int, int]] = lambda: (0, 0)
         self._submitted = 0
         self._deduplicated = 0
-        Gauge(
-            names.ENCODER_QUEUED_IMAGES, "Distinct images accepted, not yet stored", registry=reg
-        ).set_function(lambda: self._queue()[0])
-        Gauge(
-            names.ENCODER_QUEUED_VISION_TOKENS,
-            "Vision tokens of distinct images accepted, not yet stored",
-            registry=reg,
-        ).set_function(lambda: self._queue()[1])
-        Gauge(
-            names.ENCODER_BUSY_RATIO, "Fraction of recent time the vision tower ran", registry=reg
-        ).set_function(self.tower_window.busy_ratio)
-        Gauge(
-            names.ENCODER_DEDUP_RATIO,
-            "Fraction of submitted images served without a tower run (in flight or cached)",
-            registry=reg,
-        ).set_function(self.dedup_ratio)
-        Gauge(
-            names.ENCODER_IMAGES_PER_SECOND, "Images encoded per second, recent", registry=reg
-        ).set_function(self.images_window.rate)
-        Gauge(
-            names.ENCODER_VISION_TOKENS_PER_SECOND,
-            "Vision tokens encoded per second, recent",
-            registry=reg,
-        ).set_function(self.tokens_window.rate)
+        # Gauges read live when scraped.
+        for name, doc, read in (
+            (names.ENCODER_QUEUED_IMAGES, "Distinct images accepted, not yet stored",
+             lambda: self._queue()[0]),
+            (names.ENCODER_QUEUED_VISION_TOKENS,
+             "Vision tokens of distinct images accepted, not yet stored", lambda: self._queue()[1]),
+            (names.ENCODER_BUSY_RATIO, "Fraction of recent time the vision tower ran",
+             self.tower_window.busy_ratio),
+            (names.ENCODER_DEDUP_RATIO,
+             "Fraction of submitted images served without a tower run (in flight or cached)",
+             self.dedup_ratio),
+            (names.ENCODER_IMAGES_PER_SECOND, "Images encoded per second, recent",
+             self.images_window.rate),
+            (names.ENCODER_VISION_TOKENS_PER_SECOND, "Vision tokens encoded per second, recent",
+             self.tokens_window.rate),
+        ):  # fmt: skip
+            Gauge(name, doc, registry=reg).set_function(read)
         self.batch_size = Histogram(
             names.ENCODER_BATCH_SIZE,
             "Images per vision tower call",

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
@@ -25,6 +24,7 @@ from encoder_svc.service import EncoderServicer
 from encoder_svc.settings import EncoderSettings
 from encoder_svc.sink import CacheSink, EmbeddingSink
 from encoder_svc.validate import RequestLimits
+from iris.health import ServiceHealth
 from iris.metrics_http import MetricsHTTPServer
 from iris.mtls import TLSFiles, role_interceptors
 from iris.mtls.credentials import add_port
@@ -98,11 +98,10 @@ class EncoderServer:
         self._sink = sink
         self._cache_client = None
         self.metrics = EncoderMetrics()
-        self.health = health.aio.HealthServicer()
+        self.health = ServiceHealth(SERVICE_NAME)
         self.batcher: Batcher | None = None
         self.port = 0
         self.metrics_port = 0
-        self._serving = False
         self._server: grpc.aio.Server | None = None
         self._http: MetricsHTTPServer | None = None
 
@@ -150,18 +149,18 @@ class EncoderServer:
             interceptors=role_interceptors(settings.tls()),
         )
         encoder_pb2_grpc.add_EncoderServicer_to_server(servicer, self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self.health.add_to(self._server)
         self.port = add_port(self._server, f"{settings.host}:{settings.port}", settings.tls())
         await self._server.start()
         self._http = MetricsHTTPServer(
             self.metrics.registry,
-            lambda: {"ok": self._serving},
+            lambda: {"ok": self.health.serving},
             settings.host,
             settings.metrics_port,
         )
         self._http.start()
         self.metrics_port = self._http.port
-        await self._set_health(serving=True)
+        await self.health.set(True)
         log.info("encoder serving on %s, metrics on %d", self.address, self.metrics_port)
 
     async def wait(self) -> None:
@@ -171,7 +170,7 @@ class EncoderServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop taking work, drain, fail leftovers in the cache, end the gRPC server."""
         grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        await self._set_health(serving=False)
+        await self.health.set(False)
         if self.batcher is not None:
             await self.batcher.stop(grace_s)
         if self._server is not None:
@@ -180,16 +179,6 @@ class EncoderServer:
             self._http.stop()
         if self._cache_client is not None:
             await self._cache_client.close()
-
-    async def _set_health(self, serving: bool) -> None:
-        self._serving = serving
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, status)
 
 
 def _cache_client(address: str, fingerprint: bytes, tls: TLSFiles):

@@ -1,4 +1,4 @@
-"""From a prepared prompt to an accepted generation on one pod (DESIGN.md §3 steps 2-3).
+"""From a prepared prompt to an accepted generation on one pod (docs/design.md §3 steps 2-3).
 
 Route; Reserve in the cache the images the chosen pod's prefix does not cover; send Encode
 for the RESERVED ones without awaiting it; call Generate and wait for `accepted`. Before
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -92,32 +92,21 @@ class Generation:
             self.ticket.close()
 
 
+@dataclass(eq=False, kw_only=True)
 class Dispatcher:
     """Places prepared prompts on pods and gets them accepted."""
 
-    def __init__(
-        self,
-        *,
-        router: Router,
-        registry: PodRegistry,
-        cache: CacheClient,
-        encoders: EncoderPool,
-        fingerprint: bytes,
-        lease_ms: int,
-        accept_timeout_s: float,
-        embedding_reuse: bool = True,
-        max_encode_bytes: int = MAX_MESSAGE_BYTES,
-    ) -> None:
-        self.router = router
-        self.registry = registry
-        self.cache = cache
-        self.encoders = encoders
-        self.fingerprint = fingerprint
-        self.lease_ms = lease_ms
-        self.accept_timeout_s = accept_timeout_s
-        self.embedding_reuse = embedding_reuse
-        self.max_encode_bytes = max_encode_bytes
-        self._background: set[asyncio.Task] = set()  # Encode calls nobody awaits
+    router: Router
+    registry: PodRegistry
+    cache: CacheClient
+    encoders: EncoderPool
+    fingerprint: bytes
+    lease_ms: int
+    accept_timeout_s: float
+    embedding_reuse: bool = True
+    max_encode_bytes: int = MAX_MESSAGE_BYTES
+    # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
+    _background: set[asyncio.Task] = field(default_factory=set, init=False, repr=False)
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
         request = RoutingRequest(prompt.input_ids, self.fingerprint, prompt.salts.prefix)

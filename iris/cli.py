@@ -1,11 +1,9 @@
 """The `iris` command line. Each service package contributes its subcommand from its own
-`cli.py` (which must not import heavy modules at import time); a package that has none
-yet simply adds no subcommand."""
+`cli.py`, which must not import heavy modules at import time."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import typer
 
@@ -35,17 +33,8 @@ SUBCOMMANDS = [
 ]
 
 
-def _module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def _register() -> None:
     for name, module_name, attribute in SUBCOMMANDS:
-        if not _module_exists(module_name):
-            continue
         target = getattr(importlib.import_module(module_name), attribute)
         if isinstance(target, typer.Typer):
             app.add_typer(target, name=name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -59,6 +60,18 @@ def run_until_signalled(serve: Callable[[], Awaitable[None]]) -> None:
             await serve()
 
     asyncio.run(main())
+
+
+def run_service(
+    settings_class: type[S], serve: str, options: dict[str, Any], require_model: bool = False
+) -> None:
+    """A service command's body: settings from the environment and the flags (`options`),
+    then `serve(settings)` ("module:function", imported only once the settings are good)
+    until SIGINT / SIGTERM."""
+    settings = load_settings(settings_class, require_model, **options)
+    module, function = serve.split(":")
+    serve_fn = getattr(importlib.import_module(module), function)
+    run_until_signalled(lambda: serve_fn(settings))
 
 
 async def serve_with_tracing(service_name: str, settings: ServiceSettings, server: Server) -> None:

@@ -15,6 +15,18 @@ from pydantic import BeforeValidator, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
+def validation_message(error: ValidationError, where: str) -> str:
+    """One line per problem of a pydantic error: `where.field[index]: value: what is wrong`."""
+    problems = []
+    for item in error.errors():
+        path = where
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        value = "" if item["type"] == "missing" else f" {item['input']!r}:"
+        problems.append(f"{path}:{value} {item['msg']}")
+    return "; ".join(problems)
+
+
 class SettingsError(ValueError):
     """A setting failed validation; the message names every bad key and why."""
 

@@ -1,4 +1,4 @@
-"""Triton kernels with torch twins: embedding scatter, placeholder mask, tensor checksum.
+"""Triton kernels with torch twins: embedding scatter (with its host-side row plan), checksum.
 
 Each kernel picks Triton for CUDA tensors and its torch twin otherwise; `backend="triton"`
 or `backend="torch"` forces one, and `CALLS[(name, backend)]` counts the launches.
@@ -7,8 +7,6 @@ or `backend="torch"` forces one, and `CALLS[(name, backend)]` counts the launche
 from kernels.backend import BACKENDS, CALLS, Backend, interpreting, resolve_backend
 from kernels.checksum import checksum
 from kernels.chunk_rows import ChunkRows, dest_rows_for_chunk
-from kernels.masked_scatter import masked_scatter_rows
-from kernels.placeholder import placeholder_mask
 from kernels.scatter import scatter_rows
 
 __all__ = [
@@ -19,8 +17,6 @@ __all__ = [
     "checksum",
     "dest_rows_for_chunk",
     "interpreting",
-    "masked_scatter_rows",
-    "placeholder_mask",
     "resolve_backend",
     "scatter_rows",
 ]

@@ -7,51 +7,23 @@ from collections.abc import Sequence
 import grpc
 
 from embedding_cache_svc.client.core import (
-    CHANNEL_OPTIONS,
-    DEFAULT_CHUNK_BYTES,
     Assembler,
-    ClientCore,
+    ClientBase,
     Request,
     parse_states,
     stats_dict,
 )
 from embedding_cache_svc.client.errors import Status, from_rpc_error
-from embedding_cache_svc.client.l1 import L1Cache
 from embedding_cache_svc.entry import Failed
-from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
-from iris.mtls import TLSFiles, aio_channel
+from embedding_cache_svc.proto import cache_pb2
+from iris.mtls import aio_channel
 from iris.telemetry import grpc_metadata
 
 
-class AsyncCacheClient:
-    """Asyncio client of one cache service for one model fingerprint.
+class AsyncCacheClient(ClientBase):
+    """Asyncio client (see ClientBase)."""
 
-    Every call takes an explicit `timeout_s` (default: the constructor's) and raises
-    CacheUnavailable / CacheTimeout / CacheInvalidArgument (see errors.py), never hangs.
-    With `l1_bytes` > 0, `get_many` is served from an in-process LRU first. With `tls`
-    enabled the channel is mutual TLS under this process's role certificate (iris/mtls).
-    """
-
-    def __init__(
-        self,
-        address: str,
-        fingerprint: bytes,
-        *,
-        l1_bytes: int = 0,
-        l1: L1Cache | None = None,
-        timeout_s: float = 5.0,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        tls: TLSFiles | None = None,
-    ) -> None:
-        cache = l1 if l1 is not None else (L1Cache(l1_bytes) if l1_bytes else None)
-        self.core = ClientCore(fingerprint, cache, timeout_s, chunk_bytes)
-        self.address = address
-        self._channel = aio_channel(address, tls, "cache", CHANNEL_OPTIONS)
-        self._stub = cache_pb2_grpc.EmbeddingCacheStub(self._channel)
-
-    @property
-    def l1(self) -> L1Cache | None:
-        return self.core.l1
+    open_channel = aio_channel
 
     async def close(self) -> None:
         await self._channel.close()

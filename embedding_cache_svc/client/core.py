@@ -1,19 +1,21 @@
-"""What the sync and async clients share: request building, chunking, reply parsing,
-tensor assembly and checksum checks, and the L1 tier. No I/O happens here; the two
-clients only differ in how they make the calls."""
+"""What the sync and async clients share: construction (`ClientBase`), request building,
+chunking, reply parsing, tensor assembly and checksum checks, and the L1 tier. No I/O
+happens here; the two clients only differ in how they open a channel and make the calls."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from embedding_cache_svc import entry
 from embedding_cache_svc.client.errors import CacheInvalidArgument, Status
 from embedding_cache_svc.client.l1 import L1Cache
 from embedding_cache_svc.dtypes import ITEM_SIZES
 from embedding_cache_svc.entry import Failed
-from embedding_cache_svc.proto import cache_pb2
+from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
+from iris.mtls import TLSFiles
 from iris.proto import common_pb2
 
 log = logging.getLogger(__name__)
@@ -277,3 +279,38 @@ def _put_stream(
     yield first
     for start in range(0, len(data), chunk_bytes):
         yield cache_pb2.PutChunk(data=bytes(data[start : start + chunk_bytes]))
+
+
+class ClientBase:
+    """A client of one cache service for one model fingerprint.
+
+    Every call takes an explicit `timeout_s` (default: the constructor's) and raises
+    CacheUnavailable / CacheTimeout / CacheInvalidArgument (see errors.py), never hangs.
+    With `l1_bytes` > 0 (or a shared `l1`), `get_many` is served from an in-process LRU
+    first. With `tls` enabled the channel is mutual TLS under this process's role
+    certificate (iris/mtls). Subclasses set `open_channel` (iris.mtls's `sync_channel` or
+    `aio_channel`).
+    """
+
+    open_channel: Callable[..., Any]
+
+    def __init__(
+        self,
+        address: str,
+        fingerprint: bytes,
+        *,
+        l1_bytes: int = 0,
+        l1: L1Cache | None = None,
+        timeout_s: float = 5.0,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        tls: TLSFiles | None = None,
+    ) -> None:
+        cache = l1 if l1 is not None else (L1Cache(l1_bytes) if l1_bytes else None)
+        self.core = ClientCore(fingerprint, cache, timeout_s, chunk_bytes)
+        self.address = address
+        self._channel = type(self).open_channel(address, tls, "cache", CHANNEL_OPTIONS)
+        self._stub = cache_pb2_grpc.EmbeddingCacheStub(self._channel)
+
+    @property
+    def l1(self) -> L1Cache | None:
+        return self.core.l1

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 from embedding_cache_svc.settings import CacheSettings
-from embedding_cache_svc.store.base import (
-    EntryVanished,
-    ItemState,
-    Reading,
-    Store,
-    StoreStats,
-    StoreUnavailable,
-)
+
+# What the service outside this package uses; store implementations import base directly.
+from embedding_cache_svc.store.base import EntryVanished, Store, StoreStats, StoreUnavailable
 
 STORES = ("memory", "redis")
 
@@ -31,8 +26,6 @@ def make_store(settings: CacheSettings) -> Store:
 __all__ = [
     "STORES",
     "EntryVanished",
-    "ItemState",
-    "Reading",
     "Store",
     "StoreStats",
     "StoreUnavailable",

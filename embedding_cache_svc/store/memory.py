@@ -139,29 +139,29 @@ class MemoryStore(Store):
         return out
 
     async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
-        now = time.monotonic()
-        out = []
-        for key, token_count in items:
-            state = self._state(key, token_count)
-            if state is not None and state.status != FREE:
-                out.append(state)
-            elif self._lease_live(key, now):
-                out.append(ItemState(PENDING, discarded=state and state.discarded))
-            else:
-                self._leases[key] = now + lease_ms / 1000
-                out.append(ItemState(RESERVED, discarded=state and state.discarded))
-        return out
+        return self._states(items, lease_ms)
 
     async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
+        return self._states(items, None)
+
+    def _states(self, items: Sequence[tuple[bytes, int]], lease_ms: int | None) -> list[ItemState]:
+        """Each item's state; with `lease_ms`, an item neither stored nor leased is leased
+        to the caller (RESERVED), else it is FREE."""
         now = time.monotonic()
         out = []
         for key, token_count in items:
             state = self._state(key, token_count)
             if state is not None and state.status != FREE:
                 out.append(state)
+                continue
+            discarded = state and state.discarded
+            if self._lease_live(key, now):
+                out.append(ItemState(PENDING, discarded=discarded))
+            elif lease_ms is None:
+                out.append(ItemState(FREE, discarded=discarded))
             else:
-                status = PENDING if self._lease_live(key, now) else FREE
-                out.append(ItemState(status, discarded=state and state.discarded))
+                self._leases[key] = now + lease_ms / 1000
+                out.append(ItemState(RESERVED, discarded=discarded))
         return out
 
     async def stats(self) -> StoreStats:

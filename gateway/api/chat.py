@@ -6,28 +6,20 @@ import contextlib
 import time
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
-from gateway import metrics
 from gateway.api.deps import CallerDep, GatewayDep
 from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
+    Answer,
     Choice,
     Job,
     StreamChunks,
-    closer,
-    collect_unless_gone,
     new_request_id,
-    start_all,
+    respond,
     streamed,
-    usage_of,
-)
-from gateway.api.generation import (
-    pod_header as _pod_header,
 )
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
-from gateway.api.streaming import event_stream
 from gateway.api.telemetry import Inference
 from gateway.errors import bad_request
 
@@ -96,41 +88,16 @@ async def chat_completions(
             ]
             # Routed last: a decision opens an in-flight ticket, which start_all now owns.
             jobs[0].decision = gateway.dispatcher.route(prompt)
-            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
-            generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:
         inference.close(err)
         raise
-    created, model = int(time.time()), gateway.model_name
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = StreamChunks(request_id, "chat.completion.chunk", created, model, include_usage)
-        chunks = _stream(generations, inference, stream, started)
-        return event_stream(
-            chunks,
-            closer(generations, inference),
-            _pod_header(gateway, generations),
-            ending=gateway.streams_ending,
-        )
-    try:
-        choices = await collect_unless_gone(request.receive, generations)
-    except BaseException as err:
-        inference.close(err)
-        raise
-    usage = usage_of(generations, choices, [0] * len(choices))
-    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
-    inference.close()
-    return JSONResponse(
-        {
-            "id": request_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [_choice_body(choice, body.logprobs) for choice in choices],
-            "usage": usage.body(),
-        },
-        headers=_pod_header(gateway, generations),
+    answer = Answer(
+        ("chat.completion", "chat.completion.chunk"),
+        [0] * len(jobs),
+        choice_body=lambda choice: _choice_body(choice, body.logprobs),
+        stream=lambda generations, chunks: _stream(generations, inference, chunks, started),
     )
+    return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
 
 
 def _choice_body(choice: Choice, logprobs: bool) -> dict:

@@ -6,29 +6,21 @@ import contextlib
 import time
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
-from gateway import metrics
 from gateway.api.deps import CallerDep, GatewayDep
 from gateway.api.errors import ERROR_RESPONSES
 from gateway.api.generation import (
+    Answer,
     Choice,
     Job,
     StreamChunks,
     close_decisions,
-    closer,
-    collect_unless_gone,
     new_request_id,
-    start_all,
+    respond,
     streamed,
-    usage_of,
-)
-from gateway.api.generation import (
-    pod_header as _pod_header,
 )
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
-from gateway.api.streaming import event_stream
 from gateway.api.telemetry import Inference
 from gateway.errors import bad_request
 
@@ -131,42 +123,20 @@ async def completions(
             jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs, salts)
             prompt_tokens = sum(job.prompt.prompt_tokens for job in jobs[:: body.n])
             gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt_tokens)
-            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
-            generations = await start_all(gateway, jobs, request_id)
     except BaseException as err:
         inference.close(err)
         raise
-    created = int(time.time())
-    model = gateway.model_name
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = StreamChunks(request_id, "text_completion", created, model, include_usage)
-        chunks = _stream(generations, prompt_of_choice, inference, stream, started)
-        return event_stream(
-            chunks,
-            closer(generations, inference),
-            _pod_header(gateway, generations),
-            ending=gateway.streams_ending,
-        )
-    try:
-        choices = await collect_unless_gone(request.receive, generations)
-    except BaseException as err:
-        inference.close(err)
-        raise
-    usage = usage_of(generations, choices, prompt_of_choice)
-    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
-    inference.close()
-    return JSONResponse(
-        {
-            "id": request_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [_choice_body(choice, want_logprobs) for choice in choices],
-            "usage": usage.body(),
-        },
-        headers=_pod_header(gateway, generations),
+
+    def stream(generations, chunks):
+        return _stream(generations, prompt_of_choice, inference, chunks, started)
+
+    answer = Answer(
+        ("text_completion", "text_completion"),
+        prompt_of_choice,
+        choice_body=lambda choice: _choice_body(choice, want_logprobs),
+        stream=stream,
     )
+    return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
 
 
 def _choice_body(choice: Choice, logprobs: bool) -> dict:

@@ -14,7 +14,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
 from gateway import metrics
+from gateway.api.streaming import event_stream
 from gateway.dispatch import Generation
 from gateway.errors import APIError
 from gateway.intake.prompt import PreparedPrompt
@@ -272,6 +276,67 @@ def usage_of(
             final.completion_tokens if final and final.completion_tokens else len(choice.token_ids)
         )
     return usage
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What differs between chat and completions in an answer: the `object` of the whole
+    response and of a stream chunk, the prompt of each choice (for usage), the body of one
+    finished choice, and the chunks of a stream (from the generations and the envelope)."""
+
+    objects: tuple[str, str]
+    prompts_per_choice: Sequence[int]
+    choice_body: Callable[[Choice], dict]
+    stream: Callable[[Sequence[Generation], StreamChunks], AsyncIterator[dict]]
+
+
+async def respond(
+    request: Request,
+    gateway: Gateway,
+    body,
+    inference,
+    request_id: str,
+    jobs: Sequence[Job],
+    started: float,
+    answer: Answer,
+) -> Response:
+    """Start the jobs (chat and completions alike), then answer: when `body.stream`, an SSE
+    stream of `answer.stream`'s chunks; else, once every choice finished, one JSON body.
+    Any failure ends the request's telemetry (`inference`) with it."""
+    try:
+        with inference.span.use():
+            metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
+            generations = await start_all(gateway, jobs, request_id)
+    except BaseException as err:
+        inference.close(err)
+        raise
+    created, model = int(time.time()), gateway.model_name
+    headers = pod_header(gateway, generations)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        envelope = StreamChunks(request_id, answer.objects[1], created, model, include_usage)
+        chunks = answer.stream(generations, envelope)
+        closing = closer(generations, inference)
+        return event_stream(chunks, closing, headers, ending=gateway.streams_ending)
+    try:
+        choices = await collect_unless_gone(request.receive, generations)
+    except BaseException as err:
+        inference.close(err)
+        raise
+    usage = usage_of(generations, choices, answer.prompts_per_choice)
+    inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
+    inference.close()
+    return JSONResponse(
+        {
+            "id": request_id,
+            "object": answer.objects[0],
+            "created": created,
+            "model": model,
+            "choices": [answer.choice_body(choice) for choice in choices],
+            "usage": usage.body(),
+        },
+        headers=headers,
+    )
 
 
 def pod_header(gateway: Gateway, generations: Sequence[Generation]) -> dict[str, str]:

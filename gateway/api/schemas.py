@@ -82,7 +82,7 @@ class _SamplingFields(_Lenient):
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
     user: Text | None = None
-    # vLLM's tenant salt (DESIGN.md §2): checked by gateway/tenancy.py (a bad value → 400).
+    # vLLM's tenant salt (docs/design.md §2): checked by gateway/tenancy.py (a bad value → 400).
     cache_salt: Any = None
 
 
@@ -91,7 +91,7 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
-    # Caller-supplied image hashes (DESIGN.md §2): checked by the intake (a wrong type → 400).
+    # Caller-supplied image hashes (docs/design.md §2): checked by the intake (a wrong type → 400).
     mm_hashes: Any = None
 
 

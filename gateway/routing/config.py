@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from gateway.routing.plugins import create_plugin
 from gateway.routing.plugins.base import Filter, Picker, Scorer
+from iris.settings import validation_message
 
 BUILTIN_POLICIES: dict[str, str] = {
     # Prefix reuse and load in one unit (see plugins/estimated_wait.py): additive scores
@@ -47,42 +50,51 @@ class RouterConfig:
     picker: Picker
 
 
-def _expect(plugin, kind: str, where: str):
+class _Plugin(BaseModel):
+    """One plugin entry of the YAML: its `type` and its factory's `params`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: StrictStr
+    params: dict[str, Any] | None = None
+
+
+class _Scorer(_Plugin):
+    weight: float = Field(1.0, ge=0, strict=True)
+
+
+class RouterDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    filters: list[_Plugin] | None = None
+    scorers: list[_Scorer] | None = None
+    picker: _Plugin | None = None
+
+
+def _build(entry: _Plugin, kind: str, where: str):
+    try:
+        plugin = create_plugin(entry.type, entry.params)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
     if plugin.kind != kind:
         raise ValueError(f"{where}: plugin {plugin.type!r} is a {plugin.kind}, not a {kind}")
     return plugin
 
 
-def _entry(entry: object, where: str) -> tuple[str, dict]:
-    if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
-        raise ValueError(f"{where}: expected a mapping with a 'type', got {entry!r}")
-    params = entry.get("params") or {}
-    if not isinstance(params, dict):
-        raise ValueError(f"{where}: params must be a mapping, got {params!r}")
-    return entry["type"], params
-
-
 def parse_router_config(document: object) -> RouterConfig:
     """Build the chain from a parsed YAML document; ValueError names the bad entry."""
-    if not isinstance(document, dict):
-        raise ValueError(f"router config must be a mapping, got {type(document).__name__}")
-    unknown = set(document) - {"filters", "scorers", "picker"}
-    if unknown:
-        raise ValueError(f"router config has unknown keys {sorted(unknown)}")
-    filters = []
-    for i, entry in enumerate(document.get("filters") or []):
-        name, params = _entry(entry, f"filters[{i}]")
-        filters.append(_expect(create_plugin(name, params), "filter", f"filters[{i}]"))
-    scorers = []
-    for i, entry in enumerate(document.get("scorers") or []):
-        name, params = _entry(entry, f"scorers[{i}]")
-        weight = entry.get("weight", 1.0)
-        if not isinstance(weight, (int, float)) or weight < 0:
-            raise ValueError(f"scorers[{i}]: weight must be a number >= 0, got {weight!r}")
-        scorer = _expect(create_plugin(name, params), "scorer", f"scorers[{i}]")
-        scorers.append((scorer, float(weight)))
-    name, params = _entry(document.get("picker") or {"type": "max-score"}, "picker")
-    picker = _expect(create_plugin(name, params), "picker", "picker")
+    try:
+        parsed = RouterDocument.model_validate(document)
+    except ValidationError as err:
+        raise ValueError(f"invalid router config: {validation_message(err, 'router')}") from None
+    filters = [
+        _build(entry, "filter", f"filters[{i}]") for i, entry in enumerate(parsed.filters or [])
+    ]
+    scorers = [
+        (_build(entry, "scorer", f"scorers[{i}]"), entry.weight)
+        for i, entry in enumerate(parsed.scorers or [])
+    ]
+    picker = _build(parsed.picker or _Plugin(type="max-score"), "picker", "picker")
     return RouterConfig(filters, scorers, picker)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -33,42 +35,35 @@ def ready_addresses(slices: Sequence[dict], port_name: str | None = None) -> lis
     return sorted(addresses)
 
 
+@dataclass(eq=False)
 class EndpointSliceDiscovery:
-    """Polls a Service's EndpointSlices and reports the ready addresses when they change."""
+    """Polls a Service's EndpointSlices and reports the ready addresses when they change.
 
-    def __init__(
-        self,
-        namespace: str,
-        service: str,
-        on_change: Callable[[list[str]], Awaitable[None]],
-        *,
-        interval_s: float,
-        port_name: str = "grpc",
-        api=None,
-    ) -> None:
-        """`api`: a kubernetes DiscoveryV1Api; by default one from the in-cluster config,
-        else the kubeconfig."""
-        self.namespace = namespace
-        self.service = service
-        self.on_change = on_change
-        self.interval_s = interval_s
-        self.port_name = port_name
-        self._api = api
-        self._last: list[str] | None = None
+    `api`: a kubernetes DiscoveryV1Api; by default one from the in-cluster config, else the
+    kubeconfig."""
+
+    namespace: str
+    service: str
+    on_change: Callable[[list[str]], Awaitable[None]]
+    _: KW_ONLY
+    interval_s: float
+    port_name: str = "grpc"
+    api: Any = None
+    _last: list[str] | None = field(default=None, init=False, repr=False)
 
     def _list(self) -> list[dict]:
-        if self._api is None:
+        if self.api is None:
             from kubernetes import client, config
 
             try:
                 config.load_incluster_config()
             except config.ConfigException:
                 config.load_kube_config()
-            self._api = client.DiscoveryV1Api()
-        result = self._api.list_namespaced_endpoint_slice(
+            self.api = client.DiscoveryV1Api()
+        result = self.api.list_namespaced_endpoint_slice(
             self.namespace, label_selector=f"{SERVICE_NAME_LABEL}={self.service}"
         )
-        slices = [self._api.api_client.sanitize_for_serialization(s) for s in result.items]
+        slices = [self.api.api_client.sanitize_for_serialization(s) for s in result.items]
         # The API server applies the selector; checking it again here costs nothing and
         # keeps another Service's endpoints out if a server (or an emulator) ignores it.
         return [

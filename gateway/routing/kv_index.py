@@ -1,4 +1,4 @@
-"""Which pod holds which prefix blocks (DESIGN.md §4).
+"""Which pod holds which prefix blocks (docs/design.md §4).
 
 Per pod, a set of chained block hashes. A pod that publishes KV events is *precise*: a
 snapshot (`load_snapshot`) sets its blocks and sequence number, then events are applied in

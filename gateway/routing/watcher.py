@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import KW_ONLY, dataclass, field
 
 import grpc
 
@@ -24,26 +25,18 @@ def event_records(batch: llm_pb2.KVEventBatch) -> list[KVEventRecord]:
     ]
 
 
+@dataclass(eq=False)
 class PodWatcher:
     """Keeps one Pod's fields and its KV index entry current while the pod is listed."""
 
-    def __init__(
-        self,
-        pod: Pod,
-        stub: llm_pb2_grpc.LLMStub,
-        index: KVIndex,
-        fingerprint: bytes,
-        *,
-        poll_interval_s: float,
-        timeout_s: float,
-    ) -> None:
-        self.pod = pod
-        self.stub = stub
-        self.index = index
-        self.fingerprint = fingerprint
-        self.poll_interval_s = poll_interval_s
-        self.timeout_s = timeout_s
-        self.events_supported = True
+    pod: Pod
+    stub: llm_pb2_grpc.LLMStub
+    index: KVIndex
+    fingerprint: bytes
+    _: KW_ONLY
+    poll_interval_s: float
+    timeout_s: float
+    events_supported: bool = field(default=True, init=False)
 
     async def run(self) -> None:
         """Until cancelled: handshake, then poll load and follow KV events side by side."""

@@ -3,7 +3,14 @@ demo checkpoints. Importing this package does not import torch."""
 
 from iris.models.base import Grid, ModelAdapter, Span
 from iris.models.contract import TokenContractError
-from iris.models.registry import adapter_class, load_adapter, registered_architectures
+from iris.models.registry import (
+    adapter_class,
+    has_adapter,
+    language_model_architectures,
+    load_adapter,
+    registered_architectures,
+    text_family,
+)
 from iris.models.runner import PreparedImage, VisionRunner
 
 
@@ -31,8 +38,11 @@ __all__ = [
     "TokenContractError",
     "VisionRunner",
     "adapter_class",
+    "has_adapter",
+    "language_model_architectures",
     "load_adapter",
     "make_demo",
     "make_tiny",
     "registered_architectures",
+    "text_family",
 ]

@@ -1,4 +1,10 @@
-"""The adapter registry, keyed by the HF config's `architectures` entry."""
+"""The one registry of architectures, keyed by the HF config's `architectures` entry.
+
+A vision-language architecture has an adapter (iris/models/<family>/adapter.py, `@register`)
+that also names its language model's decoder family; a plain language model has only its
+decoder family (`_PLAIN_LANGUAGE_MODELS`). The engine builds the decoder from the family;
+the gateway and the encoder need an adapter.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,13 @@ if TYPE_CHECKING:
     from iris.models.base import ModelAdapter
 
 _REGISTRY: dict[str, type[ModelAdapter]] = {}
+
+# Plain language models (no images, no adapter) → the decoder family the engine builds.
+_PLAIN_LANGUAGE_MODELS = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+}
 
 
 def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
@@ -29,9 +42,34 @@ def _load_families() -> None:
 
 
 def registered_architectures() -> list[str]:
-    """The HF architecture names Iris can serve, sorted."""
+    """The vision-language architectures (those with an adapter), sorted."""
     _load_families()
     return sorted(_REGISTRY)
+
+
+def language_model_architectures() -> list[str]:
+    """Every architecture the engine can run: the vision-language ones and plain LMs, sorted."""
+    _load_families()
+    return sorted({*_REGISTRY, *_PLAIN_LANGUAGE_MODELS})
+
+
+def has_adapter(architecture: str) -> bool:
+    """True for a vision-language architecture, False for a plain LM or an unknown name."""
+    _load_families()
+    return architecture in _REGISTRY
+
+
+def text_family(architecture: str) -> str:
+    """The decoder family ("llama" | "qwen2") of an architecture's language model;
+    ValueError listing every known architecture."""
+    _load_families()
+    if architecture in _REGISTRY:
+        return _REGISTRY[architecture].text_family
+    try:
+        return _PLAIN_LANGUAGE_MODELS[architecture]
+    except KeyError:
+        known = ", ".join(language_model_architectures())
+        raise ValueError(f"unsupported architecture {architecture!r} (known: {known})") from None
 
 
 def adapter_class(architecture: str) -> type[ModelAdapter]:

@@ -17,6 +17,25 @@ class PreparedImage:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# Image-processor settings every HF processor Iris runs takes (normalisation, resampling).
+COMMON_PROCESSOR_KEYS = (
+    "image_mean",
+    "image_std",
+    "do_rescale",
+    "rescale_factor",
+    "do_normalize",
+    "do_convert_rgb",
+    "resample",
+)
+
+
+def processor_kwargs(preprocessor: dict, family_keys: tuple[str, ...]) -> dict:
+    """The preprocessor_config.json entries to build a family's image processor from: the
+    common keys and the family's own, those present."""
+    keys = (*family_keys, *COMMON_PROCESSOR_KEYS)
+    return {key: preprocessor[key] for key in keys if key in preprocessor}
+
+
 class VisionRunner(ABC):
     """A checkpoint's vision tower and projector/merger, loaded without the language model."""
 

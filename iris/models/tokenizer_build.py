@@ -13,6 +13,24 @@ system user assistant image picture photo colour color left right top bottom cen
 """
 
 
+# The language model's shape in every tiny checkpoint (one family's keys are added to it).
+TINY_TEXT_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+}
+
+
+def tiny_vocab(tokenizer, special_tokens: list[str]) -> tuple[dict[str, int], int]:
+    """The special tokens' ids, and the vocabulary size rounded up to a multiple of 64 (the
+    embedding rows, as real checkpoints pad them)."""
+    ids = {token: tokenizer.token_to_id(token) for token in special_tokens}
+    return ids, -(-tokenizer.get_vocab_size() // 64) * 64
+
+
 def build_tokenizer(special_tokens: list[str], vocab_size: int = 400):
     """Train a byte-level BPE tokenizer on the built-in corpus; specials get the last ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

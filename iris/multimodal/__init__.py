@@ -1,4 +1,4 @@
-"""The multimodal contract (DESIGN.md §2): every part of Iris imports it from here."""
+"""The multimodal contract (docs/design.md §2): every part of Iris imports it from here."""
 
 from iris.multimodal.blocks import BLOCK_HASH_BYTES, block_hashes, next_block_hash, root_hash
 from iris.multimodal.decode import (
@@ -32,11 +32,7 @@ from iris.multimodal.spans import (
     Overlap,
     check_spans,
     chunk_overlaps,
-    count_mm_tokens_in_chunk,
-    count_mm_tokens_per_request,
     pad_with_offsets,
-    pad_with_start_end,
-    token_modalities,
 )
 from iris.multimodal.vocab import check_vocab_size
 
@@ -60,8 +56,6 @@ __all__ = [
     "check_spans",
     "check_vocab_size",
     "chunk_overlaps",
-    "count_mm_tokens_in_chunk",
-    "count_mm_tokens_per_request",
     "decode_image",
     "disagreeing_mm_hashes",
     "hash_of_identity",
@@ -69,10 +63,8 @@ __all__ = [
     "next_block_hash",
     "pad_values_for",
     "pad_with_offsets",
-    "pad_with_start_end",
     "parse_mm_hash",
     "processor_fingerprint",
     "read_image_header",
     "root_hash",
-    "token_modalities",
 ]

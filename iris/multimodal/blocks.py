@@ -1,4 +1,4 @@
-"""Chained block hashes over padded input_ids (DESIGN.md §4), shared by pods and gateway."""
+"""Chained block hashes over padded input_ids (docs/design.md §4), shared by pods and gateway."""
 
 from __future__ import annotations
 

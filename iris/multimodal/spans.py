@@ -1,4 +1,4 @@
-"""Span checks, padding and interval arithmetic on input_ids (DESIGN.md §2).
+"""Span checks, padding and interval arithmetic on input_ids (docs/design.md §2).
 
 Offsets are inclusive (start, end) pairs. Padding never changes the sequence length and
 never mutates its input; ids are int64 from here on.
@@ -11,10 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iris.multimodal.item import Modality, MultimodalItem
-
-TEXT = 0
-MODALITY_CODES = {Modality.IMAGE: 1, Modality.VIDEO: 2, Modality.AUDIO: 3}
+from iris.multimodal.item import MultimodalItem
 
 
 def _as_int64(input_ids: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -39,16 +36,6 @@ def check_spans(items: Sequence[MultimodalItem], length: int) -> None:
             raise ValueError(f"item {i0} span ({s0}, {e0}) overlaps item {i1} span ({s1}, {e1})")
 
 
-def token_modalities(length: int, items: Sequence[MultimodalItem]) -> np.ndarray:
-    """int8 [length]: 0 for text, the modality code of the item elsewhere (spans checked)."""
-    check_spans(items, length)
-    out = np.zeros(length, dtype=np.int8)
-    for item in items:
-        for start, end in item.offsets:
-            out[start : end + 1] = MODALITY_CODES[Modality(item.modality)]
-    return out
-
-
 def pad_with_offsets(
     input_ids: Sequence[int] | np.ndarray, items: Sequence[MultimodalItem]
 ) -> np.ndarray:
@@ -66,51 +53,6 @@ def pad_with_offsets(
             out[start : end + 1] = sequence[cursor : cursor + size]
             cursor += size
     return out
-
-
-def pad_with_start_end(
-    input_ids: Sequence[int] | np.ndarray,
-    items: Sequence[MultimodalItem],
-    start_ids: Sequence[int],
-    end_ids: Sequence[int],
-    new_item_start_ids: Sequence[int] | None = None,
-) -> np.ndarray:
-    """Fill the tokens strictly between start/end token pairs with the items' sentinels.
-
-    A start token in `new_item_start_ids` (default: every start id) opens the next item; other
-    start tokens open one more span of the current item (tiles of one image). Sets each
-    item's offsets to the spans found. Unequal start/end counts, nested or unmatched pairs,
-    and more or fewer openers than items are errors.
-    """
-    out = _as_int64(input_ids)
-    starts, ends = set(start_ids), set(end_ids)
-    openers = set(start_ids if new_item_start_ids is None else new_item_start_ids)
-    start_positions = np.flatnonzero(np.isin(out, list(starts)))
-    end_positions = np.flatnonzero(np.isin(out, list(ends)))
-    if len(start_positions) != len(end_positions):
-        raise ValueError(
-            f"{len(start_positions)} start tokens but {len(end_positions)} end tokens in input_ids"
-        )
-    spans_per_item: list[list[tuple[int, int]]] = [[] for _ in items]
-    item_index = -1
-    previous_end = -1
-    for start, end in zip(start_positions.tolist(), end_positions.tolist(), strict=True):
-        if not previous_end < start < end:
-            raise ValueError(f"start token at {start} and end token at {end} do not pair up")
-        previous_end = end
-        if int(out[start]) in openers:
-            item_index += 1
-        if item_index < 0:
-            raise ValueError(f"span at {start} opens with a start token that begins no item")
-        if item_index >= len(items):
-            raise ValueError(f"more image placeholders than items ({len(items)})")
-        if end - start > 1:
-            spans_per_item[item_index].append((start + 1, end - 1))
-    if item_index + 1 != len(items):
-        raise ValueError(f"{item_index + 1} image placeholders but {len(items)} items")
-    for item, spans in zip(items, spans_per_item, strict=True):
-        item.offsets = spans
-    return pad_with_offsets(out, items)
 
 
 @dataclass(frozen=True)
@@ -140,24 +82,3 @@ def chunk_overlaps(
                 result.append(Overlap(index, row + lo - start, lo - chunk_start, hi - lo))
             row += end - start + 1
     return result
-
-
-def count_mm_tokens_in_chunk(
-    offsets: Sequence[tuple[int, int]], chunk_start: int, chunk_end: int
-) -> int:
-    """Number of tokens of the spans `offsets` inside [chunk_start, chunk_end)."""
-    return sum(max(0, min(end + 1, chunk_end) - max(start, chunk_start)) for start, end in offsets)
-
-
-def count_mm_tokens_per_request(
-    prefix_lens: Sequence[int],
-    extend_lens: Sequence[int],
-    offsets_per_request: Sequence[Sequence[tuple[int, int]]],
-) -> list[int]:
-    """Image tokens each request's chunk [prefix, prefix + extend) covers (no device sync)."""
-    return [
-        count_mm_tokens_in_chunk(offsets, prefix, prefix + extend)
-        for prefix, extend, offsets in zip(
-            prefix_lens, extend_lens, offsets_per_request, strict=True
-        )
-    ]

@@ -47,11 +47,9 @@ def load_tokenizer(path):
 def load_vlm_adapter(model_dir, architecture: str):
     """The model adapter of a vision-language checkpoint, or None for a plain LM (no
     adapter serves its architecture)."""
-    from iris.models import adapter_class, load_adapter
+    from iris.models import has_adapter, load_adapter
 
-    try:
-        adapter_class(architecture)
-    except ValueError:
+    if not has_adapter(architecture):
         return None
     return load_adapter(model_dir, allow_pad_equals_eos=True)
 
@@ -159,7 +157,7 @@ class LLMEngine:
         are derived from their grids when the model needs them and none are given.
 
         `cache_salt` (empty, or 32 bytes) picks the prefix cache's namespace: requests with
-        different salts share no cached page (DESIGN.md §2)."""
+        different salts share no cached page (docs/design.md §2)."""
         if request_id in self.requests:
             raise InvalidRequestError("request_id", request_id, "already in use")
         items = list(items or [])

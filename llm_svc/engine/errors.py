@@ -1,7 +1,7 @@
 """Errors one request can get from the engine; they concern that request only and never
-stop the engine. The server maps them to gRPC codes by class name: InvalidRequestError and
-ImageFailedError → INVALID_ARGUMENT, EmbeddingMissingError → FAILED_PRECONDITION,
-CacheUnavailableError → UNAVAILABLE, RequestDataError → DATA_LOSS."""
+stop the engine. The server (llm_svc/server/errors.py) maps them to gRPC codes by class:
+InvalidRequestError and ImageFailedError → INVALID_ARGUMENT, EmbeddingMissingError →
+FAILED_PRECONDITION, CacheUnavailableError → UNAVAILABLE, RequestDataError → DATA_LOSS."""
 
 from __future__ import annotations
 

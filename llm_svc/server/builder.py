@@ -25,7 +25,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         dtype=settings.dtype,
         enable_prefix_caching=settings.enable_prefix_caching,
         seed=settings.seed,
-        # The pod's embeddings come from the cache service (DESIGN.md §3 step 5).
+        # The pod's embeddings come from the cache service (docs/design.md §3 step 5).
         cache_address=settings.cache_address,
         cache_tls=settings.tls(),
         embedding_wait_s=settings.embedding_wait_s,

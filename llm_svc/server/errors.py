@@ -1,13 +1,20 @@
-"""Request errors before acceptance, and the gRPC status each one maps to (DESIGN.md §3).
+"""Request errors before acceptance, and the gRPC status each one maps to (docs/design.md §3).
 
-The engine's errors are matched by class name along their MRO, so the multimodal errors the
-engine grows later (EmbeddingMissingError, ImageFailedError, CacheUnavailableError) map
-without this module importing names that may not exist yet. Anything unknown is INTERNAL.
+The server's own errors carry their code; the engine's errors (llm_svc.engine.errors) are
+mapped by class, the first match along the error's MRO. Anything unknown is INTERNAL.
 """
 
 from __future__ import annotations
 
 import grpc
+
+from llm_svc.engine.errors import (
+    CacheUnavailableError,
+    EmbeddingMissingError,
+    ImageFailedError,
+    InvalidRequestError,
+    RequestDataError,
+)
 
 EMBEDDING_MISSING = "embedding missing"  # the gateway matches this text to retry once
 
@@ -43,13 +50,12 @@ class EngineFailure(RequestError):
     code = grpc.StatusCode.INTERNAL
 
 
-_CODES_BY_NAME = {
-    "InvalidRequestError": grpc.StatusCode.INVALID_ARGUMENT,
-    "ImageFailedError": grpc.StatusCode.INVALID_ARGUMENT,
-    "EmbeddingMissingError": grpc.StatusCode.FAILED_PRECONDITION,
-    "CacheUnavailableError": grpc.StatusCode.UNAVAILABLE,
-    "QueueFullError": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "RequestDataError": grpc.StatusCode.DATA_LOSS,
+_ENGINE_CODES: dict[type[BaseException], grpc.StatusCode] = {
+    InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
+    ImageFailedError: grpc.StatusCode.INVALID_ARGUMENT,
+    EmbeddingMissingError: grpc.StatusCode.FAILED_PRECONDITION,
+    CacheUnavailableError: grpc.StatusCode.UNAVAILABLE,
+    RequestDataError: grpc.StatusCode.DATA_LOSS,
 }
 
 
@@ -62,7 +68,7 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(error, RequestError):
         return error.code, str(error)
     for cls in type(error).__mro__:
-        code = _CODES_BY_NAME.get(cls.__name__)
+        code = _ENGINE_CODES.get(cls)
         if code is None:
             continue
         details = str(error)

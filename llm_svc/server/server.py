@@ -12,10 +12,10 @@ import logging
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
+from iris.health import ServiceHealth
 from iris.metrics_http import MetricsHTTPServer
 from iris.mtls import role_interceptors
 from iris.mtls.credentials import add_port
@@ -64,7 +64,7 @@ class LLMServer:
         self.engine = engine
         self.metrics = LLMMetrics()
         self.streams = StreamRegistry()
-        self.health = health.aio.HealthServicer()
+        self.health = ServiceHealth(SERVICE_NAME)
         self._tracer = trace.get_tracer("llm_svc.server", tracer_provider=tracer_provider)
         self.kv_log: KVEventLog | None = None
         self.worker: EngineWorker | None = None
@@ -73,7 +73,6 @@ class LLMServer:
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
         self._http: MetricsHTTPServer | None = None
-        self._serving = False
 
     @property
     def address(self) -> str:
@@ -121,7 +120,7 @@ class LLMServer:
             interceptors=role_interceptors(settings.tls()),
         )
         llm_pb2_grpc.add_LLMServicer_to_server(self.servicer, self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        self.health.add_to(self._server)
         self.port = add_port(self._server, f"{settings.host}:{settings.port}", settings.tls())
         await self._server.start()
         self._http = MetricsHTTPServer(
@@ -129,7 +128,7 @@ class LLMServer:
         )
         self._http.start()
         self.metrics_port = self._http.port
-        await self._set_health(serving=True)
+        await self.health.set(True)
         log.info(
             "llm pod %s serving %s on %s, metrics on %d",
             settings.pod_name,
@@ -145,7 +144,7 @@ class LLMServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, let open streams run for `grace_s`, then abort the rest and end."""
         grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        await self._set_health(serving=False)
+        await self.health.set(False)
         if self._server is not None:
             await self._server.stop(grace_s)
         if self.worker is not None:
@@ -155,17 +154,7 @@ class LLMServer:
 
     def _health_body(self) -> dict:
         alive = self.worker is not None and self.worker.alive
-        return {"ok": alive, "serving": self._serving, "pod": self.settings.pod_name}
-
-    async def _set_health(self, serving: bool) -> None:
-        self._serving = serving
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, status)
+        return {"ok": alive, "serving": self.health.serving, "pod": self.settings.pod_name}
 
 
 async def serve(settings: LLMSettings) -> None:

@@ -1,6 +1,7 @@
 """Scripted LLM pod and encoder servers (real gRPC on loopback) for the gateway's dispatch
-and watcher tests, until the real `iris llm` / `iris encoder` exist; the integration tests
-in test_openai_client.py use the real processes instead."""
+and watcher tests: each answers what its test scripts (a refusal, an error at a given
+point, a KV event stream), which a real pod cannot be made to do on demand. The
+integration tests in test_openai_client.py and tests/e2e use the real processes."""
 
 from __future__ import annotations
 

@@ -4,14 +4,13 @@ and LLM processes (tests/fixtures/platform.py)."""
 import base64
 import io
 
+import openai
 import pytest
 from PIL import Image
 
 from iris.metrics import GATEWAY_POD_KV_EVENT_SEQ, LABEL_LLM_POD
 from iris.up.metrics_page import scrape
 from iris.up.processes import wait_until
-
-openai = pytest.importorskip("openai")
 
 
 def image_url(colour: str, size=(96, 64)) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from gateway.routing import config
 from tests.helm.chart import SCENARIOS, by_kind
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_gateway_parses_the_router_config(render, scenario):
-    config = pytest.importorskip("gateway.routing.config")
     (configmap,) = [
         cm
         for name, cm in by_kind(render(scenario), "ConfigMap").items()

@@ -30,17 +30,6 @@ CASES = {
         )
         for dtype in ("bf16", "fp16", "fp32")
     },
-    "masked_scatter_rows": (
-        kernel("masked_scatter", "_masked_scatter_rows_kernel"),
-        {"dest_ptr": "*bf16", "src_ptr": "*bf16", "mask_ptr": "*u8", "position_ptr": "*i64"}
-        | ROW_ARGS,
-        {"BLOCK_SIZE": 1024},
-    ),
-    "placeholder_mask": (
-        kernel("placeholder", "_placeholder_mask_kernel"),
-        {"ids_ptr": "*i64", "sentinels_ptr": "*i64", "out_ptr": "*u8", "N": "i32", "S": "i32"},
-        {"BLOCK_SIZE": 1024},
-    ),
     "checksum": (
         kernel("checksum", "_checksum_kernel"),
         {"words_ptr": "*i32", "keys_ptr": "*i64", "out_ptr": "*i64", "n": "i32"},

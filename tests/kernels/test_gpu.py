@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels import checksum, masked_scatter_rows, placeholder_mask, scatter_rows
+from kernels import checksum, scatter_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -22,25 +22,6 @@ def test_scatter_rows(compiled_triton, runs_on, dtype, n, d, m):
     assert torch.equal(got, dest.clone().index_copy_(0, rows.to(device), src))
     with pytest.raises(ValueError, match="outside"):
         scatter_rows(dest, src[:1], [n])
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_masked_scatter_rows(compiled_triton, dtype):
-    device = compiled_triton
-    dest = torch.randn(1000, 1000, device=device).to(dtype)
-    mask = torch.rand(1000, device=device) < 0.3
-    src = torch.randn(int(mask.sum()) + 2, 1000, device=device).to(dtype)
-    got = masked_scatter_rows(dest.clone(), mask, src)
-    assert torch.equal(got, masked_scatter_rows(dest.clone(), mask, src, backend="torch"))
-    with pytest.raises(ValueError, match="selects"):
-        masked_scatter_rows(dest, mask, src[: int(mask.sum()) - 1])
-
-
-def test_placeholder_mask(compiled_triton):
-    device = compiled_triton
-    ids = torch.randint(0, 2_000_000, (100_003,), device=device)
-    sentinels = ids[::97].tolist()
-    assert torch.equal(placeholder_mask(ids, sentinels), torch.isin(ids, ids[::97]))
 
 
 @pytest.mark.parametrize("n", [0, 3, 4 * 16384 + 2, 8 << 20])

@@ -9,25 +9,21 @@ import torch
 from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams
 from tests.llm_svc.checkpoints import tiny_checkpoint
 
-# The adapters work provides these in tests/fixtures/models.py; own builds stand in until then.
+# The VLM layouts come from the suite's shared tiny checkpoints (tests/fixtures/models.py);
+# the plain LMs are built here (tests/llm_svc/checkpoints.py).
 _SHARED_FIXTURES = {"idefics3": "tiny_idefics3_dir", "qwen2_vl": "tiny_qwen2_vl_dir"}
 KINDS = ["llama", "qwen2", "idefics3", "qwen2_vl"]
 
 
-def _shared_or_own(request, kind: str):
+def _checkpoint(request, kind: str):
     name = _SHARED_FIXTURES.get(kind)
-    if name is not None:
-        try:
-            return request.getfixturevalue(name)
-        except (pytest.FixtureLookupError, ImportError):
-            pass
-    return tiny_checkpoint(kind)
+    return request.getfixturevalue(name) if name else tiny_checkpoint(kind)
 
 
 @pytest.fixture(scope="session", params=KINDS)
 def model_dir(request):
     """Each tiny checkpoint in turn: Llama and Qwen2 LMs, Idefics3 and Qwen2-VL layouts."""
-    return _shared_or_own(request, request.param)
+    return _checkpoint(request, request.param)
 
 
 @pytest.fixture(scope="session")
@@ -36,12 +32,9 @@ def llama_dir():
 
 
 @pytest.fixture(scope="session")
-def demo_dir(request):
-    """The demo model (real SmolLM2-135M LM in Idefics3 layout) when the fixture exists."""
-    try:
-        return request.getfixturevalue("demo_model_dir")
-    except (pytest.FixtureLookupError, ImportError) as error:
-        pytest.skip(f"demo model not available yet: {error}")
+def demo_dir(demo_model_dir):
+    """The demo model (real SmolLM2-135M LM in Idefics3 layout)."""
+    return demo_model_dir
 
 
 class HFReference:

@@ -35,6 +35,15 @@ def test_special_tokens_are_skipped_unless_asked(tokenizer):
     assert "".join(keep.add(t) for t in [*hello, end]) == "hello<|end|>"
 
 
+def test_an_incomplete_character_at_the_end_is_flushed(tokenizer):
+    # "æ" is byte-level BPE's token for the byte 0xE6, the first of three bytes of "日".
+    first_byte = tokenizer.convert_tokens_to_ids("æ")
+    detok = IncrementalDetokenizer(tokenizer, [])
+    assert detok.add(first_byte) == ""  # held back: not a whole character yet
+    assert detok.flush() == "\ufffd"
+    assert detok.flush() == ""
+
+
 def test_sentinel_ids_in_the_prompt_are_not_decoded(tokenizer):
     detok = IncrementalDetokenizer(tokenizer, [5, 1_000_123, 6])
     ids = tokenizer("ok", add_special_tokens=False)["input_ids"]

@@ -21,6 +21,7 @@ class Idefics3Adapter(ModelAdapter):
     tokens; grid = (rows, cols), (0, 0) for an unsplit image."""
 
     architectures = ("Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration")
+    text_family = "llama"
     image_token = "<image>"
     image_placeholder_text = "<image>"
     _vision_markers = ("vision_model", "connector")

@@ -8,10 +8,13 @@ import numpy as np
 import torch
 
 from iris.models.checkpoint import find_prefix, load_tensors
-from iris.models.runner import PreparedImage, VisionRunner
+from iris.models.runner import PreparedImage, VisionRunner, processor_kwargs
 
 if TYPE_CHECKING:
     from iris.models.idefics3.adapter import Idefics3Adapter
+
+# The image-processor settings of this family, beside the common ones.
+_PROCESSOR_KEYS = ("size", "max_image_size", "do_image_splitting", "do_resize", "do_pad")
 
 
 def _classes(model_type: str):
@@ -46,7 +49,7 @@ class IdeficsVisionRunner(VisionRunner):
         self.dtype = dtype or torch.float32
         self.hidden_size = adapter.hidden_size
         processor_cls, tower_cls, connector_cls = _classes(adapter.config["model_type"])
-        self.processor = processor_cls(**_processor_kwargs(adapter.preprocessor))
+        self.processor = processor_cls(**processor_kwargs(adapter.preprocessor, _PROCESSOR_KEYS))
         config = AutoConfig.from_pretrained(str(adapter.model_dir))
         self.patch_size = int(config.vision_config.patch_size)
         self.tower = tower_cls._from_config(config.vision_config)
@@ -90,21 +93,3 @@ class IdeficsVisionRunner(VisionRunner):
         features = self.connector(hidden)  # [tiles, image_seq_len, text hidden]
         per_image = features.split([p.pixel_values.shape[0] for p in prepared])
         return [f.reshape(-1, f.shape[-1]).clone() for f in per_image]
-
-
-def _processor_kwargs(preprocessor: dict) -> dict:
-    keys = (
-        "size",
-        "max_image_size",
-        "do_image_splitting",
-        "do_resize",
-        "image_mean",
-        "image_std",
-        "do_rescale",
-        "rescale_factor",
-        "do_normalize",
-        "do_convert_rgb",
-        "resample",
-        "do_pad",
-    )
-    return {key: preprocessor[key] for key in keys if key in preprocessor}

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iris.models.tokenizer_build import build_tokenizer, save_fast_tokenizer
+from iris.models.tokenizer_build import (
+    TINY_TEXT_SHAPE,
+    build_tokenizer,
+    save_fast_tokenizer,
+    tiny_vocab,
+)
 
 ROW_COL_TOKENS = [f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)]
 SPECIAL_TOKENS = [
@@ -47,17 +52,11 @@ def build(out_dir: Path, seed: int = 0) -> None:
     from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
     tokenizer = build_tokenizer(SPECIAL_TOKENS)
-    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
-    vocab_size = -(-tokenizer.get_vocab_size() // 64) * 64
+    ids, vocab_size = tiny_vocab(tokenizer, SPECIAL_TOKENS)
     text_config = {
         "model_type": "llama",
         "vocab_size": vocab_size,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 4096,
+        **TINY_TEXT_SHAPE,
         "rms_norm_eps": 1e-5,
         "bos_token_id": ids["<|im_start|>"],
         "eos_token_id": ids["<end_of_utterance>"],

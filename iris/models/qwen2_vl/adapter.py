@@ -18,6 +18,7 @@ class Qwen2VLAdapter(ModelAdapter):
     token_count = (h/patch * w/patch) / merge^2 after the smart resize; grid = (t, h, w)."""
 
     architectures = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
+    text_family = "qwen2"
     image_token = "<|image_pad|>"
     image_placeholder_text = "<|vision_start|><|image_pad|><|vision_end|>"
     uses_mrope = True

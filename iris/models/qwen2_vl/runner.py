@@ -8,10 +8,13 @@ import numpy as np
 import torch
 
 from iris.models.checkpoint import find_prefix, load_tensors
-from iris.models.runner import PreparedImage, VisionRunner
+from iris.models.runner import PreparedImage, VisionRunner, processor_kwargs
 
 if TYPE_CHECKING:
     from iris.models.qwen2_vl.adapter import Qwen2VLAdapter
+
+# The image-processor settings of this family, beside the common ones.
+_PROCESSOR_KEYS = ("patch_size", "merge_size", "temporal_patch_size")
 
 
 def _tower_class(model_type: str):
@@ -42,7 +45,7 @@ class QwenVisionRunner(VisionRunner):
         self.hidden_size = adapter.hidden_size
         rule = adapter.rule
         self.processor = Qwen2VLImageProcessorPil(
-            **_processor_kwargs(adapter.preprocessor),
+            **processor_kwargs(adapter.preprocessor, _PROCESSOR_KEYS),
             size={"shortest_edge": rule.min_pixels, "longest_edge": rule.max_pixels},
         )
         vision_config = AutoConfig.from_pretrained(str(adapter.model_dir)).vision_config
@@ -73,19 +76,3 @@ class QwenVisionRunner(VisionRunner):
                 f"vision tower returned {merged.shape[0]} rows for {sum(rows)} tokens"
             )
         return [chunk.clone(memory_format=torch.contiguous_format) for chunk in merged.split(rows)]
-
-
-def _processor_kwargs(preprocessor: dict) -> dict:
-    keys = (
-        "patch_size",
-        "merge_size",
-        "temporal_patch_size",
-        "image_mean",
-        "image_std",
-        "do_rescale",
-        "rescale_factor",
-        "do_normalize",
-        "do_convert_rgb",
-        "resample",
-    )
-    return {key: preprocessor[key] for key in keys if key in preprocessor}

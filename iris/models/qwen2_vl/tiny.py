@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from iris.models.tokenizer_build import build_tokenizer, save_fast_tokenizer
+from iris.models.tokenizer_build import (
+    TINY_TEXT_SHAPE,
+    build_tokenizer,
+    save_fast_tokenizer,
+    tiny_vocab,
+)
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -85,16 +90,10 @@ def _build(out_dir: Path, seed: int, qwen2_5: bool) -> None:
     )
 
     tokenizer = build_tokenizer(SPECIAL_TOKENS)
-    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
-    vocab_size = -(-tokenizer.get_vocab_size() // 64) * 64
+    ids, vocab_size = tiny_vocab(tokenizer, SPECIAL_TOKENS)
     text_config = {
         "vocab_size": vocab_size,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 4096,
+        **TINY_TEXT_SHAPE,
         # head_dim 16 -> 8 rotary frequencies split over (t, h, w).
         "rope_parameters": {
             "rope_type": "default",

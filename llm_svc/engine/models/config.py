@@ -6,16 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-# VLM architectures whose language model is a Llama or a Qwen2 decoder inside the checkpoint.
-_FAMILY_OF_ARCH = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Idefics3ForConditionalGeneration": "llama",
-    "SmolVLMForConditionalGeneration": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen2VLForConditionalGeneration": "qwen2",
-    "Qwen2_5_VLForConditionalGeneration": "qwen2",
-}
+from iris.models import text_family
 
 
 class UnsupportedModelError(ValueError):
@@ -49,12 +40,10 @@ class TextModelConfig:
         model_dir = Path(model_dir)
         raw = json.loads((model_dir / "config.json").read_text())
         architecture = (raw.get("architectures") or ["?"])[0]
-        family = _FAMILY_OF_ARCH.get(architecture)
-        if family is None:
-            supported = ", ".join(sorted(_FAMILY_OF_ARCH))
-            raise UnsupportedModelError(
-                f"architecture {architecture!r} is not supported; supported: {supported}"
-            )
+        try:
+            family = text_family(architecture)  # the one registry (iris/models/registry.py)
+        except ValueError as err:
+            raise UnsupportedModelError(str(err)) from None
         text = raw.get("text_config") or raw
         rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))

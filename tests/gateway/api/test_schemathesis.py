@@ -6,19 +6,18 @@ import threading
 import time
 
 import pytest
-
-schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
 
-from gateway.app import create_app  # noqa: E402
-from gateway.service import Gateway  # noqa: E402
-from gateway.settings import GatewaySettings  # noqa: E402
-from iris.up.processes import free_port  # noqa: E402
+from gateway.app import create_app
+from gateway.service import Gateway
+from gateway.settings import GatewaySettings
+from iris.up.processes import free_port
 
 
 @pytest.fixture(scope="module")

@@ -34,10 +34,15 @@ def test_builtin_policies_and_files_load(tmp_path):
     [
         ({"filters": [{"type": "nope"}]}, "unknown routing plugin type 'nope'"),
         ({"scorers": [{"type": "healthy"}]}, "is a filter, not a scorer"),
-        ({"scorers": [{"type": "prefix", "weight": -1}]}, "weight must be"),
+        (
+            {"scorers": [{"type": "prefix", "weight": -1}]},
+            r"scorers\[0\]\.weight: -1: Input should be greater than or equal to 0",
+        ),
+        ({"scorers": [{"type": "prefix", "weight": True}]}, r"scorers\[0\]\.weight: True"),
         ({"picker": {"type": "prefix"}}, "not a picker"),
-        ({"filter": []}, "unknown keys"),
-        ([], "must be a mapping"),
+        ({"filter": []}, r"router\.filter: \[\]: Extra inputs are not permitted"),
+        ({"filters": [{"params": {}}]}, r"filters\[0\]\.type: Field required"),
+        ([], "valid dictionary"),
     ],
 )
 def test_bad_configs_name_the_problem(document, fragment):

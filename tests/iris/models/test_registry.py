@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from iris.models import load_adapter, registered_architectures
+from iris.models import (
+    has_adapter,
+    language_model_architectures,
+    load_adapter,
+    registered_architectures,
+    text_family,
+)
 from iris.models.build import COMPLETE_MARKER, build_atomically
 
 
@@ -21,6 +27,19 @@ def test_registered_architectures():
         "Qwen2_5_VLForConditionalGeneration",
         "SmolVLMForConditionalGeneration",
     ]
+
+
+def test_one_registry_knows_adapters_and_plain_language_models():
+    # The engine builds its decoder from text_family; only the VLMs have an adapter.
+    assert text_family("SmolVLMForConditionalGeneration") == "llama"
+    assert text_family("Qwen2_5_VLForConditionalGeneration") == "qwen2"
+    assert text_family("MistralForCausalLM") == "llama"
+    assert text_family("Qwen2ForCausalLM") == "qwen2"
+    assert has_adapter("Qwen2VLForConditionalGeneration")
+    assert not has_adapter("LlamaForCausalLM")
+    assert set(registered_architectures()) < set(language_model_architectures())
+    with pytest.raises(ValueError, match="'GPT2LMHeadModel'.*LlamaForCausalLM.*SmolVLMFor"):
+        text_family("GPT2LMHeadModel")
 
 
 def test_unknown_architecture_lists_registered(tiny_qwen2_vl_dir, tmp_path):
