@@ -257,18 +257,23 @@ class Platform:
             watched = [service] if only_itself else self.services
             for gone in (other for other in watched if other.exited()):
                 raise StartupError(f"{gone.describe_exit()}\n{gone.child.tail(12)}")
-            if service.health_url is None:
-                return _redis_answers(service.address)
-            try:
-                return httpx.get(service.health_url, timeout=1.0).status_code == 200
-            except httpx.HTTPError:
-                return False
+            return self.is_healthy(service)
 
         if not wait_until(healthy, self.config.startup_timeout_s, 0.2):
             raise StartupError(
                 f"{service.name} not healthy after {self.config.startup_timeout_s:.0f}s; "
                 f"its log: {service.child.log_path}\n{service.child.tail(12)}"
             )
+
+    @staticmethod
+    def is_healthy(service: Service, timeout_s: float = 1.0) -> bool:
+        """Whether `service` answers its health check right now."""
+        if service.health_url is None:
+            return _redis_answers(service.address, timeout_s)
+        try:
+            return httpx.get(service.health_url, timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def stop(self) -> None:
         """Stop every service, gateway first, and remove the Redis data folder."""
@@ -295,11 +300,11 @@ class Platform:
         self.stop()
 
 
-def _redis_answers(address: str) -> bool:
+def _redis_answers(address: str, timeout_s: float = 1.0) -> bool:
     """Whether a Redis server on `address` answers PING."""
     host, port = address.rsplit(":", 1)
     try:
-        with socket.create_connection((host, int(port)), timeout=1.0) as connection:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
             connection.sendall(b"PING\r\n")
             return connection.recv(16).startswith(b"+PONG")
     except OSError:
