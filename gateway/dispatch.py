@@ -3,8 +3,10 @@
 Route; Reserve in the cache the images the chosen pod's prefix does not cover; send Encode
 for the RESERVED ones without awaiting it; call Generate and wait for `accepted`. Before
 acceptance: "embedding missing" → reserve + encode every image and retry once; a pod that
-is unavailable or full → the next pod; encoders all unavailable → 503; an image that failed
-to encode → 400. After acceptance the caller streams the pod's chunks.
+is unavailable or full → the next pod; a pod that cannot reach the cache → 503 at once
+(every pod shares it); an encoder that is full or unavailable → the next encoder; every
+encoder full → 429 with their retry hint, all unavailable → 503; an image that failed to
+encode → 400. After acceptance the caller streams the pod's chunks.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import grpc
 from encoder_svc.proto import encoder_pb2
 from gateway import metrics
 from gateway.clients.cache import CacheClient, ReserveStatus
-from gateway.clients.encoders import EncoderPool, EncodersUnavailable
+from gateway.clients.encoders import EncoderPool, EncodersFull, EncodersUnavailable
 from gateway.errors import APIError, bad_request
 from gateway.intake.prompt import PreparedPrompt
 from gateway.routing.inflight import Ticket
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 _tracer = tracer("gateway.dispatch")
 
 EMBEDDING_MISSING = "embedding missing"
+CACHE_UNAVAILABLE = "embedding cache unavailable"  # llm_svc/server/errors.py: not the pod's fault
 _NEXT_POD = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
@@ -352,8 +355,16 @@ def with_request_unique_images(prompt: PreparedPrompt) -> PreparedPrompt:
 
 
 def _raise_for_encode(task: asyncio.Task) -> None:
-    """An encode outcome that dooms the request: no encoder (503) or a bad image (400)."""
+    """An encode outcome that dooms the request: every encoder full (429 with their retry
+    hint), no encoder (503) or a bad image (400)."""
     error = task.exception()
+    if isinstance(error, EncodersFull):
+        raise APIError(
+            429,
+            f"every encoder is full; retry after {error.retry_after_s} s ({error})",
+            code="encoders_full",
+            retry_after=error.retry_after_s,
+        )
     if isinstance(error, EncodersUnavailable):
         raise APIError(503, f"no encoder available: {error}", code="encoder_unavailable")
     if isinstance(error, grpc.aio.AioRpcError):
@@ -378,4 +389,6 @@ def upstream_error(err: grpc.aio.AioRpcError) -> APIError:
         return bad_request(details, code="invalid_request")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return APIError(429, details, code="overloaded", retry_after=1)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and CACHE_UNAVAILABLE in details:
+        return APIError(503, details, code="cache_unavailable")
     return APIError(503, f"LLM pod error ({code.name}): {details}", code="upstream_error")

@@ -37,7 +37,8 @@ class UpConfig:
     log_dir: Path | None = None
     otlp_endpoint: str | None = None
     torch_threads: int = 1  # per LLM pod / encoder: several pods share the machine's cores
-    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> env
+    # Extra environment by service kind ("encoder") or name ("encoder-1"; the name wins).
+    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
     startup_timeout_s: float = 180.0
     # Which to start: the whole platform, or a leading part of it (benchmarks and tests
     # of one service): ("cache",) or ("cache", "encoder").
@@ -115,7 +116,12 @@ class Platform:
         child = ChildProcess(
             name=name,
             argv=[sys.executable, "-m", "iris.cli", kind],
-            env={**common, **env, **self.config.extra_env.get(kind, {})},
+            env={
+                **common,
+                **env,
+                **self.config.extra_env.get(kind, {}),
+                **self.config.extra_env.get(name, {}),
+            },
             log_path=self.log_dir / f"{name}.log",
         )
         return Service(name, kind, child, f"{HOST}:{port}", health_url)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import grpc
 
 EMBEDDING_MISSING = "embedding missing"  # the gateway matches this text to retry once
+# The gateway matches this text: the cache every pod shares is down, so another pod would
+# fail the same way (the request gets a 503 at once, not one try per pod).
+CACHE_UNAVAILABLE = "embedding cache unavailable"
 
 
 class RequestError(Exception):
@@ -47,7 +50,7 @@ _CODES_BY_NAME = {
     "InvalidRequestError": grpc.StatusCode.INVALID_ARGUMENT,
     "ImageFailedError": grpc.StatusCode.INVALID_ARGUMENT,
     "EmbeddingMissingError": grpc.StatusCode.FAILED_PRECONDITION,
-    "CacheUnavailableError": grpc.StatusCode.UNAVAILABLE,
+    "CacheUnavailableError": grpc.StatusCode.FAILED_PRECONDITION,
     "QueueFullError": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
@@ -55,7 +58,8 @@ _CODES_BY_NAME = {
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and details for an error that ends a request before acceptance.
 
-    FAILED_PRECONDITION details always carry "embedding missing", which the gateway keys on.
+    FAILED_PRECONDITION details carry "embedding missing" or, for the cache being
+    unreachable, "embedding cache unavailable": the gateway keys on both.
     """
     if isinstance(error, RequestError):
         return error.code, str(error)
@@ -64,7 +68,10 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
         if code is None:
             continue
         details = str(error)
-        if code is grpc.StatusCode.FAILED_PRECONDITION and EMBEDDING_MISSING not in details:
+        if cls.__name__ == "CacheUnavailableError":
+            if CACHE_UNAVAILABLE not in details:
+                details = f"{CACHE_UNAVAILABLE}: {details}"
+        elif code is grpc.StatusCode.FAILED_PRECONDITION and EMBEDDING_MISSING not in details:
             details = f"{EMBEDDING_MISSING}: {details}"
         return code, details
     return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
