@@ -66,18 +66,31 @@ class Generation:
     accepted: llm_pb2.Accepted
     call: grpc.aio.UnaryStreamCall
     ticket: Ticket | None = None
+    idle_s: float | None = None  # the longest the pod may send nothing (None: no limit)
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
-        """Token chunks, then `finished`; a pod failure mid-stream raises APIError(503)."""
+        """Token chunks, then `finished`. A pod failure mid-stream raises APIError(503); a
+        pod silent for `idle_s`, or past the call's deadline, APIError(504
+        upstream_timeout) — a frozen pod ends the request, it never hangs it."""
         try:
             while True:
-                message = await self.call.read()
+                try:
+                    message = await asyncio.wait_for(self.call.read(), self.idle_s)
+                except TimeoutError:
+                    self.call.cancel()
+                    raise APIError(
+                        504,
+                        f"LLM pod {self.pod.address} sent nothing for {self.idle_s:g} s",
+                        code="upstream_timeout",
+                    ) from None
                 if message is grpc.aio.EOF:
                     return
                 if self.ticket is not None and message.HasField("tokens"):
                     self.ticket.first_token()
                 yield message
         except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise deadline_error(self.pod, err) from None
             raise APIError(
                 503,
                 f"LLM pod {self.pod.address} failed mid-stream: {err.details()}",
@@ -109,6 +122,8 @@ class Dispatcher:
         fingerprint: bytes,
         lease_ms: int,
         accept_timeout_s: float,
+        stream_idle_s: float | None = None,
+        generate_timeout_s: float | None = None,
         embedding_reuse: bool = True,
     ) -> None:
         self.router = router
@@ -118,6 +133,8 @@ class Dispatcher:
         self.fingerprint = fingerprint
         self.lease_ms = lease_ms
         self.accept_timeout_s = accept_timeout_s
+        self.stream_idle_s = stream_idle_s
+        self.generate_timeout_s = generate_timeout_s
         self.embedding_reuse = embedding_reuse
         self._background: set[asyncio.Task] = set()  # Encode calls nobody awaits
 
@@ -301,7 +318,7 @@ class Dispatcher:
             fingerprint=self.fingerprint,
         )
         stub = self.registry.connection(pod.address).stub
-        call = stub.Generate(request, metadata=grpc_metadata())
+        call = stub.Generate(request, timeout=self.generate_timeout_s, metadata=grpc_metadata())
         try:
             first = await self._await_accept(call, encode)
         except BaseException:
@@ -313,7 +330,7 @@ class Dispatcher:
                 f"LLM pod {pod.address} did not accept {request_id} first",
                 code="upstream_error",
             )
-        return Generation(request_id, pod, first.accepted, call)
+        return Generation(request_id, pod, first.accepted, call, idle_s=self.stream_idle_s)
 
     async def _await_accept(self, call, encode: asyncio.Task | None):
         """The first message; an encode that fails meanwhile ends the wait early."""
@@ -382,9 +399,20 @@ def _raise_for_encode(task: asyncio.Task) -> None:
             )
 
 
+def deadline_error(pod: Pod, err: grpc.aio.AioRpcError) -> APIError:
+    """Generate ran past its gRPC deadline (IRIS_GATEWAY_GENERATE_TIMEOUT_S)."""
+    return APIError(
+        504,
+        f"LLM pod {pod.address} ran past the Generate deadline: {err.details()}",
+        code="upstream_timeout",
+    )
+
+
 def upstream_error(err: grpc.aio.AioRpcError) -> APIError:
     """A pod's refusal before acceptance, as the client's HTTP status."""
     code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return APIError(504, f"Generate deadline exceeded: {details}", code="upstream_timeout")
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
         return bad_request(details, code="invalid_request")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:

@@ -107,6 +107,8 @@ class Gateway:
             fingerprint=self.fingerprint,
             lease_ms=settings.lease_ms,
             accept_timeout_s=settings.accept_timeout_s,
+            stream_idle_s=settings.stream_idle_s,
+            generate_timeout_s=settings.generate_timeout_s,
             embedding_reuse=settings.embedding_reuse,
         )
         if settings.discovery == "static":
