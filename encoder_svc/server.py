@@ -1,8 +1,10 @@
 """Assembles the encoder service: model runner, cache link, batcher, gRPC servicer and
 health, and /metrics + /healthz over HTTP.
 
-gRPC health (service "" and "iris.encoder.Encoder") is SERVING once the model is loaded
-and NOT_SERVING from the moment shutdown begins; /healthz follows the same state.
+gRPC health (service "" and "iris.encoder.Encoder") is readiness: SERVING once the model is
+loaded and the batch loop runs; NOT_SERVING while the loop is dead or one batch has run for
+`batch_stall_s` (a stuck tower), and from the moment shutdown begins (iris/health.py
+re-checks every `health_interval_s`). /healthz is liveness: 200 while the batch loop runs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
@@ -25,6 +27,7 @@ from encoder_svc.service import EncoderServicer
 from encoder_svc.settings import EncoderSettings
 from encoder_svc.sink import CacheSink, EmbeddingSink
 from encoder_svc.validate import RequestLimits
+from iris.health import Readiness
 from iris.metrics_http import MetricsHTTPServer
 
 log = logging.getLogger(__name__)
@@ -97,10 +100,12 @@ class EncoderServer:
         self._cache_client = None
         self.metrics = EncoderMetrics()
         self.health = health.aio.HealthServicer()
+        self.readiness = Readiness(
+            self.health, ("", SERVICE_NAME), self._not_ready_because, settings.health_interval_s
+        )
         self.batcher: Batcher | None = None
         self.port = 0
         self.metrics_port = 0
-        self._serving = False
         self._server: grpc.aio.Server | None = None
         self._http: MetricsHTTPServer | None = None
 
@@ -150,13 +155,17 @@ class EncoderServer:
         await self._server.start()
         self._http = MetricsHTTPServer(
             self.metrics.registry,
-            lambda: {"ok": self._serving},
+            lambda: {
+                "ok": self.batcher is not None and self.batcher.loop_alive,
+                "serving": self.readiness.serving,
+                "reason": self.readiness.reason,
+            },
             settings.host,
             settings.metrics_port,
         )
         self._http.start()
         self.metrics_port = self._http.port
-        await self._set_health(serving=True)
+        await self.readiness.start()
         log.info("encoder serving on %s, metrics on %d", self.address, self.metrics_port)
 
     async def wait(self) -> None:
@@ -166,7 +175,7 @@ class EncoderServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop taking work, drain, fail leftovers in the cache, end the gRPC server."""
         grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        await self._set_health(serving=False)
+        await self.readiness.stop()
         if self.batcher is not None:
             await self.batcher.stop(grace_s)
         if self._server is not None:
@@ -176,15 +185,18 @@ class EncoderServer:
         if self._cache_client is not None:
             await self._cache_client.close()
 
-    async def _set_health(self, serving: bool) -> None:
-        self._serving = serving
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, status)
+    def _not_ready_because(self) -> str | None:
+        """Why this encoder cannot take work now (None: it can)."""
+        if self.batcher is None:
+            return "not started"
+        if not self.batcher.loop_alive:
+            return "the batch loop has ended"
+        running = self.batcher.batch_running_for()
+        if running > self.settings.batch_stall_s:
+            return (
+                f"one batch has run for {running:.0f} s (limit {self.settings.batch_stall_s:g} s)"
+            )
+        return None
 
 
 def _cache_client(address: str, fingerprint: bytes):

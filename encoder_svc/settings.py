@@ -41,6 +41,10 @@ class EncoderSettings(ServiceSettings):
     preprocess_workers: int = Field(2, gt=0)
     lease_ms: int = Field(60_000, gt=0)  # how long this encoder's cache reservations live
     shutdown_grace_s: float = Field(5.0, ge=0)  # drain time before in-flight items fail
+    # Readiness (gRPC health): NOT_SERVING while the batch loop is dead or one batch has
+    # run for `batch_stall_s`; checked every interval.
+    batch_stall_s: float = Field(60.0, gt=0)
+    health_interval_s: float = Field(1.0, gt=0)
 
     max_items_per_request: int = Field(64, gt=0)
     max_item_vision_tokens: int = Field(16384, gt=0)
