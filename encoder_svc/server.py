@@ -124,7 +124,7 @@ class EncoderServer:
             self._model = await asyncio.to_thread(load_model, settings)
         if self._sink is None:
             self._cache_client = _cache_client(settings.cache_address, self._model.fingerprint)
-            self._sink = CacheSink(self._cache_client)
+            self._sink = CacheSink(self._cache_client, _storage_dtype(settings))
         preprocessor = Preprocessor(
             self._model.runner, settings.decode_policy(), settings.preprocess_workers
         )
@@ -197,6 +197,15 @@ class EncoderServer:
                 f"one batch has run for {running:.0f} s (limit {self.settings.batch_stall_s:g} s)"
             )
         return None
+
+
+def _storage_dtype(settings: EncoderSettings):
+    """The torch dtype embeddings are stored in (None: the tower's own)."""
+    if settings.embedding_dtype == "auto":
+        return None
+    import torch
+
+    return getattr(torch, settings.embedding_dtype)
 
 
 def _cache_client(address: str, fingerprint: bytes):

@@ -30,6 +30,8 @@ class EncoderSettings(ServiceSettings):
     model: str = ""  # local HF model directory (required to serve)
     cache_address: str = f"127.0.0.1:{CACHE_GRPC_PORT}"
     device: Literal["cpu", "cuda"] = "cpu"  # cuda runs the tower in bfloat16
+    # The dtype embeddings are stored in; auto: the tower's own. Readers convert on read.
+    embedding_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     port: int = Field(ENCODER_GRPC_PORT, ge=0, le=65535)
     metrics_port: int = Field(ENCODER_METRICS_PORT, ge=0, le=65535)
 
