@@ -22,6 +22,9 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 8 << 20),
     ("grpc.max_send_message_length", 8 << 20),
+    # A restarted cache is found again within 2 s (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 Request = tuple[bytes, int]  # (item key, expected token_count)
