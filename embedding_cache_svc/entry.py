@@ -48,16 +48,15 @@ class Header:
             fingerprint=self.fingerprint,
         )
 
-    def mismatch(self, token_count: int, hidden: int, dtype: str) -> str | None:
+    def mismatch(self, token_count: int, hidden: int) -> str | None:
         """Why this entry may not answer a request expecting these values (None: it may).
 
-        A zero expectation is not checked."""
+        A zero expectation is not checked. The dtype is no mismatch (DESIGN.md §2): the
+        entry is sent as stored and the consumer converts on read."""
         if token_count and self.token_count != token_count:
             return "token_count"
         if hidden and self.hidden != hidden:
             return "hidden"
-        if dtype and self.dtype != dtype:
-            return "dtype"
         return None
 
 

@@ -169,7 +169,7 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
             self.metrics.miss()
             yield cache_pb2.GetChunk(index=index, status=cache_pb2.FAILED, reason=opened.reason)
             return
-        why = opened.header.mismatch(token_count, request.hidden, request.dtype)
+        why = opened.header.mismatch(token_count, request.hidden)
         if why is not None:
             await self._discard(key, why)
             yield cache_pb2.GetChunk(index=index, status=cache_pb2.MISS)

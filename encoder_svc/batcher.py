@@ -91,8 +91,19 @@ class Batcher:
         self._tasks: set[asyncio.Task] = set()
         self._loop_task: asyncio.Task | None = None
         self._closing = False
+        self._batch_started: float | None = None  # the batch running now began then
 
     # --- admission -----------------------------------------------------------------------
+
+    @property
+    def loop_alive(self) -> bool:
+        """The batch loop runs (started and not ended by an error)."""
+        return self._loop_task is not None and not self._loop_task.done()
+
+    def batch_running_for(self) -> float:
+        """Seconds the batch in progress has run (0 when none runs)."""
+        started = self._batch_started
+        return 0.0 if started is None else max(0.0, time.monotonic() - started)
 
     def queued(self) -> tuple[int, int]:
         """(images, vision tokens) admitted and not yet stored."""
@@ -176,6 +187,7 @@ class Batcher:
     async def _batch_loop(self) -> None:
         while True:
             batch = await self._gather()
+            self._batch_started = time.monotonic()
             try:
                 await self._run(batch)
             except Exception:  # a bug here must not stop the loop; the items fail alone
@@ -184,6 +196,8 @@ class Batcher:
                     entry = self._entries.get(prepared.job.job_key)
                     if entry is not None:
                         self._spawn(self._fail(entry, "internal", "internal encoder error"))
+            finally:
+                self._batch_started = None
 
     def _fitting(self) -> tuple[int, bool]:
         """How many ready items the next batch takes, and whether that batch is full."""

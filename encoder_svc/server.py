@@ -1,8 +1,10 @@
 """Assembles the encoder service: model runner, cache link, batcher, gRPC servicer and
 health, and /metrics + /healthz over HTTP.
 
-gRPC health (service "" and "iris.encoder.Encoder") is SERVING once the model is loaded
-and NOT_SERVING from the moment shutdown begins; /healthz follows the same state.
+gRPC health (service "" and "iris.encoder.Encoder") is readiness: SERVING once the model is
+loaded and the batch loop runs; NOT_SERVING while the loop is dead or one batch has run for
+`batch_stall_s` (a stuck tower), and from the moment shutdown begins (iris/health.py
+re-checks every `health_interval_s`). /healthz is liveness: 200 while the batch loop runs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from encoder_svc.service import EncoderServicer
 from encoder_svc.settings import EncoderSettings
 from encoder_svc.sink import CacheSink, EmbeddingSink
 from encoder_svc.validate import RequestLimits
-from iris.health import ServiceHealth
+from iris.health import Readiness, ServiceHealth
 from iris.metrics_http import MetricsHTTPServer
 from iris.mtls import TLSFiles, role_interceptors
 from iris.mtls.credentials import add_port
@@ -99,6 +101,7 @@ class EncoderServer:
         self._cache_client = None
         self.metrics = EncoderMetrics()
         self.health = ServiceHealth(SERVICE_NAME)
+        self.readiness = Readiness(self.health, self._not_ready_because, settings.health_interval_s)
         self.batcher: Batcher | None = None
         self.port = 0
         self.metrics_port = 0
@@ -122,7 +125,7 @@ class EncoderServer:
             self._cache_client = _cache_client(
                 settings.cache_address, self._model.fingerprint, settings.tls()
             )
-            self._sink = CacheSink(self._cache_client)
+            self._sink = CacheSink(self._cache_client, _storage_dtype(settings))
         preprocessor = Preprocessor(
             self._model.runner, settings.decode_policy(), settings.preprocess_workers
         )
@@ -154,13 +157,17 @@ class EncoderServer:
         await self._server.start()
         self._http = MetricsHTTPServer(
             self.metrics.registry,
-            lambda: {"ok": self.health.serving},
+            lambda: {
+                "ok": self.batcher is not None and self.batcher.loop_alive,
+                "serving": self.readiness.serving,
+                "reason": self.readiness.reason,
+            },
             settings.host,
             settings.metrics_port,
         )
         self._http.start()
         self.metrics_port = self._http.port
-        await self.health.set(True)
+        await self.readiness.start()
         log.info("encoder serving on %s, metrics on %d", self.address, self.metrics_port)
 
     async def wait(self) -> None:
@@ -170,7 +177,7 @@ class EncoderServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop taking work, drain, fail leftovers in the cache, end the gRPC server."""
         grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        await self.health.set(False)
+        await self.readiness.stop()
         if self.batcher is not None:
             await self.batcher.stop(grace_s)
         if self._server is not None:
@@ -180,6 +187,27 @@ class EncoderServer:
         if self._cache_client is not None:
             await self._cache_client.close()
 
+    def _not_ready_because(self) -> str | None:
+        """Why this encoder cannot take work now (None: it can)."""
+        if self.batcher is None:
+            return "not started"
+        if not self.batcher.loop_alive:
+            return "the batch loop has ended"
+        running = self.batcher.batch_running_for()
+        if running > self.settings.batch_stall_s:
+            return (
+                f"one batch has run for {running:.0f} s (limit {self.settings.batch_stall_s:g} s)"
+            )
+        return None
+
+
+def _storage_dtype(settings: EncoderSettings):
+    """The torch dtype embeddings are stored in (None: the tower's own)."""
+    if settings.embedding_dtype == "auto":
+        return None
+    import torch
+
+    return getattr(torch, settings.embedding_dtype)
 
 def _cache_client(address: str, fingerprint: bytes, tls: TLSFiles):
     from embedding_cache_svc.client import AsyncCacheClient

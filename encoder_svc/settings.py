@@ -30,6 +30,8 @@ class EncoderSettings(GrpcServiceSettings):
     model: str = ""  # local HF model directory (required to serve)
     cache_address: str = f"127.0.0.1:{CACHE_GRPC_PORT}"
     device: Literal["cpu", "cuda"] = "cpu"  # cuda runs the tower in bfloat16
+    # The dtype embeddings are stored in; auto: the tower's own. Readers convert on read.
+    embedding_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     port: int = Field(ENCODER_GRPC_PORT, ge=0, le=65535)
     metrics_port: int = Field(ENCODER_METRICS_PORT, ge=0, le=65535)
 
@@ -41,6 +43,10 @@ class EncoderSettings(GrpcServiceSettings):
     preprocess_workers: int = Field(2, gt=0)
     lease_ms: int = Field(60_000, gt=0)  # how long this encoder's cache reservations live
     shutdown_grace_s: float = Field(5.0, ge=0)  # drain time before in-flight items fail
+    # Readiness (gRPC health): NOT_SERVING while the batch loop is dead or one batch has
+    # run for `batch_stall_s`; checked every interval.
+    batch_stall_s: float = Field(60.0, gt=0)
+    health_interval_s: float = Field(1.0, gt=0)
 
     max_items_per_request: int = Field(64, gt=0)
     max_item_vision_tokens: int = Field(16384, gt=0)

@@ -24,10 +24,13 @@ class EmbeddingSink(Protocol):
 
 
 class CacheSink:
-    """`EmbeddingSink` over the embedding cache service's async client."""
+    """`EmbeddingSink` over the embedding cache service's async client. With `dtype` (a
+    torch dtype) embeddings are stored in it rather than the tower's own; readers convert
+    to theirs on read either way."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, dtype: Any = None) -> None:
         self._client = client
+        self._dtype = dtype
 
     async def claim(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[bool]:
         from embedding_cache_svc.proto import cache_pb2
@@ -36,6 +39,8 @@ class CacheSink:
         return [_status(state) == cache_pb2.PRESENT for state in states]
 
     async def put(self, key: bytes, tensor: Any, token_count: int) -> None:
+        if self._dtype is not None and tensor.dtype != self._dtype:
+            tensor = tensor.to(self._dtype)
         await self._client.put(key, tensor, token_count)
 
     async def fail(self, key: bytes, reason: str) -> None:

@@ -3,8 +3,10 @@
 Route; Reserve in the cache the images the chosen pod's prefix does not cover; send Encode
 for the RESERVED ones without awaiting it; call Generate and wait for `accepted`. Before
 acceptance: "embedding missing" → reserve + encode every image and retry once; a pod that
-is unavailable or full → the next pod; encoders all unavailable → 503; an image that failed
-to encode → 400. After acceptance the caller streams the pod's chunks.
+is unavailable or full → the next pod; a pod that cannot reach the cache → 503 at once
+(every pod shares it); an encoder that is full or unavailable → the next encoder; every
+encoder full → 429 with their retry hint, all unavailable → 503; an image that failed to
+encode → 400. After acceptance the caller streams the pod's chunks.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from encoder_svc.proto import encoder_pb2
 from gateway import metrics
 from gateway.clients.cache import CacheClient, ReserveStatus
 from gateway.clients.channels import MAX_MESSAGE_BYTES
-from gateway.clients.encoders import EncoderPool, EncodersUnavailable
+from gateway.clients.encoders import EncoderPool, EncodersFull, EncodersUnavailable
 from gateway.errors import APIError, bad_request, upstream_failure
 from gateway.intake.prompt import PreparedPrompt
 from gateway.routing.inflight import Ticket
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 _tracer = tracer("gateway.dispatch")
 
 EMBEDDING_MISSING = "embedding missing"
+CACHE_UNAVAILABLE = "embedding cache unavailable"  # llm_svc/server/errors.py: not the pod's fault
 _NEXT_POD = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
@@ -60,18 +63,33 @@ class Generation:
     accepted: llm_pb2.Accepted
     call: grpc.aio.UnaryStreamCall
     ticket: Ticket | None = None
+    idle_s: float | None = None  # the longest the pod may send nothing (None: no limit)
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
-        """Token chunks, then `finished`; a pod failure mid-stream raises APIError(503)."""
+        """Token chunks, then `finished`. A pod failure mid-stream raises APIError(503); a
+        pod silent for `idle_s`, or past the call's deadline, APIError(504
+        upstream_timeout) — a frozen pod ends the request, it never hangs it."""
         try:
             while True:
-                message = await self.call.read()
+                try:
+                    message = await asyncio.wait_for(self.call.read(), self.idle_s)
+                except TimeoutError:
+                    self.call.cancel()
+                    raise upstream_failure(
+                        504,
+                        f"the LLM pod sent nothing for {self.idle_s:g} s",
+                        code="upstream_timeout",
+                        request_id=self.request_id,
+                        detail=f"pod {self.pod.address} silent after acceptance",
+                    ) from None
                 if message is grpc.aio.EOF:
                     return
                 if self.ticket is not None and message.HasField("tokens"):
                     self.ticket.first_token()
                 yield message
         except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise deadline_error(self.pod, err, self.request_id) from None
             raise upstream_failure(
                 503,
                 "the LLM pod failed mid-stream",
@@ -105,6 +123,8 @@ class Dispatcher:
     accept_timeout_s: float
     embedding_reuse: bool = True
     max_encode_bytes: int = MAX_MESSAGE_BYTES
+    stream_idle_s: float | None = None  # after acceptance, the longest a pod may be silent
+    generate_timeout_s: float | None = None  # the gRPC deadline of every Generate
     # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
     _background: set[asyncio.Task] = field(default_factory=set, init=False, repr=False)
 
@@ -326,7 +346,7 @@ class Dispatcher:
             cache_salt=prompt.salts.prefix or b"",
         )
         stub = self.registry.connection(pod.address).stub
-        call = stub.Generate(request, metadata=grpc_metadata())
+        call = stub.Generate(request, timeout=self.generate_timeout_s, metadata=grpc_metadata())
         try:
             first = await self._await_accept(call, encode, request_id)
         except BaseException:
@@ -342,7 +362,7 @@ class Dispatcher:
                 + ("nothing" if first is grpc.aio.EOF else first.WhichOneof("kind"))
                 + " before accepting",
             )
-        return Generation(request_id, pod, first.accepted, call)
+        return Generation(request_id, pod, first.accepted, call, idle_s=self.stream_idle_s)
 
     async def _await_accept(self, call, encode: asyncio.Task | None, request_id: str):
         """The first message; an encode that fails meanwhile ends the wait early."""
@@ -369,9 +389,20 @@ class Dispatcher:
 
 
 def _raise_for_encode(task: asyncio.Task, request_id: str) -> None:
-    """An encode outcome that dooms the request: no encoder (503) or a bad image (400).
-    A refusal of the image itself keeps its reason; an encoder fault is told without it."""
+    """An encode outcome that dooms the request: every encoder full (429 with their retry
+    hint), no encoder (503) or a bad image (400). A refusal of the image itself keeps its
+    reason; an encoder fault is told without it."""
     error = task.exception()
+    if isinstance(error, EncodersFull):
+        full = upstream_failure(
+            429,
+            f"every encoder is full; retry after {error.retry_after_s} s",
+            code="encoders_full",
+            request_id=request_id,
+            detail=str(error),
+        )
+        full.retry_after = error.retry_after_s
+        raise full
     if isinstance(error, EncodersUnavailable):
         raise upstream_failure(
             503,
@@ -401,11 +432,30 @@ def _raise_for_encode(task: asyncio.Task, request_id: str) -> None:
             )
 
 
+def deadline_error(pod: Pod, err: grpc.aio.AioRpcError, request_id: str) -> APIError:
+    """Generate ran past its gRPC deadline (IRIS_GATEWAY_GENERATE_TIMEOUT_S)."""
+    return upstream_failure(
+        504,
+        "the LLM pod ran past the Generate deadline",
+        code="upstream_timeout",
+        request_id=request_id,
+        detail=f"pod {pod.address}: {err.details()}",
+    )
+
+
 def upstream_error(err: grpc.aio.AioRpcError, request_id: str, pod: str) -> APIError:
     """A pod's refusal before acceptance, as the client's HTTP status. A refusal of the
     request's own content (INVALID_ARGUMENT, OUT_OF_RANGE) keeps the pod's reason, which
     names the offending value; any other keeps its detail for the log."""
     code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return upstream_failure(
+            504,
+            "the LLM pod ran past the Generate deadline",
+            code="upstream_timeout",
+            request_id=request_id,
+            detail=f"pod {pod}: {details}",
+        )
     if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
         return bad_request(details, code="invalid_request")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -423,6 +473,14 @@ def upstream_error(err: grpc.aio.AioRpcError, request_id: str, pod: str) -> APIE
         # names the request's item, not the platform.
         return APIError(
             500, f"this request's data failed on the LLM pod: {details}", code="internal_error"
+        )
+    if code == grpc.StatusCode.FAILED_PRECONDITION and CACHE_UNAVAILABLE in details:
+        return upstream_failure(
+            503,
+            "the embedding cache is unavailable",
+            code="cache_unavailable",
+            request_id=request_id,
+            detail=f"pod {pod}: {details}",
         )
     return upstream_failure(
         503,

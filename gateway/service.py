@@ -137,6 +137,8 @@ class Gateway:
             fingerprint=self.fingerprint,
             lease_ms=settings.lease_ms,
             accept_timeout_s=settings.accept_timeout_s,
+            stream_idle_s=settings.stream_idle_s,
+            generate_timeout_s=settings.generate_timeout_s,
             embedding_reuse=settings.embedding_reuse,
             max_encode_bytes=settings.max_encode_message_bytes,
         )

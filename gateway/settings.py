@@ -92,6 +92,11 @@ class GatewaySettings(GrpcServiceSettings):
     lease_ms: int = Field(30_000, gt=0)
     grpc_timeout_s: float = Field(10.0, gt=0)
     accept_timeout_s: float = Field(120.0, gt=0)
+    # After acceptance: a pod that sends nothing for this long ends the request with an
+    # `upstream_timeout` error (504, or an SSE error event then [DONE]); and every
+    # Generate call carries a gRPC deadline of `generate_timeout_s` from its start.
+    stream_idle_s: float = Field(60.0, gt=0)
+    generate_timeout_s: float = Field(3600.0, gt=0)
     load_poll_interval_s: float = Field(0.5, gt=0)
     # On SIGTERM, requests may finish for this long; streams still open a second before it
     # ends close with a `shutting_down` error event (gateway/serving.py).

@@ -64,3 +64,7 @@ class LLMSettings(GrpcServiceSettings):
     kv_event_buffer: int = Field(65536, gt=0)  # events kept for subscribers that lag
     max_message_bytes: int = Field(64 << 20, ge=4 << 20)  # gRPC receive limit
     shutdown_grace_s: float = Field(5.0, ge=0)
+    # Readiness (gRPC health): NOT_SERVING while the engine thread is dead, or has not
+    # completed a step for `step_stall_s` while work waits; checked every interval.
+    step_stall_s: float = Field(60.0, gt=0)
+    health_interval_s: float = Field(1.0, gt=0)

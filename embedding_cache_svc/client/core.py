@@ -24,6 +24,9 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 8 << 20),
     ("grpc.max_send_message_length", 8 << 20),
+    # A restarted cache is found again within 2 s (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 Request = tuple[bytes, int]  # (item key, expected token_count)
@@ -100,22 +103,20 @@ class Assembler:
 
         header, self._header = self._header, None
         requested = self.plan.missing[self._index][1]
-        if (header.token_count, header.hidden, header.tensor.dtype) != (
-            requested,
-            self.plan.hidden,
-            self.plan.dtype,
-        ):
+        if (header.token_count, header.hidden) != (requested, self.plan.hidden):
             log.warning("cache answered %s with another shape; treated as a miss", key.hex())
             self.plan.results[key] = None
             return
         tensor = tensors.decode(
             self._buffer, header.token_count, header.hidden, header.tensor.dtype
         )
-        if not tensors.verify(tensor, header.tensor.checksum):
+        if not tensors.verify(tensor, header.tensor.checksum):  # over the bytes as stored
             log.warning("checksum mismatch for cache entry %s: discarded", key.hex())
             self.corrupt.append(key)
             self.plan.results[key] = None
             return
+        if header.tensor.dtype != self.plan.dtype:  # another producer's dtype: convert on read
+            tensor = tensor.to(tensors.TORCH_DTYPES[self.plan.dtype])
         self.plan.results[key] = tensor
         self.fetched[key] = tensor
 

@@ -19,7 +19,8 @@ async def healthz() -> dict:
 
 @router.get("/readyz", responses={503: {"description": "no usable LLM pod"}})
 async def readyz(gateway: GatewayDep) -> dict:
-    """At least one LLM pod has passed its handshake and answers load polls."""
+    """At least one LLM pod has passed its handshake, answers load polls and reports
+    SERVING on its gRPC health."""
     pods = gateway.pods()
     if not gateway.ready():
         raise APIError(503, f"no usable LLM pod among {len(pods)}", code="not_ready")

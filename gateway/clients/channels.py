@@ -13,6 +13,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.enable_retries", 0),  # the gateway decides where a retry goes
+    # A restarted pod, encoder or cache is found again within 2 s (gRPC's default backoff
+    # grows to 120 s, which would keep a peer that came back out of use for minutes).
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 

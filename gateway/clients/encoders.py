@@ -1,9 +1,11 @@
-"""The encoder pool: Encode goes to the encoders in turn; an unavailable one is skipped."""
+"""The encoder pool: Encode goes to the encoders in turn; an unavailable or full one is
+skipped for the next."""
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Sequence
 
 import grpc
@@ -16,8 +18,38 @@ from iris.telemetry import grpc_metadata
 log = logging.getLogger(__name__)
 
 
+# The encoder's retry hint on RESOURCE_EXHAUSTED (encoder_svc/service.py RETRY_AFTER_KEY).
+RETRY_AFTER_KEY = "retry-after-ms"
+_SKIPPED = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
+
+
 class EncodersUnavailable(Exception):
     """Every encoder refused the call as unavailable (the request becomes a 503)."""
+
+
+class EncodersFull(EncodersUnavailable):
+    """No encoder could take the call and at least one said it was full: the request
+    becomes a 429 whose Retry-After is `retry_after_s`, the soonest an encoder expects room
+    (whole seconds, rounded up)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after_hint_ms(err: grpc.aio.AioRpcError) -> int | None:
+    """The `retry-after-ms` trailing metadata of a refusal, if it carries a number."""
+    for key, value in err.trailing_metadata() or ():
+        if key == RETRY_AFTER_KEY:
+            try:
+                return max(0, int(value))
+            except (TypeError, ValueError):
+                return None
+    return None
 
 
 class EncoderPool:
@@ -50,9 +82,10 @@ class EncoderPool:
         identity_salt: bytes | None = None,
         metadata=None,
     ) -> encoder_pb2.EncodeResponse:
-        """Encode on one encoder, moving on to the next while they are UNAVAILABLE.
-        `identity_salt` is the salt that went into the items' identities (the encoder
-        re-computes them)."""
+        """Encode on one encoder, moving on to the next while they are UNAVAILABLE or full
+        (RESOURCE_EXHAUSTED). EncodersFull when none took it and one was full,
+        EncodersUnavailable when all were unavailable. `identity_salt` is the salt that
+        went into the items' identities (the encoder re-computes them)."""
         addresses = self.addresses
         if not addresses:
             raise EncodersUnavailable("no encoder is configured")
@@ -60,7 +93,7 @@ class EncoderPool:
             items=list(items), fingerprint=self.fingerprint, identity_salt=identity_salt or b""
         )
         start = next(self._turn)
-        errors = []
+        errors, hints, full = [], [], False
         for step in range(len(addresses)):
             address = addresses[(start + step) % len(addresses)]
             entry = self._stubs.get(address)
@@ -73,10 +106,18 @@ class EncoderPool:
                     metadata=metadata if metadata is not None else grpc_metadata(),
                 )
             except grpc.aio.AioRpcError as err:
-                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED):
+                if err.code() not in _SKIPPED:
                     raise
-                log.warning("encoder %s unavailable: %s", address, err.details())
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    full = True
+                    hint = retry_after_hint_ms(err)
+                    if hint is not None:
+                        hints.append(hint)
+                log.warning("encoder %s refused: %s", address, err.details())
                 errors.append(f"{address}: {err.details()}")
+        if full:
+            retry_after_s = max(1, math.ceil(min(hints) / 1000)) if hints else 1
+            raise EncodersFull("; ".join(errors), retry_after_s)
         raise EncodersUnavailable("; ".join(errors))
 
     async def close(self) -> None:

@@ -19,13 +19,15 @@ class PodLoad:
 
 @dataclass
 class Pod:
-    """One LLM pod as routing sees it. `healthy` means handshake done and last poll ok."""
+    """One LLM pod as routing sees it. `healthy` means handshake done and last poll ok;
+    `serving` is the pod's own readiness (its gRPC health; true for a pod without one)."""
 
     address: str
     name: str = ""
     page_size: int = 0
     max_model_len: int = 0
     healthy: bool = False
+    serving: bool = True
     refused: str | None = None  # why the pod may never be used (e.g. a fingerprint mismatch)
     load: PodLoad = field(default_factory=PodLoad)
     # This gateway's own placements, counted at routing time (fresher than `load`).
@@ -33,7 +35,7 @@ class Pod:
 
     @property
     def usable(self) -> bool:
-        return self.healthy and self.refused is None and self.page_size > 0
+        return self.healthy and self.serving and self.refused is None and self.page_size > 0
 
     def __hash__(self) -> int:
         return hash(self.address)

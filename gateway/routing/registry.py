@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
+from grpc_health.v1 import health_pb2_grpc
 
 from gateway import metrics
 from gateway.clients.channels import open_channel
@@ -70,6 +71,7 @@ class PodRegistry:
                 self.fingerprint,
                 poll_interval_s=self.poll_interval_s,
                 timeout_s=self.timeout_s,
+                health=health_pb2_grpc.HealthStub(channel),
             )
             task = asyncio.create_task(watcher.run(), name=f"watch {address}")
             self._connections[address] = PodConnection(pod, channel, stub, watcher, task)

@@ -1,6 +1,7 @@
-"""One task per LLM pod: handshake (GetModelInfo, fingerprint check), load polling, and
-the KV event subscription that keeps the index precise (snapshot, then events; a gap or a
-broken stream → fall back to decisions and resnapshot)."""
+"""One task per LLM pod: handshake (GetModelInfo, fingerprint check), load polling, a watch
+on the pod's gRPC health (readiness: a NOT_SERVING pod leaves routing the moment it says
+so), and the KV event subscription that keeps the index precise (snapshot, then events; a
+gap or a broken stream → fall back to decisions and resnapshot)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 from dataclasses import KW_ONLY, dataclass, field
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway import metrics
 from gateway.routing.kv_index import KVEventRecord, KVIndex
@@ -16,6 +18,7 @@ from gateway.routing.pods import Pod
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 
 log = logging.getLogger(__name__)
+LLM_HEALTH_SERVICE = "iris.llm.LLM"  # the name an LLM pod's readiness is published under
 
 
 def event_records(batch: llm_pb2.KVEventBatch) -> list[KVEventRecord]:
@@ -36,6 +39,7 @@ class PodWatcher:
     _: KW_ONLY
     poll_interval_s: float
     timeout_s: float
+    health: health_pb2_grpc.HealthStub | None = None
     events_supported: bool = field(default=True, init=False)
 
     async def run(self) -> None:
@@ -44,7 +48,10 @@ class PodWatcher:
             if self.pod.refused:
                 return
             await asyncio.sleep(self.poll_interval_s)
-        await asyncio.gather(self._poll_load(), self._follow_events())
+        followers = [self._poll_load(), self._follow_events()]
+        if self.health is not None:
+            followers.append(self._watch_health())
+        await asyncio.gather(*followers)
 
     async def handshake(self) -> bool:
         """GetModelInfo: a pod with another fingerprint is refused with a logged reason."""
@@ -95,6 +102,32 @@ class PodWatcher:
                 self.pod.inflight.observe(load.running, load.pending_prefill_tokens, mine_before)
             mine = self.pod.inflight.view()
             metrics.show_inflight(self.pod.address, mine.requests, mine.prefill_tokens)
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def _watch_health(self) -> None:
+        """Follow the pod's readiness: NOT_SERVING (its engine died or stalled, or it is
+        stopping) takes it out of routing at once, SERVING brings it back. A pod without a
+        health service is taken at its load polls' word."""
+        address = self.pod.address
+        request = health_pb2.HealthCheckRequest(service=LLM_HEALTH_SERVICE)
+        while True:
+            try:
+                async for reply in self.health.Watch(request):
+                    serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+                    if serving != self.pod.serving:
+                        log.warning(
+                            "LLM pod %s %s",
+                            address,
+                            "is ready again" if serving else "reports NOT_SERVING",
+                        )
+                    self.pod.serving = serving
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("pod %s serves no gRPC health: following its load polls", address)
+                    self.pod.serving = True
+                    return
+                log.debug("health watch of %s interrupted: %s", address, err.details())
+            self.pod.serving = False  # the watch broke: not ready until it says so again
             await asyncio.sleep(self.poll_interval_s)
 
     async def _follow_events(self) -> None:

@@ -134,14 +134,19 @@ def _demo(url: str, on_demo_model: bool, api_key: str | None) -> None:
 
 
 def _supervise(platform, stop: threading.Event) -> None:
-    """Serve until `stop`; say when a service exits. The platform degrades without one of
-    several pods or encoders, so that is reported and serving goes on; without its gateway
-    nothing can be served, so that ends `iris up` (1)."""
-    reported: set[str] = set()
-    while not stop.wait(1.0):
-        for service in platform.exited():
-            if service.name not in reported:
-                reported.add(service.name)
-                typer.echo(f"iris up: {service.describe_exit()}", err=True)
-                if service.kind == "gateway":
-                    raise typer.Exit(1)
+    """Serve until `stop`, restarting services that exit (iris/up/supervisor.py). A service
+    in a crash loop is given up and the platform serves on without it; without its gateway
+    nothing can be served, so a gateway given up ends `iris up` (1)."""
+    from iris.up.supervisor import Supervisor
+
+    def report(message: str) -> None:
+        for line in message.splitlines():
+            typer.echo(f"iris up: {line}", err=True)
+
+    supervisor = Supervisor(
+        platform.services, lambda service: platform.is_healthy(service, 0.5), report
+    )
+    while not stop.wait(0.2):
+        supervisor.tick()
+        if "gateway" in supervisor.given_up:
+            raise typer.Exit(1)

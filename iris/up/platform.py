@@ -40,7 +40,8 @@ class UpConfig:
     log_dir: Path | None = None
     otlp_endpoint: str | None = None
     torch_threads: int = 1  # per LLM pod / encoder: several pods share the machine's cores
-    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)  # service -> env
+    # Extra environment by service kind ("encoder") or name ("encoder-1"; the name wins).
+    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
     startup_timeout_s: float = 180.0
     # Which to start: the whole platform, or a leading part of it (benchmarks and tests
     # of one service): ("cache",) or ("cache", "encoder").
@@ -118,7 +119,12 @@ class Platform:
         child = ChildProcess(
             name=name,
             argv=[sys.executable, "-m", "iris.cli", kind],
-            env={**common, **env, **self.config.extra_env.get(kind, {})},
+            env={
+                **common,
+                **env,
+                **self.config.extra_env.get(kind, {}),
+                **self.config.extra_env.get(name, {}),
+            },
             log_path=self.log_dir / f"{name}.log",
         )
         return Service(name, kind, child, f"{HOST}:{port}", health_url)
@@ -262,18 +268,23 @@ class Platform:
             watched = [service] if only_itself else self.services
             for gone in (other for other in watched if other.exited()):
                 raise StartupError(f"{gone.describe_exit()}\n{gone.child.tail(12)}")
-            if service.health_url is None:
-                return _redis_answers(service.address)
-            try:
-                return httpx.get(service.health_url, timeout=1.0).status_code == 200
-            except httpx.HTTPError:
-                return False
+            return self.is_healthy(service)
 
         if not wait_until(healthy, self.config.startup_timeout_s, 0.2):
             raise StartupError(
                 f"{service.name} not healthy after {self.config.startup_timeout_s:.0f}s; "
                 f"its log: {service.child.log_path}\n{service.child.tail(12)}"
             )
+
+    @staticmethod
+    def is_healthy(service: Service, timeout_s: float = 1.0) -> bool:
+        """Whether `service` answers its health check right now."""
+        if service.health_url is None:
+            return _redis_answers(service.address, timeout_s)
+        try:
+            return httpx.get(service.health_url, timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def stop(self) -> None:
         """Stop every service, gateway first, and remove the Redis data folder."""
@@ -300,11 +311,11 @@ class Platform:
         self.stop()
 
 
-def _redis_answers(address: str) -> bool:
+def _redis_answers(address: str, timeout_s: float = 1.0) -> bool:
     """Whether a Redis server on `address` answers PING."""
     host, port = address.rsplit(":", 1)
     try:
-        with socket.create_connection((host, int(port)), timeout=1.0) as connection:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
             connection.sendall(b"PING\r\n")
             return connection.recv(16).startswith(b"+PONG")
     except OSError:

@@ -1,7 +1,8 @@
 """Errors one request can get from the engine; they concern that request only and never
 stop the engine. The server (llm_svc/server/errors.py) maps them to gRPC codes by class:
 InvalidRequestError and ImageFailedError → INVALID_ARGUMENT, EmbeddingMissingError →
-FAILED_PRECONDITION, CacheUnavailableError → UNAVAILABLE, RequestDataError → DATA_LOSS."""
+FAILED_PRECONDITION, CacheUnavailableError → FAILED_PRECONDITION ("embedding cache
+unavailable": no other pod would do better), RequestDataError → DATA_LOSS."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class EmbeddingMissingError(Exception):
 
 
 class CacheUnavailableError(Exception):
-    """The embedding cache could not be reached within its timeout (server: UNAVAILABLE)."""
+    """The embedding cache could not be reached within its timeout (server: FAILED_PRECONDITION)."""
 
 
 class RequestDataError(Exception):

@@ -17,6 +17,9 @@ from llm_svc.engine.errors import (
 )
 
 EMBEDDING_MISSING = "embedding missing"  # the gateway matches this text to retry once
+# The gateway matches this text: the cache every pod shares is down, so another pod would
+# fail the same way (the request gets a 503 at once, not one try per pod).
+CACHE_UNAVAILABLE = "embedding cache unavailable"
 
 
 class RequestError(Exception):
@@ -54,7 +57,7 @@ _ENGINE_CODES: dict[type[BaseException], grpc.StatusCode] = {
     InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
     ImageFailedError: grpc.StatusCode.INVALID_ARGUMENT,
     EmbeddingMissingError: grpc.StatusCode.FAILED_PRECONDITION,
-    CacheUnavailableError: grpc.StatusCode.UNAVAILABLE,
+    CacheUnavailableError: grpc.StatusCode.FAILED_PRECONDITION,
     RequestDataError: grpc.StatusCode.DATA_LOSS,
 }
 
@@ -63,7 +66,8 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and details for an error that ends a request (before acceptance,
     or after it: the stream then ends with this status instead of `finished`).
 
-    FAILED_PRECONDITION details always carry "embedding missing", which the gateway keys on.
+    FAILED_PRECONDITION details carry "embedding missing" or, for the cache being
+    unreachable, "embedding cache unavailable": the gateway keys on both.
     """
     if isinstance(error, RequestError):
         return error.code, str(error)
@@ -72,7 +76,10 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
         if code is None:
             continue
         details = str(error)
-        if code is grpc.StatusCode.FAILED_PRECONDITION and EMBEDDING_MISSING not in details:
+        if cls is CacheUnavailableError:
+            if CACHE_UNAVAILABLE not in details:
+                details = f"{CACHE_UNAVAILABLE}: {details}"
+        elif code is grpc.StatusCode.FAILED_PRECONDITION and EMBEDDING_MISSING not in details:
             details = f"{EMBEDDING_MISSING}: {details}"
         return code, details
     return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"

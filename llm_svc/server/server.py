@@ -1,8 +1,10 @@
 """Assembles an LLM pod: engine thread, gRPC servicer and health, /metrics + /healthz.
 
-gRPC health (service "" and "iris.llm.LLM") is SERVING once the model is loaded and the
-engine thread runs, NOT_SERVING from the moment shutdown begins. /healthz answers 200 while
-the engine thread is alive (liveness).
+gRPC health (service "" and "iris.llm.LLM") is readiness: SERVING once the model is loaded
+and the engine thread runs; NOT_SERVING while the engine thread is dead or has completed no
+step for `step_stall_s` while work waits, and from the moment shutdown begins (iris/health.py
+re-checks every `health_interval_s`). /healthz answers 200 while the engine thread is alive
+(liveness).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
-from iris.health import ServiceHealth
+from iris.health import Readiness, ServiceHealth
 from iris.metrics_http import MetricsHTTPServer
 from iris.mtls import role_interceptors
 from iris.mtls.credentials import add_port
@@ -65,6 +67,7 @@ class LLMServer:
         self.metrics = LLMMetrics()
         self.streams = StreamRegistry()
         self.health = ServiceHealth(SERVICE_NAME)
+        self.readiness = Readiness(self.health, self._not_ready_because, settings.health_interval_s)
         self._tracer = trace.get_tracer("llm_svc.server", tracer_provider=tracer_provider)
         self.kv_log: KVEventLog | None = None
         self.worker: EngineWorker | None = None
@@ -128,7 +131,7 @@ class LLMServer:
         )
         self._http.start()
         self.metrics_port = self._http.port
-        await self.health.set(True)
+        await self.readiness.start()
         log.info(
             "llm pod %s serving %s on %s, metrics on %d",
             settings.pod_name,
@@ -144,7 +147,7 @@ class LLMServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, let open streams run for `grace_s`, then abort the rest and end."""
         grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        await self.health.set(False)
+        await self.readiness.stop()
         if self._server is not None:
             await self._server.stop(grace_s)
         if self.worker is not None:
@@ -154,7 +157,26 @@ class LLMServer:
 
     def _health_body(self) -> dict:
         alive = self.worker is not None and self.worker.alive
-        return {"ok": alive, "serving": self.health.serving, "pod": self.settings.pod_name}
+        return {
+            "ok": alive,
+            "serving": self.readiness.serving,
+            "reason": self.readiness.reason,
+            "pod": self.settings.pod_name,
+        }
+
+    def _not_ready_because(self) -> str | None:
+        """Why this pod cannot take requests now (None: it can)."""
+        if self.worker is None:
+            return "not started"
+        if not self.worker.alive:
+            return "the engine thread has died"
+        stalled = self.worker.stalled_for()
+        if stalled > self.settings.step_stall_s:
+            return (
+                f"no engine step completed for {stalled:.0f} s while work waits "
+                f"(limit {self.settings.step_stall_s:g} s)"
+            )
+        return None
 
 
 async def serve(settings: LLMSettings) -> None:

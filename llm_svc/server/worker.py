@@ -66,6 +66,9 @@ class EngineWorker:
         self._events: list[StreamEvent] = []
         self._thread = threading.Thread(target=self._run, name="llm-engine", daemon=True)
         self.stats: EngineStats = engine.stats()
+        # When the last step completed (or work arrived at an idle engine); None while no
+        # work waits. Written by the engine thread only, read by the health check.
+        self._progress_at: float | None = None
 
     # --- any thread --------------------------------------------------------------------
     def start(self) -> None:
@@ -74,6 +77,11 @@ class EngineWorker:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    def stalled_for(self) -> float:
+        """Seconds without a completed step while work waits (0 while idle)."""
+        since = self._progress_at
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     def submit(self, submission: Submission) -> None:
         self._inbox.put(("add", submission))
@@ -101,12 +109,19 @@ class EngineWorker:
     def _run(self) -> None:
         running = True
         while running:
-            running = self._drain(block=not self.engine.has_unfinished())
+            idle = not self.engine.has_unfinished()
+            if idle:
+                self._progress_at = None
+            running = self._drain(block=idle)
+            if self._progress_at is None:
+                self._progress_at = time.monotonic()
             if not running:
                 self._abort_all()
             if self.engine.has_unfinished():
                 self._step()
+                self._progress_at = time.monotonic()
             self._publish()
+        self._progress_at = None
 
     def _drain(self, block: bool) -> bool:
         """Handle queued commands (waiting for one if `block`); False once told to stop."""

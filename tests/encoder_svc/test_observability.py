@@ -61,7 +61,7 @@ async def test_metrics_health_and_grpc_health(qwen, stack_factory):
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-async def test_a_draining_encoder_is_unhealthy_and_finishes_its_work(qwen, stack_factory):
+async def test_a_draining_encoder_is_not_ready_but_live_and_finishes_its_work(qwen, stack_factory):
     stack = await stack_factory(qwen, max_wait_ms=1)
     stack.runner.gate.clear()
     pending = asyncio.ensure_future(stack.encode([encode_item(qwen, png(73, 96, 96))]))
@@ -75,7 +75,9 @@ async def test_a_draining_encoder_is_unhealthy_and_finishes_its_work(qwen, stack
     assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
     base = f"http://127.0.0.1:{stack.encoder.metrics_port}"
     async with httpx.AsyncClient() as http:
-        assert (await http.get(f"{base}/healthz")).status_code == 503
+        live = await http.get(f"{base}/healthz")
+    # Liveness stays: the process is well and finishing its work (a kubelet must not kill it).
+    assert live.status_code == 200 and live.json()["serving"] is False, live.text
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await stack.encode([encode_item(qwen, png(74, 96, 96))])
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -195,7 +195,12 @@ async def test_a_failed_image_is_invalid_argument_with_its_reason(
     assert reason in error.details()
 
 
-async def test_an_unreachable_cache_is_unavailable(cacheless_pod, tiny_idefics3_dir):
+async def test_an_unreachable_cache_is_failed_precondition_not_try_another_pod(
+    cacheless_pod, tiny_idefics3_dir
+):
+    # Not UNAVAILABLE: that would send the gateway to the next pod, which shares the cache.
     message, _ = image_request(tiny_idefics3_dir, cacheless_pod.engine.fingerprint, "mm-nocache")
     error = await _refusal_on(cacheless_pod, message)
-    assert error.code() == grpc.StatusCode.UNAVAILABLE, error.details()
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
+    assert "embedding cache unavailable" in error.details()
+    assert "embedding missing" not in error.details()

@@ -1,0 +1,112 @@
+"""Deadlines after acceptance, on a real platform whose LLM pod is frozen with SIGSTOP: a
+stream the pod stops feeding ends with an `upstream_timeout` error event and [DONE], a whole
+answer with a JSON 504, and a Generate the pod never accepts ends at its gRPC deadline.
+
+The pod is frozen only once the gateway has its tokens (the first SSE event; for a whole
+answer, the gateway's own gauge showing the request decoding), so the freeze always lands
+after acceptance."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+import httpx
+import pytest
+
+from iris.up.metrics_page import metrics_url, scrape
+from iris.up.processes import wait_until
+from tests.fixtures.platform import FAST_GATEWAY, start_platform
+
+pytestmark = pytest.mark.slow
+IDLE_S, DEADLINE_S = 2, 10
+LONG = {"max_tokens": 4000, "ignore_eos": True, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def frozen_pod_platform(tmp_path_factory, tiny_qwen2_vl_dir):
+    gateway = {
+        **FAST_GATEWAY,
+        "IRIS_GATEWAY_STREAM_IDLE_S": str(IDLE_S),
+        "IRIS_GATEWAY_GENERATE_TIMEOUT_S": str(DEADLINE_S),
+    }
+    platform = start_platform(
+        tiny_qwen2_vl_dir, tmp_path_factory.mktemp("deadlines"), extra_env={"gateway": gateway}
+    )
+    yield platform
+    platform.stop()
+
+
+@pytest.fixture
+def pod(frozen_pod_platform):
+    """The platform's one pod, thawed and ready again after the test."""
+    child = frozen_pod_platform.by_kind("llm")[0].child
+    yield child
+    child.signal_group(signal.SIGCONT)
+    ready = f"{frozen_pod_platform.gateway_url}/readyz"
+    assert wait_until(lambda: httpx.get(ready, timeout=5).status_code == 200, 60)
+
+
+def body(platform, stream: bool) -> dict:
+    messages = [{"role": "user", "content": "Count on and on."}]
+    return {"model": platform.model_name, "messages": messages, "stream": stream, **LONG}
+
+
+def test_a_stream_whose_pod_goes_silent_ends_with_upstream_timeout(frozen_pod_platform, pod):
+    platform = frozen_pod_platform
+    url = f"{platform.gateway_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body(platform, True), timeout=60) as response:
+        assert response.status_code == 200
+        events = (line for line in response.iter_lines() if line.startswith("data: "))
+        next(events)
+        pod.signal_group(signal.SIGSTOP)
+        rest = list(events)
+    assert rest[-1] == "data: [DONE]", rest[-3:]
+    error = json.loads(rest[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "upstream_timeout", error
+    assert f"sent nothing for {IDLE_S} s" in error["message"], error
+
+
+def test_a_whole_answer_whose_pod_goes_silent_is_a_json_504(frozen_pod_platform, pod):
+    platform = frozen_pod_platform
+    gauges = metrics_url(platform.service("gateway"))
+
+    def decoding() -> bool:  # the gateway has this request's tokens: it was accepted
+        values = scrape(gauges)
+        return (
+            values.get("iris_gateway_pod_requests_in_flight", 0) == 1
+            and values.get("iris_gateway_pod_prefill_tokens_in_flight", 1) == 0
+        )
+
+    url = f"{platform.gateway_url}/v1/chat/completions"
+    replies: list[httpx.Response] = []
+
+    def send() -> None:
+        replies.append(httpx.post(url, json=body(platform, False), timeout=60))
+
+    for _ in range(10):  # a generation that ended before the gauge was read is tried again
+        replies.clear()
+        sender = threading.Thread(target=send)
+        sender.start()
+        caught = wait_until(lambda s=sender: decoding() or not s.is_alive(), 60, 0.02)
+        if caught and sender.is_alive():
+            pod.signal_group(signal.SIGSTOP)
+            sender.join(60)
+            break
+        sender.join(60)
+    else:
+        pytest.fail("no generation was caught decoding in 10 tries")
+    reply = replies[0]
+    assert reply.status_code == 504, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "upstream_timeout" and error["type"] == "timeout_error", error
+
+
+def test_a_generate_never_accepted_ends_at_its_deadline(frozen_pod_platform, pod):
+    platform = frozen_pod_platform
+    pod.signal_group(signal.SIGSTOP)
+    url = f"{platform.gateway_url}/v1/chat/completions"
+    reply = httpx.post(url, json=body(platform, False), timeout=DEADLINE_S + 60)
+    assert reply.status_code == 504, reply.text
+    assert reply.json()["error"]["code"] == "upstream_timeout", reply.text
