@@ -209,6 +209,7 @@ def _storage_dtype(settings: EncoderSettings):
 
     return getattr(torch, settings.embedding_dtype)
 
+
 def _cache_client(address: str, fingerprint: bytes, tls: TLSFiles):
     from embedding_cache_svc.client import AsyncCacheClient
 
