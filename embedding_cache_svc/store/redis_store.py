@@ -145,6 +145,7 @@ class RedisStore(Store):
         key_prefix: str = "iris:",
         url: str = "redis",
         prefetch: int = 2,
+        read_bytes: int = 256 << 10,
     ) -> None:
         self._redis = client
         self._ttl_ms = int(ttl_s * 1000)
@@ -153,6 +154,7 @@ class RedisStore(Store):
         self._lease_prefix = key_prefix.encode() + b"l:"
         self._url = url
         self._prefetch = prefetch
+        self._read_bytes = read_bytes
         self._owner = uuid.uuid4().hex.encode()
         self._script = client.register_script(_STATE_SCRIPT)
 
@@ -164,6 +166,7 @@ class RedisStore(Store):
             settings.failed_ttl_s,
             settings.redis_key_prefix,
             url=display_url(settings.redis_url),
+            read_bytes=settings.redis_read_bytes,
         )
 
     def _entry(self, key: bytes) -> bytes:
@@ -192,9 +195,9 @@ class RedisStore(Store):
     async def open(self, key: bytes, chunk_bytes: int) -> Reading | Failed | None:
         name = self._entry(key)
         with _guard(self._url):
-            # The first read covers preamble, header and one whole chunk of data, so an
-            # entry of up to one chunk costs a single round trip.
-            first = await self._redis.getrange(name, 0, chunk_bytes + FIRST_READ_SLACK - 1)
+            # The first read covers preamble, header and one whole read of data, so an
+            # entry of up to `read_bytes` costs a single round trip.
+            first = await self._redis.getrange(name, 0, self._read_bytes + FIRST_READ_SLACK - 1)
         if not first:
             return None
         try:
@@ -207,35 +210,35 @@ class RedisStore(Store):
             with _guard(self._url):
                 whole = first if len(first) >= body else await self._redis.get(name) or b""
             return Failed(whole[fmt.PREAMBLE_BYTES : body].decode(errors="replace"))
-        if len(first) < body:  # a header longer than one chunk cannot be written by put
+        if len(first) < body:  # a header longer than the slack cannot be written by put
             await self.delete([key])
             return None
         header = header_from_stored(fmt.parse_header(first[fmt.PREAMBLE_BYTES : body]))
-        return Reading(header, self._chunks(name, first[body:], body, header.nbytes, chunk_bytes))
+        return Reading(header, self._chunks(name, first, body, header.nbytes, chunk_bytes))
 
     async def _chunks(
-        self, name: bytes, head: bytes, start: int, nbytes: int, chunk_bytes: int
+        self, name: bytes, first: bytes, start: int, nbytes: int, chunk_bytes: int
     ) -> AsyncIterator[bytes]:
+        """The data as pieces of at most chunk_bytes. Redis is read in ranges of
+        `read_bytes`, the next ones in flight while the current one is sent on."""
         end = start + nbytes  # exclusive
-        head = head[:nbytes]
-        offset = start + len(head)
-        for lo in range(0, len(head), chunk_bytes):
-            yield head[lo : lo + chunk_bytes]
-        ranges = []
-        while offset < end:
-            ranges.append((offset, min(offset + chunk_bytes, end)))
-            offset += chunk_bytes
+        offset = min(len(first), end)
+        for piece in _pieces(memoryview(first)[start:offset], chunk_bytes):
+            yield piece
+        ranges = [
+            (lo, min(lo + self._read_bytes, end)) for lo in range(offset, end, self._read_bytes)
+        ]
         inflight: list[asyncio.Task] = []
         try:
             for index, (lo, hi) in enumerate(ranges):
-                while len(inflight) < self._prefetch and index + len(inflight) < len(ranges):
-                    a, b = ranges[index + len(inflight)]
+                for a, b in ranges[index + len(inflight) : index + self._prefetch]:
                     inflight.append(asyncio.ensure_future(self._redis.getrange(name, a, b - 1)))
                 with _guard(self._url):
-                    piece = await inflight.pop(0)
-                if len(piece) != hi - lo:
+                    read = await inflight.pop(0)
+                if len(read) != hi - lo:
                     raise EntryVanished(f"entry shrank mid-read at byte {lo}")
-                yield piece
+                for piece in _pieces(memoryview(read), chunk_bytes):
+                    yield piece
         finally:
             for task in inflight:
                 task.cancel()
@@ -308,6 +311,13 @@ class RedisStore(Store):
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def _pieces(view: memoryview, chunk_bytes: int) -> Iterator[bytes]:
+    """One Redis read as gRPC messages of at most chunk_bytes (the two sizes are set
+    apart: small reads keep the next one in flight behind a small entry, too)."""
+    for lo in range(0, len(view), chunk_bytes):
+        yield bytes(view[lo : lo + chunk_bytes])
 
 
 def _decode_state(reply: bytes) -> ItemState:
