@@ -66,7 +66,7 @@ def bench_size(client: CacheClient, raw: redis.Redis, megabytes: int, repeats: i
     tensor = torch.randn(rows, HIDDEN)
     key = os.urandom(32)
     client.put(key, tensor, rows)
-    raw_key = PREFIX + b"e:" + FINGERPRINT + key
+    raw_key = PREFIX + b"e:{" + (FINGERPRINT + key).hex().encode() + b"}"
     stored = raw.get(raw_key)
     assert stored is not None and len(stored) >= tensor.numel() * 4
 

@@ -37,8 +37,8 @@ def test_redis_entries_carry_ttls_and_failures_the_short_one(redis_service, redi
     redis_service.call(redis_service.store.fail(failed_key, "bad image"))
     raw = redis.Redis.from_url(redis_server)
     try:
-        entry_ttl = raw.pttl(prefix + b"e:" + entry_key)
-        failed_ttl = raw.pttl(prefix + b"e:" + failed_key)
+        entry_ttl = raw.pttl(prefix + b"e:{" + entry_key.hex().encode() + b"}")
+        failed_ttl = raw.pttl(prefix + b"e:{" + failed_key.hex().encode() + b"}")
     finally:
         raw.close()
     assert settings.failed_ttl_s * 1000 >= failed_ttl > 0
