@@ -49,19 +49,26 @@ from embedding_cache_svc.store.redis_connect import connect, connect_cluster, di
 
 log = logging.getLogger(__name__)
 
-# KEYS: entry key and lease key of each item, interleaved (on a cluster: all on the node
-# the script is sent to; the flag lets one call cover several slots of that node).
-# ARGV[1]: lease ms ("0" = probe only, take no lease); ARGV[2]: lease owner; ARGV[2+i]:
-# item i's expected token count as 4 little-endian bytes, or "" for unchecked.
+# ARGV[1]: lease ms ("0" = probe only, take no lease); ARGV[2]: lease owner; ARGV[3]: the
+# number of items n; ARGV[3+i]: item i's expected token count as 4 little-endian bytes, or
+# "" for unchecked. KEYS: entry key and lease key of each item, interleaved, when they
+# share one slot (one node, or one item). A cluster node's batch spans several of its
+# slots, which Redis refuses as declared keys: then KEYS is empty and the names follow
+# the counts in ARGV, and the flag lets the script touch those keys of this node.
 # Returns one string per item:
 #   "P" present, "F<reason>" failed, then for absent (or "D"-discarded stale) entries
 #   "R" reserved now, "W" leased by someone else, "" free (probe only).
 _STATE_SCRIPT = """#!lua flags=allow-cross-slot-keys
 local lease_ms = tonumber(ARGV[1])
+local n = tonumber(ARGV[3])
+local names, base = KEYS, 0
+if #KEYS == 0 then
+  names, base = ARGV, 3 + n
+end
 local out = {}
-for i = 1, #KEYS / 2 do
-  local entry, lease = KEYS[2 * i - 1], KEYS[2 * i]
-  local want = ARGV[2 + i]
+for i = 1, n do
+  local entry, lease = names[base + 2 * i - 1], names[base + 2 * i]
+  local want = ARGV[3 + i]
   local head = redis.call('GETRANGE', entry, 0, 15)
   local state = ''
   if #head == 16 and string.sub(head, 1, 4) == 'IRE1' then
@@ -102,6 +109,7 @@ _NETWORK_ERRORS = (
 _REFUSALS = ("OOM", "LOADING", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN")
 # A node-targeted script whose keys are no longer all on that node (a slot moved).
 _REDIRECTS = (AskError, RedisClusterException)
+_NOT_LOCAL = "non local key"
 
 Node = object  # a redis.asyncio.cluster.ClusterNode, or None on one node
 
@@ -354,10 +362,13 @@ class RedisStore(Store):
         names = [self._entry(key) for key, _ in items]
 
         async def run(node: Node, indexes: list[int]) -> list[ItemState]:
+            if len(indexes) == 1:
+                node = None  # declared keys of one slot: the client follows redirects
             try:
                 return await self._script(node, [items[i] for i in indexes], lease_ms)
-            except _REDIRECTS:
-                if node is None or len(indexes) == 1:
+            except (*_REDIRECTS, ResponseError) as err:
+                moved = isinstance(err, _REDIRECTS) or _NOT_LOCAL in str(err)
+                if node is None or not moved:
                     raise
             # A slot moved off the node since the map was read: one routed call per item,
             # whose redirects the cluster client follows.
@@ -379,12 +390,17 @@ class RedisStore(Store):
     async def _script(
         self, node: Node, items: Sequence[tuple[bytes, int]], lease_ms: int
     ) -> list[ItemState]:
-        keys: list[bytes] = []
-        args: list[bytes | int] = [lease_ms, self._owner]
+        """The state script over `items`: declared keys routed by their slot when `node`
+        is None (one node, or one item), else names in ARGV on that node."""
+        names: list[bytes] = []
+        args: list[bytes | int] = [lease_ms, self._owner, len(items)]
         for key, token_count in items:
-            keys += [self._entry(key), self._lease(key)]
+            names += [self._entry(key), self._lease(key)]
             args.append(fmt.token_count_bytes(token_count) if token_count else b"")
-        replies = await self._on_node(node, "EVAL", _STATE_SCRIPT, len(keys), *keys, *args)
+        if node is None:
+            replies = await self._on_node(None, "EVAL", _STATE_SCRIPT, len(names), *names, *args)
+        else:
+            replies = await self._on_node(node, "EVAL", _STATE_SCRIPT, 0, *args, *names)
         return [_decode_state(reply) for reply in replies]
 
     async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
