@@ -183,6 +183,8 @@ class RedisStore(Store):
         if not self._cluster:
             return StoreUnavailable(f"redis at {self._url} {what}: {err}")
         log.warning("redis cluster node %s %s: %s", self._node_name(name), what, err)
+        if name is None:
+            return StoreUnavailable(f"redis cluster {what}: no node answers")
         return StoreUnavailable(f"redis cluster {what} for this entry's shard")
 
     def _node_name(self, name: bytes | None) -> str:
@@ -191,7 +193,7 @@ class RedisStore(Store):
         try:
             slot = self._redis.keyslot(name)
             return self._redis.nodes_manager.get_node_from_slot(slot).name
-        except RedisClusterException:
+        except (RedisClusterException, LookupError):  # no slot map yet
             return f"(no node for slot of {name[:24]!r})"
 
     async def _groups(self, names: Sequence[bytes]) -> list[tuple[Node, list[int]]]:
