@@ -76,10 +76,6 @@ def connect_cluster(settings: CacheSettings) -> RedisCluster:
     if settings.redis_tls:
         options["ssl"] = True
         options |= _tls_options(settings)
-    return RedisCluster(
-        startup_nodes=seed_nodes(settings.redis_cluster_nodes),
-        # One retry after a topology refresh: a failover shows as UNAVAILABLE for that
-        # shard's items at once instead of stalling the caller through many retries.
-        cluster_error_retry_attempts=1,
-        **options,
-    )
+    # The one retry of `retry` comes after a topology refresh: a failover shows as
+    # UNAVAILABLE for that shard's items at once instead of stalling through many retries.
+    return RedisCluster(startup_nodes=seed_nodes(settings.redis_cluster_nodes), **options)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
@@ -112,6 +113,7 @@ _REDIRECTS = (AskError, RedisClusterException)
 _NOT_LOCAL = "non local key"
 
 Node = object  # a redis.asyncio.cluster.ClusterNode, or None on one node
+LOG_EVERY_S = 1.0  # at most one warning a second per unreachable node
 
 
 class RedisStore(Store):
@@ -141,6 +143,7 @@ class RedisStore(Store):
         self._prefetch = prefetch
         self._read_bytes = read_bytes
         self._owner = uuid.uuid4().hex.encode()
+        self._logged: dict[str, float] = {}  # node -> when it was last logged as down
 
     @classmethod
     def from_settings(cls, settings: CacheSettings) -> RedisStore:
@@ -182,7 +185,10 @@ class RedisStore(Store):
     def _unavailable(self, what: str, err: Exception, name: bytes | None) -> StoreUnavailable:
         if not self._cluster:
             return StoreUnavailable(f"redis at {self._url} {what}: {err}")
-        log.warning("redis cluster node %s %s: %s", self._node_name(name), what, err)
+        node, now = self._node_name(name), time.monotonic()
+        if now - self._logged.get(node, -LOG_EVERY_S) >= LOG_EVERY_S:
+            self._logged[node] = now
+            log.warning("redis cluster node %s %s: %s", node, what, err)
         if name is None:
             return StoreUnavailable(f"redis cluster {what}: no node answers")
         return StoreUnavailable(f"redis cluster {what} for this entry's shard")

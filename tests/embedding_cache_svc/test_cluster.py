@@ -11,8 +11,10 @@ import logging
 import threading
 import time
 
+import grpc
 import pytest
 import torch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from redis.cluster import key_slot
 
 from embedding_cache_svc.client import CacheClient, CacheUnavailable, Status
@@ -105,6 +107,11 @@ def test_no_reachable_node_starts_not_ready_with_the_reason():
     try:
         assert not service.server.store_ok
         assert "no node answers" in service.server.store_error
+        with grpc.insecure_channel(service.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=CALL_TIMEOUT_S
+            )
+        assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
         client = CacheClient(service.address, FINGERPRINT, timeout_s=CALL_TIMEOUT_S)
         with client, pytest.raises(CacheUnavailable):
             client.get_many([(new_key(), 2)], HIDDEN, torch.float32)
