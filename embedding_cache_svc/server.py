@@ -49,6 +49,7 @@ class CacheServer:
         self.health = ServiceHealth(SERVICE_NAME)
         self.http: MetricsHTTPServer | None = None
         self.store_ok = True
+        self.store_error = ""  # why the store is unavailable (readiness), "" when it is not
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -103,7 +104,12 @@ class CacheServer:
         await _bounded("store close", self.store.close(), STOP_SLACK_S)
 
     def _health_body(self) -> dict:
-        return {"ok": True, "store": self.store.name, "store_ok": self.store_ok}
+        return {
+            "ok": True,
+            "store": self.store.name,
+            "store_ok": self.store_ok,
+            "store_error": self.store_error,
+        }
 
     async def _check_store(self) -> None:
         try:
@@ -114,10 +120,13 @@ class CacheServer:
             if self.store_ok:
                 log.warning("store unavailable: %s", err)
             self.metrics.store_error()
+            self.store_error = str(err)
             ok = False
         if ok and not self.store_ok:
             log.info("store available again")
         self.store_ok = ok
+        if ok:
+            self.store_error = ""
         await self.health.set(ok)
 
     async def _health_loop(self) -> None:

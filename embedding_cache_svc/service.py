@@ -149,12 +149,20 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
         except InvalidRequest as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         try:
+            unavailable: list[StoreUnavailable] = []
             for index, (key, token_count) in enumerate(items):
-                async for message in self._get_one(index, key, token_count, request):
-                    yield message
-        except StoreUnavailable as err:
-            self.metrics.store_error()
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(err))
+                try:
+                    async for message in self._get_one(index, key, token_count, request):
+                        yield message
+                except StoreUnavailable as err:
+                    # Only this item's shard is out (a cluster node down): the others are
+                    # still served, and this one is a miss (a MISS also drops the bytes
+                    # a reader got before the cut).
+                    self.metrics.store_error()
+                    unavailable.append(err)
+                    yield cache_pb2.GetChunk(index=index, status=cache_pb2.MISS)
+            if items and len(unavailable) == len(items):
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(unavailable[0]))
         finally:
             self.metrics.latency.labels("get").observe(time.perf_counter() - start)
             span.end()

@@ -13,6 +13,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.redis_server",
+    "tests.fixtures.redis_cluster",
     "tests.fixtures.otlp_collector",
     "tests.fixtures.platform",
     "tests.fixtures.certs",

@@ -1,27 +1,33 @@
-"""The shared store: entries, failures and leases in Redis; nothing kept in this process.
+"""The shared store: entries, failures and leases in Redis (one node or a Redis Cluster);
+nothing kept in this process.
 
 Each entry is one string (layout in redis_format.py) with the entry TTL (failures: the
-failed TTL); a lease is a small key set with ``SET NX PX``. Reserve and probe run as one
-Lua script per batch, so each item's check-and-lease is atomic across service replicas.
-Reads stream the value with GETRANGE, keeping the next range in flight while the current
+failed TTL); a lease is a small key set with ``SET NX PX``. An item's entry and lease keys
+share the hash tag ``{<hex cache key>}``, so on a cluster they live on one slot and each
+item's check-and-lease is one atomic script there. Reserve and probe run one Lua script
+per node (the batch's items grouped by the node owning their slot, the groups
+concurrently, the answers put back in order); on one node that is one call per batch.
+Reads stream the value with GETRANGE, keeping the next ranges in flight while the current
 one is sent on, so a large entry is never held whole in this process. Connection failures
 and timeouts become StoreUnavailable after one immediate retry (a pooled connection may
-be stale after a Redis restart); nothing waits longer than the configured op timeout.
+be stale after a Redis restart); nothing waits longer than the configured op timeout. On
+a cluster an unreachable node fails only the calls that need it; the node is named in the
+log, not in the error the caller sees.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import AskError, ClusterError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from embedding_cache_svc.entry import Failed, Header, header_from_stored
@@ -40,18 +46,30 @@ from embedding_cache_svc.store.base import (
     StoreStats,
     StoreUnavailable,
 )
+from embedding_cache_svc.store.redis_connect import connect, connect_cluster, display_url
 
-# KEYS: entry key and lease key of each item, interleaved. ARGV[1]: lease ms ("0" = probe
-# only, take no lease); ARGV[2]: lease owner; ARGV[2+i]: item i's expected token count as
-# 4 little-endian bytes, or "" for unchecked. Returns one string per item:
+log = logging.getLogger(__name__)
+
+# ARGV[1]: lease ms ("0" = probe only, take no lease); ARGV[2]: lease owner; ARGV[3]: the
+# number of items n; ARGV[3+i]: item i's expected token count as 4 little-endian bytes, or
+# "" for unchecked. KEYS: entry key and lease key of each item, interleaved, when they
+# share one slot (one node, or one item). A cluster node's batch spans several of its
+# slots, which Redis refuses as declared keys: then KEYS is empty and the names follow
+# the counts in ARGV, and the flag lets the script touch those keys of this node.
+# Returns one string per item:
 #   "P" present, "F<reason>" failed, then for absent (or "D"-discarded stale) entries
 #   "R" reserved now, "W" leased by someone else, "" free (probe only).
-_STATE_SCRIPT = """
+_STATE_SCRIPT = """#!lua flags=allow-cross-slot-keys
 local lease_ms = tonumber(ARGV[1])
+local n = tonumber(ARGV[3])
+local names, base = KEYS, 0
+if #KEYS == 0 then
+  names, base = ARGV, 3 + n
+end
 local out = {}
-for i = 1, #KEYS / 2 do
-  local entry, lease = KEYS[2 * i - 1], KEYS[2 * i]
-  local want = ARGV[2 + i]
+for i = 1, n do
+  local entry, lease = names[base + 2 * i - 1], names[base + 2 * i]
+  local want = ARGV[3 + i]
   local head = redis.call('GETRANGE', entry, 0, 15)
   local state = ''
   if #head == 16 and string.sub(head, 1, 4) == 'IRE1' then
@@ -80,106 +98,175 @@ end
 return out
 """
 
-FIRST_READ_SLACK = 4096  # bytes beyond one chunk read up front: preamble + header fit
-_NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
+FIRST_READ_SLACK = 4096  # bytes beyond one read fetched up front: preamble + header fit
+_NETWORK_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    OSError,
+    asyncio.TimeoutError,
+    ClusterError,  # CLUSTERDOWN, and redirects that ran out of attempts
+    RedisClusterException,  # no seed reachable, a slot not covered
+)
+_REFUSALS = ("OOM", "LOADING", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN")
+# A node-targeted script whose keys are no longer all on that node (a slot moved).
+_REDIRECTS = (AskError, RedisClusterException)
+_NOT_LOCAL = "non local key"
 
-
-@contextlib.contextmanager
-def _guard(url: str) -> Iterator[None]:
-    """Turn Redis connectivity problems into StoreUnavailable (the servicer's UNAVAILABLE)."""
-    try:
-        yield
-    except _NETWORK_ERRORS as err:
-        raise StoreUnavailable(f"redis at {url} unavailable: {err}") from err
-    except ResponseError as err:
-        if str(err).startswith(("OOM", "LOADING", "MASTERDOWN", "READONLY")):
-            raise StoreUnavailable(f"redis at {url} refused: {err}") from err
-        raise
-
-
-def _tls_url(url: str, tls: bool) -> str:
-    parts = urlsplit(url)
-    if tls and parts.scheme == "redis":
-        return urlunsplit(parts._replace(scheme="rediss"))
-    return url
-
-
-def display_url(url: str) -> str:
-    """host:port of a Redis URL, for messages (never the password)."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
-
-
-def connect(settings: CacheSettings) -> aioredis.Redis:
-    """A pooled asyncio client built from settings (password and TLS included)."""
-    url = _tls_url(settings.redis_url, settings.redis_tls)
-    options: dict = {
-        "socket_connect_timeout": settings.redis_connect_timeout_s,
-        "socket_timeout": settings.redis_op_timeout_s,
-        "retry": Retry(NoBackoff(), 1),
-        "max_connections": settings.redis_max_connections,
-    }
-    if settings.redis_password:
-        options["password"] = settings.redis_password
-    if url.startswith("rediss://"):
-        options["ssl_cert_reqs"] = "required" if settings.redis_tls_verify else "none"
-        if settings.redis_tls_ca_file:
-            options["ssl_ca_certs"] = settings.redis_tls_ca_file
-        if settings.redis_tls_cert_file:
-            options["ssl_certfile"] = settings.redis_tls_cert_file
-        if settings.redis_tls_key_file:
-            options["ssl_keyfile"] = settings.redis_tls_key_file
-    return aioredis.Redis.from_url(url, **options)
+Node = object  # a redis.asyncio.cluster.ClusterNode, or None on one node
+LOG_EVERY_S = 1.0  # at most one warning a second per unreachable node
 
 
 class RedisStore(Store):
-    """Entries under ``<prefix>e:<key>``, leases under ``<prefix>l:<key>``."""
+    """Entries under ``<prefix>e:{<hex key>}``, leases under ``<prefix>l:{<hex key>}``.
 
-    name = "redis"
+    `client` is a `redis.asyncio.Redis` (store name "redis") or a `RedisCluster`
+    ("redis-cluster"); only the grouping of batches by node differs between the two."""
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: aioredis.Redis | RedisCluster,
         ttl_s: float,
         failed_ttl_s: float,
         key_prefix: str = "iris:",
         url: str = "redis",
         prefetch: int = 2,
+        read_bytes: int = 1 << 20,
     ) -> None:
         self._redis = client
+        self._cluster = isinstance(client, RedisCluster)
+        self.name = "redis-cluster" if self._cluster else "redis"
         self._ttl_ms = int(ttl_s * 1000)
         self._failed_ttl_ms = max(1, int(failed_ttl_s * 1000))
-        self._entry_prefix = key_prefix.encode() + b"e:"
-        self._lease_prefix = key_prefix.encode() + b"l:"
+        self._entry_prefix = key_prefix.encode() + b"e:{"
+        self._lease_prefix = key_prefix.encode() + b"l:{"
         self._url = url
         self._prefetch = prefetch
+        self._read_bytes = read_bytes
         self._owner = uuid.uuid4().hex.encode()
-        self._script = client.register_script(_STATE_SCRIPT)
+        self._logged: dict[str, float] = {}  # node -> when it was last logged as down
 
     @classmethod
     def from_settings(cls, settings: CacheSettings) -> RedisStore:
+        if settings.store == "redis-cluster":
+            client = connect_cluster(settings)
+            url = "redis cluster " + ",".join(settings.redis_cluster_nodes)
+        else:
+            client, url = connect(settings), display_url(settings.redis_url)
         return cls(
-            connect(settings),
+            client,
             settings.ttl_s,
             settings.failed_ttl_s,
             settings.redis_key_prefix,
-            url=display_url(settings.redis_url),
+            url=url,
+            read_bytes=settings.redis_read_bytes,
         )
 
+    # --- keys and nodes --------------------------------------------------------------
     def _entry(self, key: bytes) -> bytes:
-        return self._entry_prefix + key
+        # The tag is hex: a raw key may hold "{" or "}", which would split the tag.
+        return self._entry_prefix + key.hex().encode() + b"}"
 
     def _lease(self, key: bytes) -> bytes:
-        return self._lease_prefix + key
+        return self._lease_prefix + key.hex().encode() + b"}"
 
+    @contextlib.contextmanager
+    def _guard(self, name: bytes | None = None) -> Iterator[None]:
+        """Turn Redis connectivity problems into StoreUnavailable (the servicer's
+        UNAVAILABLE). On a cluster the node goes to the log only."""
+        try:
+            yield
+        except _NETWORK_ERRORS as err:
+            raise self._unavailable("unavailable", err, name) from err
+        except ResponseError as err:
+            if str(err).startswith(_REFUSALS):
+                raise self._unavailable("refused", err, name) from err
+            raise
+
+    def _unavailable(self, what: str, err: Exception, name: bytes | None) -> StoreUnavailable:
+        if not self._cluster:
+            return StoreUnavailable(f"redis at {self._url} {what}: {err}")
+        node, now = self._node_name(name), time.monotonic()
+        if now - self._logged.get(node, -LOG_EVERY_S) >= LOG_EVERY_S:
+            self._logged[node] = now
+            log.warning("redis cluster node %s %s: %s", node, what, err)
+        if name is None:
+            return StoreUnavailable(f"redis cluster {what}: no node answers")
+        return StoreUnavailable(f"redis cluster {what} for this entry's shard")
+
+    def _node_name(self, name: bytes | None) -> str:
+        if name is None:
+            return "(cluster)"
+        try:
+            slot = self._redis.keyslot(name)
+            return self._redis.nodes_manager.get_node_from_slot(slot).name
+        except (RedisClusterException, LookupError):  # no slot map yet
+            return f"(no node for slot of {name[:24]!r})"
+
+    async def _groups(self, names: Sequence[bytes]) -> list[tuple[Node, list[int]]]:
+        """Indexes of `names` grouped by the node owning their slot (one group of all on
+        one node). A slot no node covers gets a group of its own, to fail alone."""
+        if not self._cluster:
+            return [(None, list(range(len(names))))]
+        with self._guard():
+            await self._redis.initialize()  # a no-op once the slot map is known
+        groups: dict[str, tuple[Node, list[int]]] = {}
+        for index, name in enumerate(names):
+            slot = self._redis.keyslot(name)
+            try:
+                node = self._redis.nodes_manager.get_node_from_slot(slot)
+                label = node.name
+            except RedisClusterException:
+                node, label = None, f"uncovered:{slot}"
+            groups.setdefault(label, (node, []))[1].append(index)
+        return list(groups.values())
+
+    async def _per_node(
+        self,
+        names: Sequence[bytes],
+        run: Callable[[Node, list[int]], Awaitable[list]],
+    ) -> tuple[list, StoreUnavailable | None]:
+        """Run `run(node, indexes)` for each node's group concurrently; return the
+        per-name results (None where a group failed) and the first failure, if any."""
+        groups = await self._groups(names)
+        answers = await asyncio.gather(
+            *(self._guarded(run, node, indexes, names) for node, indexes in groups),
+            return_exceptions=True,
+        )
+        out: list = [None] * len(names)
+        failure = None
+        for (_, indexes), answer in zip(groups, answers, strict=True):
+            if isinstance(answer, StoreUnavailable):
+                failure = failure or answer
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            for index, value in zip(indexes, answer, strict=True):
+                out[index] = value
+        return out, failure
+
+    async def _guarded(self, run, node: Node, indexes: list[int], names) -> list:
+        if self._cluster and node is None:  # an uncovered slot
+            raise self._unavailable("has no node", RedisClusterException(), names[indexes[0]])
+        with self._guard(names[indexes[0]]):
+            return await run(node, indexes)
+
+    async def _on_node(self, node: Node, *command):
+        """One command on `node` (None: the only node, or routed by its keys)."""
+        if node is None:
+            return await self._redis.execute_command(*command)
+        return await self._redis.execute_command(*command, target_nodes=node)
+
+    # --- writes and reads ------------------------------------------------------------
     async def _write(self, key: bytes, parts: Sequence[bytes | bytearray], ttl_ms: int) -> None:
-        with _guard(self._url):
+        name = self._entry(key)
+        with self._guard(name):
+            # One slot (shared hash tag), so MULTI works on a cluster too.
             async with self._redis.pipeline(transaction=True) as pipe:
                 # SET then APPEND inside MULTI: the tensor bytes go to the socket as they
                 # are, without being joined to the prefix in Python first.
-                pipe.set(self._entry(key), parts[0], px=ttl_ms or None)
+                pipe.set(name, parts[0], px=ttl_ms or None)
                 for part in parts[1:]:
-                    pipe.append(self._entry(key), part)
+                    pipe.append(name, part)
                 pipe.delete(self._lease(key))
                 await pipe.execute()
 
@@ -191,10 +278,10 @@ class RedisStore(Store):
 
     async def open(self, key: bytes, chunk_bytes: int) -> Reading | Failed | None:
         name = self._entry(key)
-        with _guard(self._url):
-            # The first read covers preamble, header and one whole chunk of data, so an
-            # entry of up to one chunk costs a single round trip.
-            first = await self._redis.getrange(name, 0, chunk_bytes + FIRST_READ_SLACK - 1)
+        with self._guard(name):
+            # The first read covers preamble, header and one whole read of data, so an
+            # entry of up to `read_bytes` costs a single round trip.
+            first = await self._redis.getrange(name, 0, self._read_bytes + FIRST_READ_SLACK - 1)
         if not first:
             return None
         try:
@@ -204,82 +291,124 @@ class RedisStore(Store):
             return None
         body = fmt.PREAMBLE_BYTES + length
         if kind == fmt.KIND_FAILED:
-            with _guard(self._url):
+            with self._guard(name):
                 whole = first if len(first) >= body else await self._redis.get(name) or b""
             return Failed(whole[fmt.PREAMBLE_BYTES : body].decode(errors="replace"))
-        if len(first) < body:  # a header longer than one chunk cannot be written by put
+        if len(first) < body:  # a header longer than the slack cannot be written by put
             await self.delete([key])
             return None
         header = header_from_stored(fmt.parse_header(first[fmt.PREAMBLE_BYTES : body]))
-        return Reading(header, self._chunks(name, first[body:], body, header.nbytes, chunk_bytes))
+        return Reading(header, self._chunks(name, first, body, header.nbytes, chunk_bytes))
 
     async def _chunks(
-        self, name: bytes, head: bytes, start: int, nbytes: int, chunk_bytes: int
+        self, name: bytes, first: bytes, start: int, nbytes: int, chunk_bytes: int
     ) -> AsyncIterator[bytes]:
+        """The data as pieces of at most chunk_bytes. Redis is read in ranges of
+        `read_bytes`, the next ones in flight while the current one is sent on."""
         end = start + nbytes  # exclusive
-        head = head[:nbytes]
-        offset = start + len(head)
-        for lo in range(0, len(head), chunk_bytes):
-            yield head[lo : lo + chunk_bytes]
-        ranges = []
-        while offset < end:
-            ranges.append((offset, min(offset + chunk_bytes, end)))
-            offset += chunk_bytes
+        offset = min(len(first), end)
+        for piece in _pieces(memoryview(first)[start:offset], chunk_bytes):
+            yield piece
+        step = self._read_bytes
+        ranges = [(lo, min(lo + step, end)) for lo in range(offset, end, step)]
         inflight: list[asyncio.Task] = []
         try:
             for index, (lo, hi) in enumerate(ranges):
-                while len(inflight) < self._prefetch and index + len(inflight) < len(ranges):
-                    a, b = ranges[index + len(inflight)]
+                for a, b in ranges[index + len(inflight) : index + self._prefetch]:
                     inflight.append(asyncio.ensure_future(self._redis.getrange(name, a, b - 1)))
-                with _guard(self._url):
-                    piece = await inflight.pop(0)
-                if len(piece) != hi - lo:
+                with self._guard(name):
+                    read = await inflight.pop(0)
+                if len(read) != hi - lo:
                     raise EntryVanished(f"entry shrank mid-read at byte {lo}")
-                yield piece
+                for piece in _pieces(memoryview(read), chunk_bytes):
+                    yield piece
         finally:
             for task in inflight:
                 task.cancel()
 
+    # --- batches ---------------------------------------------------------------------
+    async def _delete_names(self, names: list[bytes]) -> int:
+        async def run(node: Node, indexes: list[int]) -> list[int]:
+            # DEL of several slots is split per slot by the cluster client.
+            return [int(await self._redis.delete(*[names[i] for i in indexes]))] + [0] * (
+                len(indexes) - 1
+            )
+
+        counts, failure = await self._per_node(names, run)
+        if failure is not None:
+            raise failure
+        return sum(counts)
+
     async def delete(self, keys: Sequence[bytes]) -> int:
-        if not keys:
-            return 0
-        with _guard(self._url):
-            return int(await self._redis.delete(*[self._entry(key) for key in keys]))
+        return await self._delete_names([self._entry(key) for key in keys]) if keys else 0
 
     async def abandon(self, keys: Sequence[bytes]) -> int:
-        if not keys:
-            return 0
-        with _guard(self._url):
-            return int(await self._redis.delete(*[self._lease(key) for key in keys]))
+        return await self._delete_names([self._lease(key) for key in keys]) if keys else 0
 
     async def exists(self, keys: Sequence[bytes]) -> list[bool]:
         if not keys:
             return []
-        with _guard(self._url):
+        names = [self._entry(key) for key in keys]
+
+        async def run(node: Node, indexes: list[int]) -> list[bool]:
             async with self._redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.getrange(self._entry(key), 0, fmt.PREAMBLE_BYTES - 1)
+                for index in indexes:
+                    pipe.getrange(names[index], 0, fmt.PREAMBLE_BYTES - 1)
                 heads = await pipe.execute()
-        out = []
-        for head in heads:
-            try:
-                out.append(fmt.unpack_prefix(head)[0] == fmt.KIND_EMBEDDING)
-            except fmt.CorruptEntry:
-                out.append(False)
-        return out
+            return [_is_embedding(head) for head in heads]
+
+        present, failure = await self._per_node(names, run)
+        if failure is not None:
+            raise failure
+        return present
 
     async def _run_script(
         self, items: Sequence[tuple[bytes, int]], lease_ms: int
     ) -> list[ItemState]:
         if not items:
             return []
-        keys: list[bytes] = []
-        args: list[bytes | int] = [lease_ms, self._owner]
+        names = [self._entry(key) for key, _ in items]
+
+        async def run(node: Node, indexes: list[int]) -> list[ItemState]:
+            if len(indexes) == 1:
+                node = None  # declared keys of one slot: the client follows redirects
+            try:
+                return await self._script(node, [items[i] for i in indexes], lease_ms)
+            except (*_REDIRECTS, ResponseError) as err:
+                moved = isinstance(err, _REDIRECTS) or _NOT_LOCAL in str(err)
+                if node is None or not moved:
+                    raise
+            # A slot moved off the node since the map was read: one routed call per item,
+            # whose redirects the cluster client follows.
+            return [(await self._script(None, [items[i]], lease_ms))[0] for i in indexes]
+
+        states, failure = await self._per_node(names, run)
+        if failure is not None:
+            if lease_ms:  # leases this call took on healthy nodes would strand waiters
+                taken = [
+                    key
+                    for (key, _), state in zip(items, states, strict=True)
+                    if state is not None and state.status == RESERVED
+                ]
+                with contextlib.suppress(StoreUnavailable):
+                    await self.abandon(taken)
+            raise failure
+        return states
+
+    async def _script(
+        self, node: Node, items: Sequence[tuple[bytes, int]], lease_ms: int
+    ) -> list[ItemState]:
+        """The state script over `items`: declared keys routed by their slot when `node`
+        is None (one node, or one item), else names in ARGV on that node."""
+        names: list[bytes] = []
+        args: list[bytes | int] = [lease_ms, self._owner, len(items)]
         for key, token_count in items:
-            keys += [self._entry(key), self._lease(key)]
+            names += [self._entry(key), self._lease(key)]
             args.append(fmt.token_count_bytes(token_count) if token_count else b"")
-        with _guard(self._url):
-            replies = await self._script(keys=keys, args=args)
+        if node is None:
+            replies = await self._on_node(None, "EVAL", _STATE_SCRIPT, len(names), *names, *args)
+        else:
+            replies = await self._on_node(node, "EVAL", _STATE_SCRIPT, 0, *args, *names)
         return [_decode_state(reply) for reply in replies]
 
     async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
@@ -288,26 +417,66 @@ class RedisStore(Store):
     async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
         return await self._run_script(items, 0)
 
+    # --- the whole store -------------------------------------------------------------
+    async def _masters(self) -> list[Node]:
+        if not self._cluster:
+            return [None]
+        with self._guard():
+            await self._redis.initialize()
+        return self._redis.get_primaries()
+
+    async def _node_stats(self, node: Node) -> tuple[int, dict, dict]:
+        entries = await self._on_node(node, "DBSIZE")
+        memory = await self._on_node(node, "INFO", "memory")
+        stats = await self._on_node(node, "INFO", "stats")
+        return int(entries), memory, stats
+
     async def stats(self) -> StoreStats:
-        with _guard(self._url):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.dbsize()
-                pipe.info("memory")
-                pipe.info("stats")
-                entries, memory, stats = await pipe.execute()
+        """Sums over the masters that answer (a cluster with one master down still
+        reports the rest); StoreUnavailable when none does."""
+        masters = await self._masters()
+        answers = await asyncio.gather(
+            *(self._node_stats(node) for node in masters), return_exceptions=True
+        )
+        good = [a for a in answers if not isinstance(a, BaseException)]
+        if not good:
+            with self._guard():
+                raise answers[0]
         return StoreStats(
-            entries=int(entries),
-            bytes=int(memory.get("used_memory", 0)),
-            capacity_bytes=int(memory.get("maxmemory", 0)),
-            evictions=int(stats.get("evicted_keys", 0)),
+            entries=sum(entries for entries, _, _ in good),
+            bytes=sum(int(memory.get("used_memory", 0)) for _, memory, _ in good),
+            capacity_bytes=sum(int(memory.get("maxmemory", 0)) for _, memory, _ in good),
+            evictions=sum(int(stats.get("evicted_keys", 0)) for _, _, stats in good),
         )
 
     async def ping(self) -> None:
-        with _guard(self._url):
-            await self._redis.ping()
+        """On a cluster: some master answers (one down master is a failover in progress,
+        not a reason to take the whole service out of rotation)."""
+        masters = await self._masters()
+        answers = await asyncio.gather(
+            *(self._on_node(node, "PING") for node in masters), return_exceptions=True
+        )
+        if all(isinstance(answer, BaseException) for answer in answers):
+            with self._guard():
+                raise answers[0]
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def _is_embedding(head: bytes) -> bool:
+    try:
+        return fmt.unpack_prefix(head)[0] == fmt.KIND_EMBEDDING
+    except fmt.CorruptEntry:
+        return False
+
+
+def _pieces(view: memoryview, chunk_bytes: int) -> Iterator[bytes]:
+    """One Redis read as gRPC messages of at most chunk_bytes (smaller than the read:
+    messages under glibc's mmap threshold reuse heap memory instead of faulting in fresh
+    pages on every send, which was most of the service's cost of a 1 MiB message)."""
+    for lo in range(0, len(view), chunk_bytes):
+        yield bytes(view[lo : lo + chunk_bytes])
 
 
 def _decode_state(reply: bytes) -> ItemState:

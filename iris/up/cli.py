@@ -22,7 +22,9 @@ def command(
     ] = None,
     llm_pods: Annotated[int, typer.Option(min=1, help="LLM pod processes")] = 1,
     encoders: Annotated[int, typer.Option(min=1, help="Encoder processes")] = 1,
-    cache: Annotated[str, typer.Option(help="Embedding store: memory | redis")] = "memory",
+    cache: Annotated[
+        str, typer.Option(help="Embedding store: memory | redis | redis-cluster")
+    ] = "memory",
     router: Annotated[str, typer.Option(help="Routing: prefix | round-robin")] = "prefix",
     embedding_reuse: Annotated[
         str, typer.Option(help="on: share image embeddings; off: encode every image afresh")

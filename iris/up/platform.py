@@ -32,7 +32,7 @@ class UpConfig:
     model_dir: Path
     llm_pods: int = 1
     encoders: int = 1
-    cache: str = "memory"  # memory | redis
+    cache: str = "memory"  # memory | redis | redis-cluster (3 local masters)
     router: str = "prefix"  # prefix | round-robin
     embedding_reuse: bool = True
     # Keys the gateway requires (Authorization: Bearer); none: open, as fits loopback.
@@ -48,8 +48,8 @@ class UpConfig:
     services: tuple[str, ...] = ("cache", "encoder", "llm", "gateway")
 
     def __post_init__(self) -> None:
-        if self.cache not in ("memory", "redis"):
-            raise ValueError(f"cache must be memory or redis, got {self.cache!r}")
+        if self.cache not in ("memory", "redis", "redis-cluster"):
+            raise ValueError(f"cache must be memory, redis or redis-cluster, got {self.cache!r}")
         if self.router not in ROUTER_POLICIES:
             raise ValueError(f"router must be prefix or round-robin, got {self.router!r}")
         parts = [("cache",), ("cache", "encoder"), ("cache", "encoder", "llm", "gateway")]
@@ -166,6 +166,21 @@ class Platform:
         self.services.append(Service("redis", "redis", child, f"{HOST}:{port}", None))
         return f"redis://{HOST}:{port}/0"
 
+    def _start_redis_cluster(self, masters: int = 3) -> str:
+        """Three cluster masters as children, joined; returns the seed list."""
+        from iris.up.redis_cluster import ClusterStartError, cluster_nodes, join
+
+        self._redis_dir = Path(tempfile.mkdtemp(prefix="iris-redis-cluster-"))
+        try:
+            nodes = cluster_nodes(self._redis_dir, self.log_dir, masters)
+            for index, (address, child) in enumerate(nodes):
+                child.start()
+                self.services.append(Service(f"redis-{index}", "redis", child, address, None))
+            join([address for address, _ in nodes], replicas=0)
+        except ClusterStartError as err:
+            raise StartupError(str(err)) from None
+        return ",".join(address for address, _ in nodes)
+
     def plan(self) -> None:
         """Pick ports and build every service's command and environment."""
         model = str(self.config.model_dir)
@@ -173,6 +188,8 @@ class Platform:
         if self.config.cache == "redis":
             self.redis_url = self._start_redis()
             cache_env["IRIS_CACHE_REDIS_URL"] = self.redis_url
+        elif self.config.cache == "redis-cluster":
+            cache_env["IRIS_CACHE_REDIS_CLUSTER_NODES"] = self._start_redis_cluster()
         cache = self._grpc_service("cache", "cache", "IRIS_CACHE_", cache_env)
         self.services.append(cache)
         if self.config.services == ("cache",):

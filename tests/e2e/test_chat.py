@@ -157,3 +157,31 @@ def test_embedding_reuse_off_encodes_every_request_afresh(tmp_path, tiny_qwen2_v
         )
     finally:
         baseline.stop()
+
+
+def test_image_chat_on_a_local_redis_cluster(tmp_path, tiny_qwen2_vl_dir):
+    """`iris up --cache redis-cluster`: three local masters; the image's embedding goes
+    through the cluster store and the second request reuses it."""
+    from tests.fixtures.platform import start_platform
+
+    on_cluster = start_platform(tiny_qwen2_vl_dir, tmp_path, cache="redis-cluster")
+    try:
+        assert len(on_cluster.by_kind("redis")) == 3
+        client = on_cluster.openai_client()
+        png = image_png(seed=404)
+        for text in ("Describe it.", "Say it again."):
+            reply = client.chat.completions.create(
+                model=on_cluster.model_name,
+                messages=image_message(png, text),
+                max_tokens=2,
+                temperature=0,
+            )
+            assert reply.usage.prompt_tokens > 20
+        assert encoded_images(on_cluster) == 1
+        from embedding_cache_svc.client import CacheClient
+
+        with CacheClient(on_cluster.cache_address, bytes(32)) as cache:
+            stats = cache.stats()
+        assert stats["store"] == "redis-cluster" and stats["entries"] >= 1
+    finally:
+        on_cluster.stop()

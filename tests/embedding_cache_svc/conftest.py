@@ -1,4 +1,7 @@
-"""Fixtures of the cache tests: one shared service per store kind (tests use fresh keys)."""
+"""Fixtures of the cache tests: one shared service per store kind (tests use fresh keys).
+
+`service` runs each test on the memory store, one Redis node and a real Redis Cluster
+(3 masters + 3 replicas); `shared_service` on the two Redis kinds only."""
 
 from __future__ import annotations
 
@@ -23,7 +26,20 @@ def redis_service(redis_server: str) -> Iterator[ServerThread]:
     service.close()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(scope="session")
+def cluster_service(redis_cluster) -> Iterator[ServerThread]:
+    service = ServerThread(make_settings("redis-cluster", ",".join(redis_cluster.addresses)))
+    yield service
+    service.close()
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def service(request) -> ServerThread:
     """The shared service of each store kind (tests use fresh random keys)."""
+    return request.getfixturevalue(f"{request.param}_service")
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def shared_service(request) -> ServerThread:
+    """The shared service of each Redis kind."""
     return request.getfixturevalue(f"{request.param}_service")

@@ -51,10 +51,12 @@ class ServerThread:
 
 
 def make_settings(store: str, redis_url: str | None = None, **overrides) -> CacheSettings:
-    """Settings for a test server: ephemeral ports, a private Redis key prefix."""
+    """Settings for a test server: ephemeral ports, a private Redis key prefix. For store
+    redis-cluster, `redis_url` is the comma-separated seed list."""
     values = {"port": 0, "metrics_port": 0, "store": store, "health_interval_s": 0.1}
     if redis_url:
-        values |= {"redis_url": redis_url, "redis_key_prefix": f"t{uuid.uuid4().hex[:8]}:"}
+        where = "redis_cluster_nodes" if store == "redis-cluster" else "redis_url"
+        values |= {where: redis_url, "redis_key_prefix": f"t{uuid.uuid4().hex[:8]}:"}
     values |= overrides
     # Keep the developer's IRIS_CACHE_* environment out of the tests.
     saved = {key: os.environ.pop(key) for key in list(os.environ) if key.startswith("IRIS_CACHE_")}
@@ -62,6 +64,29 @@ def make_settings(store: str, redis_url: str | None = None, **overrides) -> Cach
         return CacheSettings.load(**values)
     finally:
         os.environ.update(saved)
+
+
+def redis_target(settings: CacheSettings) -> str:
+    """What `make_settings` takes to reach the same Redis: the URL or the seed list."""
+    if settings.store == "redis-cluster":
+        return ",".join(settings.redis_cluster_nodes)
+    return settings.redis_url
+
+
+def raw_redis(settings: CacheSettings):
+    """A blocking redis-py client of the service's Redis (one node or the cluster)."""
+    import redis
+    from redis.cluster import ClusterNode, RedisCluster
+
+    if settings.store == "redis-cluster":
+        seeds = [address.rpartition(":") for address in settings.redis_cluster_nodes]
+        return RedisCluster(startup_nodes=[ClusterNode(h, int(p)) for h, _, p in seeds])
+    return redis.Redis.from_url(settings.redis_url)
+
+
+def entry_name(settings: CacheSettings, key: bytes) -> bytes:
+    """The Redis key of an entry (the layout in docs/design.md)."""
+    return settings.redis_key_prefix.encode() + b"e:{" + key.hex().encode() + b"}"
 
 
 def new_key(size: int = 32) -> bytes:

@@ -10,7 +10,13 @@ import time
 import torch
 
 from embedding_cache_svc.client import AsyncCacheClient, CacheClient, Failed, Status
-from tests.embedding_cache_svc.helpers import FINGERPRINT, ServerThread, make_settings, new_key
+from tests.embedding_cache_svc.helpers import (
+    FINGERPRINT,
+    ServerThread,
+    make_settings,
+    new_key,
+    redis_target,
+)
 
 CONTENDERS = 12
 
@@ -34,14 +40,16 @@ async def test_concurrent_reserve_of_one_item_gives_exactly_one_lease(service):
     assert states.count(Status.PENDING) == CONTENDERS - 1
 
 
-async def test_reserve_is_atomic_across_replicas_sharing_redis(redis_service, redis_server):
+async def test_reserve_is_atomic_across_replicas_sharing_redis(shared_service):
     # A second service replica on the same Redis (same key prefix): one lease in total.
-    settings = redis_service.server.settings
+    settings = shared_service.server.settings
     other = ServerThread(
-        make_settings("redis", redis_server, redis_key_prefix=settings.redis_key_prefix)
+        make_settings(
+            settings.store, redis_target(settings), redis_key_prefix=settings.redis_key_prefix
+        )
     )
     try:
-        states = await _reserve_concurrently([redis_service.address, other.address], new_key())
+        states = await _reserve_concurrently([shared_service.address, other.address], new_key())
     finally:
         other.close()
     assert states.count(Status.RESERVED) == 1

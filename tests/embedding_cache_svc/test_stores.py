@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-import redis
-
 from embedding_cache_svc.entry import Failed, Header
 from embedding_cache_svc.store.base import FREE, PRESENT, RESERVED
 from embedding_cache_svc.store.memory import MemoryStore
-from tests.embedding_cache_svc.helpers import FINGERPRINT, new_key
+from tests.embedding_cache_svc.helpers import FINGERPRINT, entry_name, new_key, raw_redis
 
 HEADER = Header(2, 2, "float32", 0, FINGERPRINT)
 
@@ -29,16 +27,15 @@ async def test_memory_store_expires_entries_failures_and_leases():
     assert (await store.stats()).bytes == 0
 
 
-def test_redis_entries_carry_ttls_and_failures_the_short_one(redis_service, redis_server):
-    settings = redis_service.server.settings
-    prefix = settings.redis_key_prefix.encode()
+def test_redis_entries_carry_ttls_and_failures_the_short_one(shared_service):
+    settings = shared_service.server.settings
     entry_key, failed_key = FINGERPRINT + new_key(), FINGERPRINT + new_key()
-    redis_service.call(redis_service.store.put(entry_key, HEADER, bytearray(16)))
-    redis_service.call(redis_service.store.fail(failed_key, "bad image"))
-    raw = redis.Redis.from_url(redis_server)
+    shared_service.call(shared_service.store.put(entry_key, HEADER, bytearray(16)))
+    shared_service.call(shared_service.store.fail(failed_key, "bad image"))
+    raw = raw_redis(settings)
     try:
-        entry_ttl = raw.pttl(prefix + b"e:" + entry_key)
-        failed_ttl = raw.pttl(prefix + b"e:" + failed_key)
+        entry_ttl = raw.pttl(entry_name(settings, entry_key))
+        failed_ttl = raw.pttl(entry_name(settings, failed_key))
     finally:
         raw.close()
     assert settings.failed_ttl_s * 1000 >= failed_ttl > 0

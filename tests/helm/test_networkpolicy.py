@@ -173,6 +173,17 @@ def test_external_redis_egress(render):
     assert not allowed(policies, cache, Endpoint(None, ip="10.20.3.4"), 6379, "Egress")
 
 
+def test_redis_cluster_egress(render):
+    manifests = render("redis-cluster")
+    policies = list(by_kind(manifests, "NetworkPolicy").values())
+    cache = pods(manifests)["cache"]
+    in_cache_ns = Endpoint("cache", namespace_labels={"kubernetes.io/metadata.name": "cache"})
+    elsewhere = Endpoint("other", namespace_labels={"kubernetes.io/metadata.name": "other"})
+    assert allowed(policies, cache, in_cache_ns, 6379, "Egress")
+    assert not allowed(policies, cache, elsewhere, 6379, "Egress")
+    assert not allowed(policies, cache, in_cache_ns, 6380, "Egress")
+
+
 def test_ingress_sources_within_the_release(case):
     """Ingress alone (not relying on the sources' egress rules): who may open each port."""
     manifests, values, policies = case

@@ -108,6 +108,7 @@ def test_schema_covers_every_key():
             "autoscaler.llm.targets.kvUtilisation",
         ),
         (["--set", "redis.external.url=http://redis:6379"], "redis.external.url"),
+        (["--set", "redisCluster.nodes={redis-0}"], "redisCluster.nodes"),
     ],
 )
 def test_schema_refuses_bad_values(render_error, overrides, path):
@@ -122,6 +123,14 @@ def test_schema_refuses_bad_values(render_error, overrides, path):
         (["--set", "model.source=image"], "model.image.repository"),
         (["--set", "redis.enabled=false"], "redis.external.url"),
         (["--set", "cache.store=memory", "--set", "cache.replicas=2"], "cache.replicas"),
+        (
+            ["--set", "cache.store=redis-cluster", "--set", "redis.enabled=false"],
+            "redisCluster.nodes",
+        ),
+        (
+            ["--set", "cache.store=redis-cluster", "--set", "redisCluster.nodes={a:1}"],
+            "redis.enabled",
+        ),
         (["--set", "operator.enabled=false"], "autoscaler.enabled"),
         (["--set", "autoscaler.llm.minReplicas=9"], "autoscaler.llm.minReplicas"),
         (
@@ -138,7 +147,9 @@ def test_validations_name_the_value(render_error, overrides, path):
     assert path in render_error("default", *overrides)
 
 
-@pytest.mark.parametrize("scenario", ["default", "full", "external-redis", "minimal"])
+@pytest.mark.parametrize(
+    "scenario", ["default", "full", "external-redis", "minimal", "redis-cluster"]
+)
 def test_lint_strict(helm, scenario):
     args = ["lint", "--strict", str(CHART)]
     if scenario != "default":

@@ -16,6 +16,12 @@ Included once, from templates/validate.yaml.
 {{- if and (eq $v.cache.store "redis") (not $v.redis.enabled) (not $v.redis.external.url) }}
 {{- fail "redis.external.url is required when cache.store is redis and redis.enabled is false" }}
 {{- end }}
+{{- if and (eq $v.cache.store "redis-cluster") (not $v.redisCluster.nodes) }}
+{{- fail "redisCluster.nodes (host:port seeds of an existing cluster) is required when cache.store is redis-cluster" }}
+{{- end }}
+{{- if and (eq $v.cache.store "redis-cluster") $v.redis.enabled }}
+{{- fail "redis.enabled must be false when cache.store is redis-cluster (the cache uses redisCluster.nodes, not the chart's Redis)" }}
+{{- end }}
 {{- if and (eq $v.cache.store "memory") (gt (int $v.cache.replicas) 1) }}
 {{- fail (printf "cache.replicas is %d but cache.store memory keeps entries in one pod: use 1, or cache.store redis" (int $v.cache.replicas)) }}
 {{- end }}

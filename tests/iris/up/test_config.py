@@ -10,7 +10,7 @@ from iris.up.platform import Platform, UpConfig
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
-        ({"cache": "disk"}, "cache must be memory or redis, got 'disk'"),
+        ({"cache": "disk"}, "cache must be memory, redis or redis-cluster, got 'disk'"),
         ({"router": "fastest"}, "router must be prefix or round-robin, got 'fastest'"),
         ({"llm_pods": 0}, "need at least one LLM pod"),
         ({"services": ("encoder",)}, "services must be one of"),
