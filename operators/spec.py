@@ -41,13 +41,16 @@ class EncoderTargets:
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """One Deployment the autoscaler sizes: which pods are its, and its bounds."""
+    """One Deployment the autoscaler sizes: which pods are its, its bounds, and how many
+    replicas it keeps beyond what the load needs (`headroom`: what a burst meets while new
+    pods start; more headroom buys time within the SLO with replica-seconds)."""
 
     deployment: str
     match_labels: Mapping[str, str]
     min_replicas: int
     max_replicas: int
     metrics_port: int
+    headroom: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,15 @@ def _pool(raw: Mapping[str, Any], where: str, default_port: int) -> PoolSpec:
     _check_keys(
         raw,
         where,
-        {"deployment", "selector", "minReplicas", "maxReplicas", "metricsPort", "targets"},
+        {
+            "deployment",
+            "selector",
+            "minReplicas",
+            "maxReplicas",
+            "headroomReplicas",
+            "metricsPort",
+            "targets",
+        },
     )
     name = raw.get("deployment")
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > 253:
@@ -146,7 +157,8 @@ def _pool(raw: Mapping[str, Any], where: str, default_port: int) -> PoolSpec:
             f"{where}.minReplicas: {low} is above {where}.maxReplicas ({high})"
         )
     port = _integer(raw, "metricsPort", where, default_port, low=1, high=65535)
-    return PoolSpec(name, dict(labels), low, high, port)
+    headroom = _integer(raw, "headroomReplicas", where, 0, low=0, high=_MAX_REPLICAS)
+    return PoolSpec(name, dict(labels), low, high, port, headroom)
 
 
 def _behaviour(spec: Mapping[str, Any], key: str, *, stabilisation_s: int, max_step: int):
