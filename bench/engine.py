@@ -218,7 +218,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs, best kept")
     parser.add_argument("--mm-text", type=int, default=256, help="text tokens before the image")
     parser.add_argument("--only", choices=["all", "mm"], default="all")
+    parser.add_argument(
+        "--torch-threads", type=int, default=1,
+        help="intra-op threads (1, as `iris up` runs each pod; on a busy machine more threads "
+        "than free cores make every step slower)",
+    )  # fmt: skip
     args = parser.parse_args()
+    torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
     directory, label = model_dir()
     print(f"model: {label}\n  {directory}")

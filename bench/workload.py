@@ -424,8 +424,22 @@ def parse_env(items: list[str]) -> dict[str, dict[str, str]]:
     return extra_env
 
 
+# The demo's tower takes about a second a tile on a free core and many times that on a busy
+# one; with images queued at the one encoder, the default leases (30 s gateway, 60 s
+# encoder) and the pods' 30 s embedding wait run out before the image is encoded. A request
+# should wait for its image here, not fail: every mode gets these (--env overrides them).
+SLOW_TOWER_ENV = {
+    "gateway": {"IRIS_GATEWAY_LEASE_MS": "900000"},
+    "encoder": {"IRIS_ENCODER_LEASE_MS": "900000"},
+    "llm": {"IRIS_LLM_EMBEDDING_WAIT_S": "900"},
+}
+
+
 def run_one(args, name, router, reuse, seed, plan, pool) -> ModeResult:
     """One mode on one seed's workload, on a freshly started platform."""
+    extra_env = {kind: dict(values) for kind, values in SLOW_TOWER_ENV.items()}
+    for kind, values in args.extra_env.items():
+        extra_env.setdefault(kind, {}).update(values)
     config = UpConfig(
         model_dir=args.model,
         llm_pods=args.pods,
@@ -433,7 +447,7 @@ def run_one(args, name, router, reuse, seed, plan, pool) -> ModeResult:
         router=router,
         embedding_reuse=reuse,
         torch_threads=1,
-        extra_env=args.extra_env,
+        extra_env=extra_env,
     )
     with Platform(config) as platform:
         print(f"[{name}] seed {seed}: platform up at {platform.gateway_url}", file=sys.stderr)
