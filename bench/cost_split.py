@@ -109,14 +109,15 @@ def _measure(model_dir, repeats: int, device: str) -> CostSplit:
             num_pages=4 * (tokens // 16 + 2),
         )
     )
-    vocab = engine.model_config.vocab_size
-    rng = np.random.default_rng(1)
+    words = adapter.encode_prompt(" the quick brown fox jumps over a lazy dog" * tokens)
     counter = iter(range(1 << 30))
 
     def prefill() -> None:
-        # Fresh tokens each time: the prefix cache must not serve any of them.
-        prompt = rng.integers(100, min(vocab, 30000), tokens).tolist()
-        engine.add_request(f"p{next(counter)}", prompt, SamplingParams(max_tokens=1))
+        # Plain text (no image placeholder, whatever the vocabulary), led by a fresh number
+        # so that the prefix cache serves none of it.
+        count = next(counter)
+        prompt = (adapter.encode_prompt(f"{count} ") + words)[:tokens]
+        engine.add_request(f"p{count}", prompt, SamplingParams(max_tokens=1))
         while engine.has_unfinished():
             engine.step()
 

@@ -427,11 +427,12 @@ def parse_env(items: list[str]) -> dict[str, dict[str, str]]:
 # The demo's tower takes about a second a tile on a free core and many times that on a busy
 # one; with images queued at the one encoder, the default leases (30 s gateway, 60 s
 # encoder) and the pods' 30 s embedding wait run out before the image is encoded. A request
-# should wait for its image here, not fail: every mode gets these (--env overrides them).
+# should wait for its image here, not fail: every mode gets these, the most the cache allows
+# (a lease of 600 s, a wait of 120 s); --env overrides them.
 SLOW_TOWER_ENV = {
-    "gateway": {"IRIS_GATEWAY_LEASE_MS": "900000"},
-    "encoder": {"IRIS_ENCODER_LEASE_MS": "900000"},
-    "llm": {"IRIS_LLM_EMBEDDING_WAIT_S": "900"},
+    "gateway": {"IRIS_GATEWAY_LEASE_MS": "600000"},
+    "encoder": {"IRIS_ENCODER_LEASE_MS": "600000"},
+    "llm": {"IRIS_LLM_EMBEDDING_WAIT_S": "120"},
 }
 
 
