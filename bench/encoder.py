@@ -21,8 +21,8 @@ over the models run (goal: 0.8). First, per model, its measured cost split (towe
 LM prefill per image). The demo's tower (SigLIP-base, about a second a tile on one core) gets
 a smaller workload (`--demo-images`) so that the default run fits in 15 minutes.
 
-The service's tower runs with `--service-threads` torch threads (default: every core), as an
-encoder pod alone on its node does; the naive path stays on one thread, as the bound assumes.
+The service's tower runs with `--service-threads` torch threads (default 1, beside its
+`--preprocess-workers` threads); the naive path stays on one thread, as the bound assumes.
 Run: .venv/bin/python -m bench.encoder [--models tiny-qwen2_vl,tiny-idefics3,demo]
 """
 
@@ -274,8 +274,9 @@ def main() -> None:
     parser.add_argument(
         "--service-threads",
         type=int,
-        default=len(os.sched_getaffinity(0)),
-        help="torch intra-op threads of the encoder service's tower (default: every core)",
+        default=1,
+        help="torch intra-op threads of the encoder service's tower (1: beside its "
+        "preprocessing threads, more than one made it 5x slower on a busy 2-core machine)",
     )
     parser.add_argument("--preprocess-workers", type=int, default=2)
     args = parser.parse_args()
