@@ -33,8 +33,9 @@ turn (when sent, which pod served it, its tokens and TTFT) is written as JSON be
     python bench/workload.py [--model DIR] [--users 8] [--turns 4] [--rate 0.2] [--pods 3]
         [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...]
 
-The defaults fit the 15-minute budget on the demo model (SmolVLM-256M's tower, one tile an
-image) on 2 cores.
+The defaults are sized for the 15-minute budget on the demo model (SmolVLM-256M's tower, one
+tile an image, about a second on a free core) on 2 idle cores; on a busy machine the tower
+is many times slower, and a smaller run (`--users 4 --turns 2 --pods 2`) is the one to take.
 """
 
 from __future__ import annotations
