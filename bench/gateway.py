@@ -4,7 +4,10 @@ template, tokenize, expand, pad, block hashes and the routing chain over two pod
 holding a prefix from KV events) — model and network excluded. Also BLAKE3 hashing
 throughput, and side by side in the same run how much of the overhead each step takes.
 
-    .venv/bin/python bench/gateway.py [--requests 300] [--image-mb 1.0]
+    .venv/bin/python bench/gateway.py [--requests 300] [--image-mb 1.0] [--model DIR]
+
+On the demo model by default (its tokenizer, template and image expansion), whose measured
+cost split (tower per tile, LM prefill per image) it prints first, for scale.
 
 Prints `p50 X ms`, `p99 Y ms`, `hashing Z GB/s`, and per-step medians with their share.
 Targets (issue 10): p50 <= 3 ms, hashing >= 3 GB/s.
@@ -75,12 +78,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--image-mb", type=float, default=1.0)
     parser.add_argument("--format", choices=["PNG", "JPEG"], default="PNG")
+    parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
     args = parser.parse_args()
 
+    from bench.cost_split import demo_dir, print_cost_split
     from iris.models import load_adapter
-    from iris.models.build import cached_tiny
 
-    model_dir = cached_tiny("qwen2_vl", ROOT / ".cache" / "models")
+    model_dir = args.model or demo_dir()
+    print_cost_split(model_dir, "model")
     adapter = load_adapter(model_dir)
     policy = DecodePolicy()
     fetcher = RemoteImageFetcher(enabled=False, allow_list=[], max_bytes=1, timeout_s=1)

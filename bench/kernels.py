@@ -3,6 +3,9 @@
     .venv/bin/python bench/kernels.py                 # CUDA if present, else the CPU twins
     .venv/bin/python bench/kernels.py --rows 1024,4096 --hidden 4096 --checksum-mb 8,64
 
+By default on the demo model's sizes (rows of its LM hidden size), whose measured cost split
+(tower per tile, LM prefill per image) it prints first.
+
 Scatter: M rows × hidden bf16 go to M distinct rows of a dest with 25 % more rows (text
 rows between images). Reported: payload GB/s (M·hidden·2 bytes / time) of `scatter_rows`
 with host-computed rows, and its ratio to a plain device copy of the same bytes, to torch
@@ -15,6 +18,7 @@ On a CPU the Triton kernels cannot run compiled, so the twins are measured and i
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -108,13 +112,24 @@ def bench_checksum(megabytes: int, device: torch.device, repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=None, help="comma list (CUDA 8192,16384,65536)")
-    parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument(
+        "--hidden", type=int, default=None, help="default: the demo model's LM hidden size"
+    )
     parser.add_argument("--checksum-mb", default=None, help="comma list (CUDA 8,64,512)")
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
+    from bench.cost_split import demo_dir, print_cost_split
+
+    model = demo_dir()
+    split = print_cost_split(model, "demo model", device=device.type)
+    if args.hidden is None:
+        config = json.loads((model / "config.json").read_text())
+        args.hidden = config["text_config"]["hidden_size"]
+    print(f"rows of {args.hidden} (the demo LM's hidden size); an image is "
+          f"{split.image_tokens} rows")  # fmt: skip
     rows = args.rows or ("8192,16384,65536" if cuda else "1024,4096")
     sizes = args.checksum_mb or ("8,64,512" if cuda else "8,64")
     repeats = args.repeats or (50 if cuda else 5)

@@ -8,7 +8,8 @@ Per pool (LLM, encoder), per metric: the pool's total load over its target per p
 pod count; the largest wins. A pod whose scrape failed counts as loaded like the average of
 the pods that answered (never as idle), and while any scrape fails the pool is never scaled
 down. Vision tokens queued at the encoders are prefill about to reach the LLM pods, so
-(times the coupling factor) they add to the LLM's pending prefill tokens. Then: a tolerance
+(times the coupling factor) they add to the LLM's pending prefill tokens. The pool's
+headroom (spare replicas for a burst while new pods start) is added. Then: a tolerance
 band around the current size, HPA-like stabilisation (up to the lowest recommendation of the
 up window, down to the highest of the down window), a max step per change, min/max.
 """
@@ -170,10 +171,11 @@ def _decide_pool(
         decision = PoolDecision(current, desired, current, "NoMetrics", message, limited, False)
         return decision, past
 
-    # pods needed per metric = pool total / per-pod target; the busiest metric decides.
+    # pods needed per metric = pool total / per-pod target; the busiest metric decides,
+    # and the pool's headroom is kept on top of it.
     needs = {name: total / targets[name] for name, total in totals.items()}
     driver = max(needs, key=lambda name: needs[name])
-    need = needs[driver]
+    need = needs[driver] + pool_spec.headroom
     base = max(current, 1)
     if abs(need / base - 1.0) <= spec.tolerance:
         recommended, reason = current, "WithinTolerance"
@@ -199,7 +201,9 @@ def _decide_pool(
     message = (
         f"{driver} {totals[driver]:.4g} over {len(pool.pods)} pod(s)"
         f"{f' (+{pool.failed} unread)' if pool.failed else ''}, target {targets[driver]:.4g}"
-        f"/pod -> needs {need:.3g}; recommended {recommended}, desired {desired}"
+        f"/pod -> needs {need:.3g}"
+        f"{f' (with headroom {pool_spec.headroom})' if pool_spec.headroom else ''}; "
+        f"recommended {recommended}, desired {desired}"
     )
     return PoolDecision(current, desired, recommended, reason, message, limited), kept
 

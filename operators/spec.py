@@ -55,12 +55,15 @@ class Selector(_Part):
 
 
 class PoolSpec(_Part):
-    """One Deployment the autoscaler sizes: which pods are its, and its bounds."""
+    """One Deployment the autoscaler sizes: which pods are its, its bounds, and how many
+    replicas it keeps beyond what the load needs (`headroom`: what a burst meets while new
+    pods start; more headroom buys time within the SLO with replica-seconds)."""
 
     deployment: str = Field(pattern=_NAME, max_length=253)
     selector: Selector
     min_replicas: int = Field(1, ge=1, le=_MAX_REPLICAS)
     max_replicas: int = Field(ge=1, le=_MAX_REPLICAS)
+    headroom: int = Field(0, ge=0, le=_MAX_REPLICAS, alias="headroomReplicas")
 
     @property
     def match_labels(self) -> Mapping[str, str]:

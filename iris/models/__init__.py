@@ -22,12 +22,12 @@ def make_tiny(arch: str, out_dir):
     return build(arch, out_dir)
 
 
-def make_demo(out_dir):
-    """Build (or keep, if complete) the demo checkpoint: SmolLM2-135M-Instruct + a small
-    random vision tower, Idefics3 layout; returns its Path."""
+def make_demo(out_dir, full_resolution: bool = False):
+    """Build (or keep, if complete) the demo checkpoint: SmolVLM-256M's architecture with
+    the real SmolLM2-135M-Instruct and a random SigLIP-base tower; returns its Path."""
     from iris.models.demo import make_demo as build
 
-    return build(out_dir)
+    return build(out_dir, full_resolution=full_resolution)
 
 
 __all__ = [

@@ -38,9 +38,18 @@ def make_demo(
     out_dir: Annotated[
         Path, typer.Argument(help="Directory to create (kept if already complete).")
     ],
+    full_resolution: Annotated[
+        bool,
+        typer.Option(
+            "--full-resolution",
+            help="SmolVLM's published image settings (longest edge 2048: up to 17 tiles an "
+            "image) instead of one 512-pixel tile.",
+        ),
+    ] = False,
 ) -> None:
-    """SmolLM2-135M-Instruct + a small random vision tower in Idefics3 layout. It chats
-    sensibly; its image understanding is not meaningful."""
+    """SmolVLM-256M-Instruct's architecture: the real SmolLM2-135M-Instruct language model
+    with a random SigLIP-base vision tower and connector. It chats sensibly; its image
+    understanding is not meaningful, its vision cost is real."""
     from iris.models.demo import make_demo as build
 
-    typer.echo(str(build(out_dir)))
+    typer.echo(str(build(out_dir, full_resolution=full_resolution)))

