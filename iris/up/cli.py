@@ -47,7 +47,7 @@ def command(
 ) -> None:
     """Start cache, encoder(s), LLM pod(s) and gateway as processes on loopback."""
     from iris.up.demo import examples, served_model
-    from iris.up.platform import Platform, StartupError, UpConfig
+    from iris.up.platform import Platform, StartInterrupted, StartupError, UpConfig
 
     if embedding_reuse not in ("on", "off"):
         raise typer.BadParameter(f"--embedding-reuse must be on or off, got {embedding_reuse!r}")
@@ -78,21 +78,21 @@ def command(
         raise typer.BadParameter(f"--log-dir {log_dir}: {err}") from None
     typer.echo(f"logs: {platform.log_dir}")
 
-    # Until everything is up, SIGINT and SIGTERM interrupt the start where it is.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGINT and SIGTERM only set this flag: until everything is up it interrupts the start
+    # where it is (the start polls it), afterwards it stops the platform. A flag, not an
+    # exception raised into whatever the main thread is doing at that instant.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     try:
         try:
-            platform.start()
+            platform.start(stop)
         except StartupError as err:
             typer.echo(f"iris up: the platform did not start: {err}", err=True)
             raise typer.Exit(1) from None
-        except KeyboardInterrupt:
+        except StartInterrupted:
             typer.echo("interrupted while starting", err=True)
             raise typer.Exit(130) from None
-        stop = threading.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
         url = platform.gateway_url
         key = config.api_keys[0] if config.api_keys else None
         typer.echo(f"Iris is up: {url}" + (" (API key required)" if key else ""))
@@ -105,10 +105,6 @@ def command(
     finally:
         typer.echo("stopping...")
         platform.stop()
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
 
 
 def _demo(url: str, on_demo_model: bool, api_key: str | None) -> None:

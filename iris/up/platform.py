@@ -14,6 +14,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +68,10 @@ class StartupError(RuntimeError):
     names it and where its log is)."""
 
 
+class StartInterrupted(Exception):
+    """The start was interrupted (its `interrupted` event was set: Ctrl-C or SIGTERM)."""
+
+
 @dataclass
 class Service:
     """A started (or startable) service: its process and where it listens."""
@@ -98,6 +103,7 @@ class Platform:
         self.services: list[Service] = []
         self.redis_url: str | None = None
         self._redis_dir: Path | None = None
+        self._interrupted: threading.Event | None = None  # see start()
 
     # --- building ------------------------------------------------------------------------
 
@@ -256,21 +262,32 @@ class Platform:
     def gateway_url(self) -> str:
         return f"http://{self.service('gateway').address}"
 
-    def start(self) -> None:
-        """Start every service and wait until each reports healthy (or fail with its log)."""
+    def start(self, interrupted: threading.Event | None = None) -> None:
+        """Start every service and wait until each reports healthy (or fail with its log).
+
+        `interrupted` (set by a signal handler) stops the start where it is with
+        StartInterrupted: a flag polled between steps, never an exception thrown into
+        whatever the main thread happens to be doing."""
+        self._interrupted = interrupted
         if not self.services:
             self.plan()
         # The gateway asks the pods for their model info at start: start it last.
         for service in self.services:
             if service.kind not in ("redis", "gateway"):
+                self._check_interrupted()
                 service.child.start()
         for service in self.services:
             if service.kind != "gateway":
                 self.wait_healthy(service)
         for gateway in self.services:
             if gateway.kind == "gateway":
+                self._check_interrupted()
                 gateway.child.start()
                 self.wait_healthy(gateway)
+
+    def _check_interrupted(self) -> None:
+        if self._interrupted is not None and self._interrupted.is_set():
+            raise StartInterrupted()
 
     def exited(self) -> list[Service]:
         """The services that were started and have exited since."""
@@ -282,6 +299,7 @@ class Platform:
         died is the cause to name, not the gateway), or after the startup timeout."""
 
         def healthy() -> bool:
+            self._check_interrupted()
             watched = [service] if only_itself else self.services
             for gone in (other for other in watched if other.exited()):
                 raise StartupError(f"{gone.describe_exit()}\n{gone.child.tail(12)}")

@@ -129,7 +129,7 @@ def test_one_trace_spans_every_service(platform, otlp_session_collector):
             for spans in otlp_session_collector.traces().values()
         )
 
-    assert wait_until(a_trace_has_all, 15), {
+    assert wait_until(a_trace_has_all, 60), {
         trace_id: sorted({s.service for s in spans})
         for trace_id, spans in otlp_session_collector.traces().items()
     }

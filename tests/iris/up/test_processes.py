@@ -43,7 +43,7 @@ def test_stop_reaches_grandchildren(tmp_path):
     )
     process = ChildProcess("parent", [sys.executable, "-c", script], log_path=tmp_path / "log")
     process.start()
-    assert wait_until(pid_file.exists, 10)
+    assert wait_until(pid_file.exists, 60)
     grandchild = int(pid_file.read_text())
     process.stop(timeout_s=5)
     assert not process.running()
@@ -64,7 +64,7 @@ def test_children_die_with_a_killed_parent(tmp_path):
         """
     )
     parent = subprocess.Popen([sys.executable, "-c", supervisor], cwd=os.getcwd())
-    assert wait_until(pid_file.exists, 15)
+    assert wait_until(pid_file.exists, 60)
     child = int(pid_file.read_text())
     assert alive(child)
     parent.send_signal(signal.SIGKILL)

@@ -33,7 +33,7 @@ async def read_rest(call) -> list:
     return rest
 
 
-async def wait_idle(pod, timeout_s: float = 10.0) -> dict:
+async def wait_idle(pod, timeout_s: float = 60.0) -> dict:
     """The engine's state once it holds no request (or the last state seen)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

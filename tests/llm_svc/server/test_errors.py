@@ -105,7 +105,7 @@ def one_seat_pod(tiny_idefics3_dir):
     running.close()
 
 
-async def wait_for_waiting(stub, count: int, timeout_s: float = 10.0) -> None:
+async def wait_for_waiting(stub, count: int, timeout_s: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while (await stub.GetLoad(llm_pb2.LoadRequest())).waiting < count:

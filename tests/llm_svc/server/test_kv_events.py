@@ -63,7 +63,7 @@ async def run_workload(stub, count: int, first_seed: int = 0) -> None:
             pass
 
 
-async def caught_up(subscriber: Subscriber, pod: PodThread, timeout_s: float = 10.0) -> None:
+async def caught_up(subscriber: Subscriber, pod: PodThread, timeout_s: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while subscriber.seq != pod.server.kv_log.seq and loop.time() < deadline:
