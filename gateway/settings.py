@@ -53,6 +53,12 @@ class GatewaySettings(ServiceSettings):
     max_n: int = Field(8, gt=0)
     max_concurrent_requests: int = Field(256, gt=0)
     retry_after_s: int = Field(1, ge=1)
+    # Structured output: a JSON schema (response_format or one tool's parameters) at most
+    # this many bytes and levels deep; at most this many tools. (Pods hold their own limits
+    # and the compile timeout.)
+    max_schema_bytes: int = Field(64 * 1024, gt=0)
+    max_schema_depth: int = Field(32, gt=0)
+    max_tools: int = Field(128, gt=0)
 
     # Leases and timing of the calls the gateway makes.
     lease_ms: int = Field(30_000, gt=0)

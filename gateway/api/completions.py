@@ -29,8 +29,14 @@ from gateway.api.generation import (
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
 from gateway.api.streaming import event_stream
+from gateway.api.structured import (
+    SchemaLimits,
+    logit_bias,
+    name_constraint_error,
+    response_constraint,
+)
 from gateway.api.telemetry import Inference
-from gateway.errors import bad_request
+from gateway.errors import APIError, bad_request
 
 router = APIRouter(tags=["completions"])
 
@@ -72,10 +78,12 @@ def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
         raise bad_request(f"n = {body.n} is over the limit of {max_n}", "n")
 
 
-async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
+async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, constraint):
     """One job per (prompt, choice); choice index = prompt index * n + j. Every prompt and
     its sampling params are checked before any is routed: a routing decision opens an
-    in-flight ticket, which a later 4xx would leave open."""
+    in-flight ticket, which a later 4xx would leave open. `constraint`: the checked
+    response_format (an Iris extension on this endpoint)."""
+    bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
     jobs, prompt_of_choice, routed = [], [], []
     for p, source in enumerate(sources):
         param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
@@ -94,6 +102,8 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool):
                 logprobs=want_logprobs,
                 top_logprobs=body.logprobs or 0,
                 choice=j,
+                constraint=constraint,
+                logit_bias=bias,
             )
             jobs.append(Job(len(jobs), prompt, sampling))
             prompt_of_choice.append(p)
@@ -120,14 +130,19 @@ async def completions(body: CompletionRequest, gateway: GatewayDep, request: Req
             f"{gateway.settings.max_n} choices",
             "prompt",
         )
+    limits = SchemaLimits(gateway.settings.max_schema_bytes, gateway.settings.max_schema_depth)
+    constraint, _ = response_constraint(body.response_format, limits)
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")
     try:
         with inference.span.use():
-            jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs)
+            jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs, constraint)
             metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
-            generations = await start_all(gateway, jobs, request_id)
+            try:
+                generations = await start_all(gateway, jobs, request_id)
+            except APIError as err:
+                raise name_constraint_error(err, "response_format") from None
     except BaseException as err:
         inference.close(err)
         raise

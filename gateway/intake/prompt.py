@@ -97,8 +97,14 @@ class PromptBuilder:
         vocab = adapter.tokenizer().get_vocab()
         self.max_token_chars = max((len(piece) for piece in vocab), default=1)
 
-    async def chat(self, messages: Sequence[dict], mm_hashes: object = None) -> PreparedPrompt:
-        """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt."""
+    async def chat(
+        self,
+        messages: Sequence[dict],
+        mm_hashes: object = None,
+        tools: Sequence[dict] | None = None,
+    ) -> PreparedPrompt:
+        """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt;
+        `tools` (checked OpenAI tool objects) are rendered into the prompt."""
         template, refs = split_messages(messages)
         if len(refs) > self.max_images:
             raise bad_request(
@@ -111,9 +117,9 @@ class PromptBuilder:
         except MMHashesTypeError as err:
             raise bad_request(str(err), "mm_hashes") from None
         datas = await self._load(refs)
-        return await asyncio.to_thread(self._chat, template, refs, datas, keys)
+        return await asyncio.to_thread(self._chat, template, refs, datas, keys, tools)
 
-    def _chat(self, template, refs, datas, keys) -> PreparedPrompt:
+    def _chat(self, template, refs, datas, keys, tools=None) -> PreparedPrompt:
         items = [
             describe_image(
                 data,
@@ -126,7 +132,9 @@ class PromptBuilder:
             for data, key, ref in zip(datas, keys, refs, strict=True)
         ]
         try:
-            prompt = self.adapter.apply_chat_template(template, add_generation_prompt=True)
+            prompt = self.adapter.apply_chat_template(
+                template, add_generation_prompt=True, tools=tools
+            )
         except ValueError as err:
             raise bad_request(f"cannot render the chat template: {err}", "messages") from None
         self._check_length(prompt, "messages")

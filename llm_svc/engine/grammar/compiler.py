@@ -25,6 +25,10 @@ FIELD = "constraint"  # the name the engine's errors give the field (the gateway
 _MESSAGE_CHARS = 300  # of xgrammar's error message, in ours
 _JSON_KINDS = (ConstraintKind.JSON_SCHEMA, ConstraintKind.STRUCTURAL_TAG)
 _ANY_OBJECT = '{"type": "object"}'
+# xgrammar 0.2.9 writes the characters of a length-bounded JSON string as [^"\\\r\n], which
+# lets raw control characters through: not JSON. They are swapped for JSON's own class.
+_LOOSE_STRING_CHAR = '[^\\"\\\\\\r\\n]'
+_JSON_STRING_CHAR = '[^\\"\\\\\\0-\\x1f]'
 
 
 @dataclass(frozen=True)
@@ -134,19 +138,22 @@ class GrammarCompilerPool:
 
     # --- pool threads ------------------------------------------------------------------
     def _compile(self, constraint: Constraint):
+        import xgrammar
+
         compiler = self._compiler_once()
         kind, value = constraint.kind, constraint.value
         try:
-            if kind is ConstraintKind.JSON_SCHEMA:
-                # Compact JSON: with free whitespace a model could emit blanks forever.
-                return compiler.compile_json_schema(value, any_whitespace=False)
-            if kind is ConstraintKind.JSON_OBJECT:
-                return compiler.compile_json_schema(_ANY_OBJECT, any_whitespace=False)
             if kind is ConstraintKind.REGEX:
                 return compiler.compile_regex(value)
             if kind is ConstraintKind.EBNF:
                 return compiler.compile_grammar(value)
-            return compiler.compile_structural_tag(value)
+            if kind is ConstraintKind.STRUCTURAL_TAG:
+                grammar = xgrammar.Grammar.from_structural_tag(value)
+            else:
+                # Compact JSON: with free whitespace a model could emit blanks forever.
+                schema = value if kind is ConstraintKind.JSON_SCHEMA else _ANY_OBJECT
+                grammar = xgrammar.Grammar.from_json_schema(schema, any_whitespace=False)
+            return compiler.compile_grammar(_json_strings(grammar))
         except Exception as err:  # xgrammar's RuntimeError / InvalidJSONError / ValueError
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise InvalidRequestError(
@@ -154,6 +161,7 @@ class GrammarCompilerPool:
             ) from None
 
     def _compiler_once(self):
+        """xgrammar's compiler, built on first use (on a pool thread)."""
         with self._compiler_lock:
             if self._compiler is None:
                 import xgrammar
@@ -163,3 +171,13 @@ class GrammarCompilerPool:
                 )
                 self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
             return self._compiler
+
+
+def _json_strings(grammar):
+    """`grammar` with its JSON strings unable to hold raw control characters."""
+    import xgrammar
+
+    text = str(grammar)
+    if _LOOSE_STRING_CHAR not in text:
+        return grammar
+    return xgrammar.Grammar.from_ebnf(text.replace(_LOOSE_STRING_CHAR, _JSON_STRING_CHAR))

@@ -38,9 +38,7 @@ class StepConstraints:
         mask = bitmask[: len(seqs)]
         if logits.device.type != "cpu":
             mask = mask.to(logits.device, non_blocking=True)
-        xgrammar.apply_token_bitmask_inplace(
-            logits, mask, indices=rows, vocab_size=self.vocab_size
-        )
+        xgrammar.apply_token_bitmask_inplace(logits, mask, indices=rows, vocab_size=self.vocab_size)
 
     def _add_bias(self, row: torch.Tensor, bias: dict[int, float]) -> None:
         ids = torch.tensor(list(bias), dtype=torch.int64, device=row.device)
