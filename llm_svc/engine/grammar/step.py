@@ -22,6 +22,7 @@ class StepConstraints:
         self._bitmask: torch.Tensor | None = None
         self._batch = None
 
+    @torch.inference_mode()  # the logits are an inference tensor
     def apply(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
         """`logits` [len(seqs), vocab] (fp32) row i belongs to seqs[i]; modified in place."""
         for row, seq in enumerate(seqs):
