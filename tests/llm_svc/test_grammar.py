@@ -243,3 +243,23 @@ def test_abort_while_compiling_frees_the_request(tiny_qwen2_vl_dir):
     finally:
         release.set()
         engine.close()
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}}},
+        {"type": "object", "properties": {"s": {"type": "string"}}},
+    ],
+)
+def test_json_strings_refuse_control_bytes_and_encoded_surrogates(engine, schema):
+    """xgrammar 0.2.9 lets both into JSON strings; the pool's grammars do not."""
+    import xgrammar
+
+    compiled = engine.grammars.submit(schema_constraint(schema)).result()
+    for good, bad in (
+        (b'{"s": "ab"}', b'{"s": "a\x01"}'),
+        ('{"s": "é"}'.encode(), b'{"s": "\xed\xa0\x80"}'),
+    ):
+        assert xgrammar.GrammarMatcher(compiled).accept_string(good)
+        assert not xgrammar.GrammarMatcher(compiled).accept_string(bad)
