@@ -25,10 +25,15 @@ FIELD = "constraint"  # the name the engine's errors give the field (the gateway
 _MESSAGE_CHARS = 300  # of xgrammar's error message, in ours
 _JSON_KINDS = (ConstraintKind.JSON_SCHEMA, ConstraintKind.STRUCTURAL_TAG)
 _ANY_OBJECT = '{"type": "object"}'
-# xgrammar 0.2.9 writes the characters of a length-bounded JSON string as [^"\\\r\n], which
-# lets raw control characters through: not JSON. They are swapped for JSON's own class.
-_LOOSE_STRING_CHAR = '[^\\"\\\\\\r\\n]'
-_JSON_STRING_CHAR = '[^\\"\\\\\\0-\\x1f]'
+# xgrammar 0.2.9 lets two kinds of bytes into JSON strings that are not JSON: raw control
+# characters in length-bounded strings ([^"\\\r\n]), and UTF-8-encoded surrogates
+# (ED A0 80 ...) everywhere. Its JSON grammars' string classes are swapped for strict ones.
+_SURROGATES = "\\uD800-\\uDFFF"
+_STRICT_STRING_CLASSES = {
+    '[^\\"\\\\\\r\\n]': f'[^\\"\\\\\\0-\\x1f{_SURROGATES}]',
+    '[^\\0-\\x1f\\"\\\\\\r\\n]': f'[^\\0-\\x1f\\"\\\\\\r\\n{_SURROGATES}]',
+    '[^\\"\\\\\\0-\\x1f]': f'[^\\"\\\\\\0-\\x1f{_SURROGATES}]',
+}
 
 
 @dataclass(frozen=True)
@@ -174,10 +179,14 @@ class GrammarCompilerPool:
 
 
 def _json_strings(grammar):
-    """`grammar` with its JSON strings unable to hold raw control characters."""
+    """`grammar` with JSON strings that hold neither raw control characters nor encoded
+    surrogates (both would make the output invalid JSON / invalid UTF-8)."""
     import xgrammar
 
     text = str(grammar)
-    if _LOOSE_STRING_CHAR not in text:
+    patched = text
+    for loose, strict in _STRICT_STRING_CLASSES.items():
+        patched = patched.replace(loose, strict)
+    if patched == text:
         return grammar
-    return xgrammar.Grammar.from_ebnf(text.replace(_LOOSE_STRING_CHAR, _JSON_STRING_CHAR))
+    return xgrammar.Grammar.from_ebnf(patched)
