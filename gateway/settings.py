@@ -87,6 +87,12 @@ class GatewaySettings(GrpcServiceSettings):
     admission_wait_factor: float = Field(2.0, ge=0)
     max_queued_prefill_tokens_per_pod: int = Field(16384, ge=0)
     max_retry_after_s: int = Field(30, ge=1)
+    # Structured output: a JSON schema (response_format or one tool's parameters) at most
+    # this many bytes and levels deep; at most this many tools. (Pods hold their own limits
+    # and the compile timeout.)
+    max_schema_bytes: int = Field(64 * 1024, gt=0)
+    max_schema_depth: int = Field(32, gt=0)
+    max_tools: int = Field(128, gt=0)
 
     # Leases and timing of the calls the gateway makes.
     lease_ms: int = Field(30_000, gt=0)

@@ -58,6 +58,15 @@ class LLMSettings(GrpcServiceSettings):
     embedding_wait_s: float = Field(30.0, gt=0)
     cache_timeout_s: float = Field(5.0, gt=0)
 
+    # Structured output (constraints compiled with xgrammar, off the engine loop): the
+    # largest constraint text, its deepest JSON nesting, how long a request may wait for its
+    # grammar, compile threads, compiled grammars kept.
+    grammar_max_bytes: int = Field(64 << 10, gt=0)
+    grammar_max_depth: int = Field(32, gt=0)
+    grammar_compile_timeout_s: float = Field(10.0, gt=0)
+    grammar_compile_threads: int = Field(2, gt=0)
+    grammar_cache_entries: int = Field(256, gt=0)
+
     # Serving
     max_waiting: int = Field(256, gt=0)
     retry_after_ms: int = Field(500, gt=0)

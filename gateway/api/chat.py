@@ -18,10 +18,14 @@ from gateway.api.generation import (
     respond,
     streamed,
 )
+from gateway.api.refused import refuse_unhonoured
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
+from gateway.api.structured import SchemaLimits, logit_bias, name_constraint_error
 from gateway.api.telemetry import Inference
-from gateway.errors import bad_request
+from gateway.api.tool_calls import ToolCallStream, parse_answer
+from gateway.api.tools import OutputPlan, plan_chat_output
+from gateway.errors import APIError, bad_request
 
 router = APIRouter(tags=["chat"])
 
@@ -48,6 +52,14 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
         raise bad_request(f"n = {body.n} is over the limit of {max_n}", "n")
     if body.top_logprobs and not body.logprobs:
         raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+    refuse_unhonoured(body)
+
+
+def _plan(body: ChatCompletionRequest, gateway) -> OutputPlan:
+    settings = gateway.settings
+    limits = SchemaLimits(settings.max_schema_bytes, settings.max_schema_depth)
+    fmt = gateway.prompts.adapter.tool_call_format
+    return plan_chat_output(body, limits, settings.max_tools, fmt)
 
 
 @router.post("/v1/chat/completions", responses=ERROR_RESPONSES)
@@ -59,12 +71,15 @@ async def chat_completions(
     gateway.check_model(body.model)
     _check(body, gateway.settings.max_n)
     salts = gateway.salts(request.headers.get("authorization"), body.cache_salt)
+    plan = _plan(body, gateway)
+    bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
+    fmt = gateway.prompts.adapter.tool_call_format
     inference = Inference(gateway, "chat", body)
     request_id = new_request_id("chatcmpl")
     try:
         with inference.span.use():
             messages = [message.model_dump(exclude_none=True) for message in body.messages]
-            prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts)
+            prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts, plan.tools)
             gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens)
             requested = body.max_completion_tokens or body.max_tokens
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
@@ -82,6 +97,8 @@ async def chat_completions(
                         logprobs=body.logprobs,
                         top_logprobs=body.top_logprobs or 0,
                         choice=i,
+                        constraint=plan.constraint,
+                        logit_bias=bias,
                     ),
                 )
                 for i in range(body.n)
@@ -91,25 +108,48 @@ async def chat_completions(
     except BaseException as err:
         inference.close(err)
         raise
+
+    def stream(generations, chunks):
+        parsers = [
+            ToolCallStream(fmt, plan.tool_names) if plan.parse_tools else None for _ in generations
+        ]
+        return _stream(generations, inference, chunks, started, parsers)
+
     answer = Answer(
         ("chat.completion", "chat.completion.chunk"),
         [0] * len(jobs),
-        choice_body=lambda choice: _choice_body(choice, body.logprobs),
-        stream=lambda generations, chunks: _stream(generations, inference, chunks, started),
+        choice_body=lambda choice: _choice_body(choice, body.logprobs, plan, fmt),
+        stream=stream,
     )
-    return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
+    try:
+        return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
+    except APIError as err:  # a pod's refusal of the constraint, named after its field
+        raise name_constraint_error(err, plan.constraint_param) from None
 
 
-def _choice_body(choice: Choice, logprobs: bool) -> dict:
+def _choice_body(choice: Choice, logprobs: bool, plan: OutputPlan, fmt) -> dict:
+    message = {"role": "assistant", "content": "".join(choice.text)}
+    finish_reason = choice.finish_reason or "stop"
+    if plan.parse_tools:
+        content, calls = parse_answer(message["content"], fmt, plan.tool_names)
+        message["content"] = content
+        if calls:
+            message["tool_calls"] = calls
+            finish_reason = _tool_finish(finish_reason)
     return {
         "index": choice.index,
-        "message": {"role": "assistant", "content": "".join(choice.text)},
+        "message": message,
         "logprobs": chat_logprobs(choice.logprobs) if logprobs else None,
-        "finish_reason": choice.finish_reason or "stop",
+        "finish_reason": finish_reason,
     }
 
 
-async def _stream(generations, inference, stream: StreamChunks, started):
+def _tool_finish(reason: str) -> str:
+    """A choice that called tools and ended by itself finishes with "tool_calls"."""
+    return "tool_calls" if reason == "stop" else reason
+
+
+async def _stream(generations, inference, stream: StreamChunks, started, parsers):
     def delta(index: int, content: dict, logprobs=None, finish_reason=None) -> dict:
         return {
             "index": index,
@@ -123,11 +163,26 @@ async def _stream(generations, inference, stream: StreamChunks, started):
         yield stream.chunk([delta(choice.index, {"role": "assistant", "content": ""})])
     async with contextlib.aclosing(streamed(generations, choices, started)) as outputs:
         async for index, tokens in outputs:
+            parser = parsers[index]
             if tokens is not None:
                 logprobs = chat_logprobs(tokens.logprobs) if tokens.logprobs else None
-                yield stream.chunk([delta(index, {"content": tokens.text}, logprobs)])
-            else:
-                yield stream.chunk([delta(index, {}, None, choices[index].finish_reason)])
+                if parser is None:
+                    yield stream.chunk([delta(index, {"content": tokens.text}, logprobs)])
+                    continue
+                pieces = parser.feed(tokens.text)
+                if logprobs and not pieces:
+                    pieces = [{"content": ""}]  # the logprobs still go out
+                for piece in pieces:
+                    yield stream.chunk([delta(index, piece, logprobs)])
+                    logprobs = None
+                continue
+            reason = choices[index].finish_reason
+            if parser is not None:
+                for piece in parser.close():
+                    yield stream.chunk([delta(index, piece)])
+                if parser.calls:
+                    reason = choices[index].finish_reason = _tool_finish(reason or "stop")
+            yield stream.chunk([delta(index, {}, None, reason)])
     last = stream.finish(generations, choices, [0] * len(choices), inference)
     if last is not None:
         yield last

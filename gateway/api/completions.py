@@ -21,8 +21,14 @@ from gateway.api.generation import (
 )
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
+from gateway.api.structured import (
+    SchemaLimits,
+    logit_bias,
+    name_constraint_error,
+    response_constraint,
+)
 from gateway.api.telemetry import Inference
-from gateway.errors import bad_request
+from gateway.errors import APIError, bad_request
 
 router = APIRouter(tags=["completions"])
 
@@ -64,10 +70,12 @@ def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
         raise bad_request(f"n = {body.n} is over the limit of {max_n}", "n")
 
 
-async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, salts):
+async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, salts, constraint):
     """One job per (prompt, choice); choice index = prompt index * n + j. Every prompt and
     its sampling params are checked before any is routed: a routing decision opens an
-    in-flight ticket, which a later 4xx would leave open."""
+    in-flight ticket, which a later 4xx would leave open. `constraint`: the checked
+    response_format (an Iris extension on this endpoint)."""
+    bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
     jobs, prompt_of_choice, routed = [], [], []
     for p, source in enumerate(sources):
         param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
@@ -86,6 +94,8 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, 
                 logprobs=want_logprobs,
                 top_logprobs=body.logprobs or 0,
                 choice=j,
+                constraint=constraint,
+                logit_bias=bias,
             )
             jobs.append(Job(len(jobs), prompt, sampling))
             prompt_of_choice.append(p)
@@ -115,12 +125,16 @@ async def completions(
             f"{gateway.settings.max_n} choices",
             "prompt",
         )
+    limits = SchemaLimits(gateway.settings.max_schema_bytes, gateway.settings.max_schema_depth)
+    constraint, _ = response_constraint(body.response_format, limits)
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")
     try:
         with inference.span.use():
-            jobs, prompt_of_choice = await _jobs(gateway, body, sources, want_logprobs, salts)
+            jobs, prompt_of_choice = await _jobs(
+                gateway, body, sources, want_logprobs, salts, constraint
+            )
             prompt_tokens = sum(job.prompt.prompt_tokens for job in jobs[:: body.n])
             gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt_tokens)
     except BaseException as err:
@@ -136,7 +150,10 @@ async def completions(
         choice_body=lambda choice: _choice_body(choice, want_logprobs),
         stream=stream,
     )
-    return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
+    try:
+        return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
+    except APIError as err:  # a pod's refusal of the constraint, named after its field
+        raise name_constraint_error(err, "response_format") from None
 
 
 def _choice_body(choice: Choice, logprobs: bool) -> dict:

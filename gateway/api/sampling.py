@@ -13,8 +13,11 @@ def sampling_params(
     logprobs: bool,
     top_logprobs: int,
     choice: int = 0,
+    constraint: common_pb2.Constraint | None = None,
+    logit_bias: dict[int, float] | None = None,
 ) -> common_pb2.SamplingParams:
-    """One choice's parameters; with a seed, choice i samples with seed + i (n differ)."""
+    """One choice's parameters; with a seed, choice i samples with seed + i (n differ).
+    `constraint` and `logit_bias` come checked (gateway/api/structured.py)."""
     stop = request.stop
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if any(not text for text in stops):
@@ -34,6 +37,10 @@ def sampling_params(
     )
     if request.seed is not None:
         params.seed = (request.seed + choice) % 2**64
+    if constraint is not None:
+        params.constraint.CopyFrom(constraint)
+    if logit_bias:
+        params.logit_bias.update(logit_bias)
     return params
 
 

@@ -1,4 +1,7 @@
-"""Request bodies of the OpenAI-compatible API (the fields Iris honours; others ignored)."""
+"""Request bodies of the OpenAI-compatible API: the fields Iris honours, the ones it refuses
+(gateway/api/refused.py: they would change the output), and others accepted and ignored.
+`response_format`, `tools`, `tool_choice` and `logit_bias` are taken as plain JSON here and
+checked by gateway/api/structured.py and tools.py, so each error names its exact place."""
 
 from __future__ import annotations
 
@@ -56,10 +59,25 @@ class ImagePart(_Lenient):
 ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
+class ToolCallFunction(_Lenient):
+    name: Text
+    arguments: Text = "{}"
+
+
+class ToolCall(_Lenient):
+    """A call an earlier assistant turn made (sent back in the conversation)."""
+
+    id: Text | None = None
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class ChatMessage(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[ContentPart] | None = None
     name: Text | None = None
+    tool_calls: Annotated[list[ToolCall], Field(max_length=128)] | None = None
+    tool_call_id: Text | None = None
 
 
 class StreamOptions(_Lenient):
@@ -84,6 +102,8 @@ class _SamplingFields(_Lenient):
     user: Text | None = None
     # vLLM's tenant salt (docs/design.md §2): checked by gateway/tenancy.py (a bad value → 400).
     cache_salt: Any = None
+    logit_bias: Any = None
+    response_format: Any = None  # on /v1/completions an extension
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -93,6 +113,18 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
     # Caller-supplied image hashes (docs/design.md §2): checked by the intake (a wrong type → 400).
     mm_hashes: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    # Refused when set (gateway/api/refused.py): Iris cannot honour them.
+    audio: Any = None
+    modalities: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
 
 
 TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]

@@ -110,12 +110,17 @@ class PromptBuilder:
         self.max_token_chars = max((len(piece) for piece in vocab), default=1)
 
     async def chat(
-        self, messages: Sequence[dict], mm_hashes: object = None, salts: RequestSalts = NO_SALTS
+        self,
+        messages: Sequence[dict],
+        mm_hashes: object = None,
+        salts: RequestSalts = NO_SALTS,
+        tools: Sequence[dict] | None = None,
     ) -> PreparedPrompt:
         """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt.
 
         Each image's identity is computed from its bytes under `salts.images`; a caller's
-        `mm_hashes` entry that is not that identity is ignored and counted."""
+        `mm_hashes` entry that is not that identity is ignored and counted. `tools` (checked
+        OpenAI tool objects) are rendered into the prompt."""
         template, refs = split_messages(messages)
         if len(refs) > self.max_images:
             raise bad_request(
@@ -129,10 +134,12 @@ class PromptBuilder:
             raise bad_request(str(err), "mm_hashes") from None
         budget = ImageBudget(self.max_request_image_bytes, self.max_request_image_pixels)
         datas = await self._load(refs, budget)
-        return await asyncio.to_thread(self._chat, template, refs, datas, mm_hashes, salts, budget)
+        return await asyncio.to_thread(
+            self._chat, template, refs, datas, mm_hashes, salts, budget, tools
+        )
 
     def _chat(
-        self, template, refs, datas, mm_hashes, salts: RequestSalts, budget: ImageBudget
+        self, template, refs, datas, mm_hashes, salts: RequestSalts, budget: ImageBudget, tools
     ) -> PreparedPrompt:
         items = [
             describe_image(
@@ -152,7 +159,9 @@ class PromptBuilder:
             ignored = disagreeing_mm_hashes(mm_hashes, [item.identity for item in items])
             metrics.MM_HASHES_IGNORED.inc(len(ignored))
         try:
-            prompt = self.adapter.apply_chat_template(template, add_generation_prompt=True)
+            prompt = self.adapter.apply_chat_template(
+                template, add_generation_prompt=True, tools=tools
+            )
         except ValueError as err:
             raise bad_request(f"cannot render the chat template: {err}", "messages") from None
         self._check_length(prompt, "messages")

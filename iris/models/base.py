@@ -22,6 +22,7 @@ from iris.models.checkpoint import (
 )
 from iris.models.contract import check_token_contract
 from iris.models.messages import flatten_content, to_template_messages
+from iris.models.tool_format import HERMES, ToolCallFormat, for_tool_template, with_tool_instruction
 from iris.multimodal import processor_fingerprint
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class ModelAdapter(ABC):
     image_token: ClassVar[str]
     image_placeholder_text: ClassVar[str]
     uses_mrope: ClassVar[bool] = False
+    # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
+    tool_call_format: ClassVar[ToolCallFormat] = HERMES
 
     def __init__(self, model_dir: str | Path, config: dict | None = None) -> None:
         self.model_dir = Path(model_dir)
@@ -127,17 +130,32 @@ class ModelAdapter(ABC):
         return self._tokenizer
 
     def apply_chat_template(
-        self, messages: Sequence[dict], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[dict],
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict] | None = None,
     ) -> str:
         """Render OpenAI-style messages; each image part becomes `image_placeholder_text`.
+        `tools` (OpenAI tool objects) go through the template when it renders them, else
+        into the adapter's own system instruction (iris.models.tool_format).
 
         Raises ValueError if the rendered prompt's placeholders do not match the number of
         images (for example a user's text that spells out the placeholder token).
         """
+        extra = {}
+        if self.template_renders_tools:
+            messages = for_tool_template(messages)
+            if tools:
+                extra["tools"] = list(tools)
+        else:
+            messages = with_tool_instruction(messages, tools, self.tool_call_format)
         template_messages, images = to_template_messages(messages)
         tokenizer = self.tokenizer()
         prompt = tokenizer.apply_chat_template(
-            template_messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            template_messages,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **extra,
         )
         if prompt.count(self.image_token) != images:
             # Some templates render only string content: give them the flattened form.
@@ -145,6 +163,7 @@ class ModelAdapter(ABC):
                 flatten_content(template_messages, self.image_placeholder_text),
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
+                **extra,
             )
         found = prompt.count(self.image_token)
         if found != images:
@@ -153,6 +172,23 @@ class ModelAdapter(ABC):
                 f"for {images} image(s)"
             )
         return prompt
+
+    @cached_property
+    def template_renders_tools(self) -> bool:
+        """Whether the chat template renders a `tools` list: the same probe conversation
+        rendered with and without a tool comes out different."""
+        probe = [{"role": "user", "content": "probe"}]
+        tool = {
+            "type": "function",
+            "function": {"name": "iris_probe_tool", "parameters": {"type": "object"}},
+        }
+        tokenizer = self.tokenizer()
+        try:
+            plain = tokenizer.apply_chat_template(probe, tokenize=False)
+            with_tool = tokenizer.apply_chat_template(probe, tokenize=False, tools=[tool])
+        except Exception:  # a template that fails on tools does not support them
+            return False
+        return plain != with_tool
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids of a rendered prompt (the template already holds the special tokens)."""

@@ -26,7 +26,12 @@ class EngineConfig:
     embeddings from it, waiting up to `embedding_wait_s` for an image still being encoded,
     each cache call bounded by `cache_timeout_s`; `embedding_fetch_workers` threads fetch
     off the engine loop. Without it, only an embedding source passed to LLMEngine (the
-    offline LLM's in-process vision tower) lets requests carry images."""
+    offline LLM's in-process vision tower) lets requests carry images.
+
+    Constraints (structured output): a constraint's text is at most `grammar_max_bytes`,
+    its JSON nests at most `grammar_max_depth` levels, and a request waits at most
+    `grammar_compile_timeout_s` for its grammar; `grammar_compile_threads` compile off the
+    engine loop, and `grammar_cache_entries` compiled grammars are kept."""
 
     model_dir: str | Path
     page_size: int = 16
@@ -47,13 +52,18 @@ class EngineConfig:
     embedding_wait_s: float = 30.0
     cache_timeout_s: float = 5.0
     embedding_fetch_workers: int = 4
+    grammar_max_bytes: int = 64 << 10
+    grammar_max_depth: int = 32
+    grammar_compile_timeout_s: float = 10.0
+    grammar_compile_threads: int = 2
+    grammar_cache_entries: int = 256
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise ValueError(f"model_dir {self.model_dir} has no config.json")
         self.tokenizer_dir = Path(self.tokenizer_dir or self.model_dir)
-        for name in ("embedding_wait_s", "cache_timeout_s"):
+        for name in ("embedding_wait_s", "cache_timeout_s", "grammar_compile_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in (
@@ -61,6 +71,10 @@ class EngineConfig:
             "max_num_seqs",
             "max_num_batched_tokens",
             "embedding_fetch_workers",
+            "grammar_max_bytes",
+            "grammar_max_depth",
+            "grammar_compile_threads",
+            "grammar_cache_entries",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

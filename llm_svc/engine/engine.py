@@ -21,6 +21,14 @@ from llm_svc.engine.embeddings import (
     chunk_image_rows,
 )
 from llm_svc.engine.errors import InvalidRequestError, RequestDataError
+from llm_svc.engine.grammar import (
+    CompilingRequests,
+    GrammarCompilerPool,
+    GrammarLimits,
+    RequestGrammar,
+    StepConstraints,
+)
+from llm_svc.engine.grammar.request import GrammarViolation
 from llm_svc.engine.kv_events import KVEvent
 from llm_svc.engine.model_runner import ModelRunner
 from llm_svc.engine.outputs import EngineStats, RequestOutput
@@ -103,6 +111,9 @@ class LLMEngine:
         self.eos_token_ids = set(self.model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
+        self.grammars = self._make_grammars()
+        self.compiling = CompilingRequests()
+        self.constraints = StepConstraints(self.model_config.vocab_size, self.runner.device)
         self.requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self._prompt_tokens = self._hit_tokens = self._generated_tokens = 0
@@ -129,10 +140,25 @@ class LLMEngine:
             config.embedding_fetch_workers,
         )
 
+    def _make_grammars(self) -> GrammarCompilerPool:
+        config = self.config
+        limits = GrammarLimits(
+            config.grammar_max_bytes, config.grammar_max_depth, config.grammar_compile_timeout_s
+        )
+        return GrammarCompilerPool(
+            self.tokenizer,
+            self.model_config.vocab_size,
+            self.eos_token_ids,
+            limits,
+            threads=config.grammar_compile_threads,
+            cache_entries=config.grammar_cache_entries,
+        )
+
     def close(self) -> None:
-        """Stop the embedding fetcher (and its source's connections)."""
+        """Stop the embedding fetcher (and its source's connections) and the compilers."""
         if self.fetcher is not None:
             self.fetcher.close()
+        self.grammars.close()
 
     # --- requests ----------------------------------------------------------------------
     def add_request(
@@ -173,6 +199,8 @@ class LLMEngine:
             image_token_id=self.image_token_id,
         )
         check_cache_salt(cache_salt)
+        if params.constraint is not None:
+            self.grammars.check(params.constraint)
         if mrope_positions is not None and np.shape(mrope_positions) != (3, len(ids)):
             # Checked here, not found by the step that would use it.
             shape = np.shape(mrope_positions)
@@ -195,7 +223,14 @@ class LLMEngine:
         seq.context = context
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens)
         self.requests[request_id] = seq
-        self.scheduler.add(seq)
+        if params.constraint is not None:
+            # Queued once its grammar is compiled (off this thread; see CompilingRequests).
+            future = self.grammars.submit(params.constraint)
+            limit = self.config.grammar_compile_timeout_s
+            seq.grammar = RequestGrammar(params.constraint, future, limit)
+            self.compiling.add(seq)
+        else:
+            self.scheduler.add(seq)
         self._prompt_tokens += len(ids)
         return seq
 
@@ -224,10 +259,11 @@ class LLMEngine:
         """Schedule, run the model once, sample, detokenize; outputs of requests that moved."""
         outputs, self._pending = self._pending, []
         self._collect_fetches(outputs)
+        self._collect_grammars(outputs)
         scheduled = self.scheduler.schedule()
         if not scheduled.chunks:
-            if self.fetcher is not None and not outputs:
-                self.fetcher.wait(IDLE_WAIT_S)
+            if not outputs:
+                self._wait_idle()
             return outputs
         chunks, image_rows = self._checked_chunks(scheduled.chunks, outputs)
         if not chunks:
@@ -245,6 +281,7 @@ class LLMEngine:
             chunk.seq.num_computed_tokens += chunk.num_tokens
             self.blocks.commit(chunk.seq)
         seqs = [chunk.seq for chunk in inputs.sample_chunks]
+        self.constraints.apply(logits, seqs)
         for seq, sampled in zip(seqs, self.sampler(logits, seqs), strict=True):
             outputs.append(self._accept(seq, sampled))
         return outputs
@@ -267,9 +304,27 @@ class LLMEngine:
         return kept, image_rows
 
     def _fail(self, seq: Sequence, error: Exception, outputs: list[RequestOutput]) -> None:
+        """End `seq` alone with `error` (finish_reason "error")."""
         seq.error = error
         self._finish(seq, FinishReason.ERROR)
         outputs.append(self._output(seq))
+
+    def _wait_idle(self) -> None:
+        """Nothing could be scheduled: wait briefly for a compile or fetch to land."""
+        if len(self.compiling):
+            self.compiling.wait(IDLE_WAIT_S)
+        elif self.fetcher is not None:
+            self.fetcher.wait(IDLE_WAIT_S)
+
+    def _collect_grammars(self, outputs: list[RequestOutput]) -> None:
+        """Compiled grammars: their sequences join the queue, or end with the error."""
+        if not len(self.compiling):
+            return
+        ready, failed = self.compiling.collect()
+        for seq, error in failed:
+            self._fail(seq, error, outputs)
+        for seq in ready:
+            self.scheduler.add(seq)
 
     def _collect_fetches(self, outputs: list[RequestOutput]) -> None:
         """Landed fetches: their sequences rejoin the queue, or end with the fetch's error."""
@@ -290,6 +345,14 @@ class LLMEngine:
             self._hit_tokens += seq.num_cached_tokens
         seq.append_token(sampled.token_id)
         self._generated_tokens += 1
+        if seq.grammar is not None:
+            try:
+                seq.grammar.accept(sampled.token_id)
+            except GrammarViolation as err:  # a bug, not the client's: end this request only
+                log.error("request %s: %s", seq.request_id, err)
+                seq.error = err
+                self._finish(seq, FinishReason.ERROR)
+                return self._output(seq)
         if sampled.logprobs is not None:
             seq.logprobs.append(sampled.logprobs)
         text_before = len(seq.text)
@@ -306,6 +369,8 @@ class LLMEngine:
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         """Why `seq` ends after `token` (stop strings aside), or None."""
         params = seq.params
+        if seq.grammar is not None and seq.grammar.terminated:
+            return FinishReason.STOP
         if token in params.stop_token_ids or (
             not params.ignore_eos and token in self.eos_token_ids
         ):
@@ -333,6 +398,7 @@ class LLMEngine:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.scheduler.finish(seq)
+        self.compiling.discard(seq)
         if self.fetcher is not None:
             self.fetcher.release(seq)
         del self.requests[seq.request_id]
@@ -367,7 +433,7 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         return EngineStats(
             running=len(self.scheduler.running),
-            waiting=len(self.scheduler.waiting) + self.scheduler.num_fetching,
+            waiting=len(self.scheduler.waiting) + self.scheduler.num_fetching + len(self.compiling),
             kv_utilisation=self.blocks.num_used / self.blocks.num_pages,
             num_pages=self.blocks.num_pages,
             pending_prefill_tokens=self.scheduler.pending_prefill_tokens(),

@@ -2,7 +2,9 @@
 
 Order per row: penalties → (temperature 0: argmax) → temperature → top-k → top-p → draw
 with the request's own generator when it has a seed (so its tokens do not depend on what
-else is in the batch), else with the engine's. Log-probabilities come from the raw logits.
+else is in the batch), else with the engine's. Log-probabilities come from the logits as
+the model gave them, after only logit_bias and a grammar's mask (engine: StepConstraints);
+tokens such a mask forbids are never listed among the top ones.
 """
 
 from __future__ import annotations
@@ -88,5 +90,9 @@ def _logprobs(raw, index: int, token: int, count: int | None) -> TokenLogprobs |
     top = []
     if count > 0:
         values, ids = torch.topk(row, count)
-        top = list(zip(ids.tolist(), values.tolist(), strict=True))
+        top = [
+            (token_id, value)
+            for token_id, value in zip(ids.tolist(), values.tolist(), strict=True)
+            if value != float("-inf")
+        ]
     return TokenLogprobs(token, float(row[token]), top)

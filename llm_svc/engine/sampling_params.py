@@ -7,8 +7,11 @@ import math
 from dataclasses import dataclass, field
 
 from llm_svc.engine.errors import InvalidRequestError
+from llm_svc.engine.grammar.spec import Constraint
 
 MAX_TOP_LOGPROBS = 20
+MAX_LOGIT_BIAS = 300  # entries (OpenAI's limit)
+LOGIT_BIAS_RANGE = 100.0
 
 
 @dataclass
@@ -22,6 +25,11 @@ class SamplingParams:
     it is batched with. `logprobs` = n returns the sampled token's log-probability and the n
     most likely (0 ≤ n ≤ 20; None = none), from the model's distribution before penalties
     and temperature. Stop strings are trimmed from the text unless include_stop_str_in_output.
+
+    `logit_bias` {token id: value in [-100, 100]} (at most 300) is added to the logits, and
+    `constraint` (a JSON schema, regex, grammar...) masks every token its grammar does not
+    allow, before penalties, sampling and logprobs. A constrained request also ends when its
+    grammar is complete and its stop token accepted.
     """
 
     temperature: float = 1.0
@@ -38,6 +46,8 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logprobs: int | None = None
     skip_special_tokens: bool = True
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    constraint: Constraint | None = None
 
     def clone(self) -> SamplingParams:
         return copy.deepcopy(self)
@@ -79,6 +89,18 @@ class SamplingParams:
             _check("stop", stop, isinstance(stop, str) and stop != "", "non-empty strings")
         for token in self.stop_token_ids:
             _check("stop_token_ids", token, 0 <= token < vocab_size, f"in [0, {vocab_size})")
+        self._validate_logit_bias(vocab_size)
+
+    def _validate_logit_bias(self, vocab_size: int) -> None:
+        bias = self.logit_bias
+        count = len(bias)
+        _check("logit_bias", count, count <= MAX_LOGIT_BIAS, f"at most {MAX_LOGIT_BIAS} entries")
+        for token, value in bias.items():
+            ok = isinstance(token, int) and not isinstance(token, bool) and 0 <= token < vocab_size
+            _check("logit_bias", token, ok, f"token ids in [0, {vocab_size})")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            in_range = number and -LOGIT_BIAS_RANGE <= value <= LOGIT_BIAS_RANGE
+            _check(f"logit_bias[{token}]", value, in_range, "in [-100, 100]")
 
 
 _NUMBER_FIELDS = {

@@ -46,6 +46,7 @@ class Sequence:
     `len(tree_nodes)` pages are shared through the radix cache, the rest are private.
     `items` (multimodal items with offsets into token_ids) and `mrope_positions` ([3, N]
     for Qwen2-VL) are carried for the multimodal path; None/empty means plain text.
+    `grammar` is the request's compiled grammar and matcher (constrained requests only).
     `embeddings[i]` is item i's embedding once fetched, held until the sequence ends (so
     preemption re-prefills from it and cache eviction cannot break assembly). The sequence
     is *accepted* once the scheduler first runs it, i.e. every embedding it needs is held.
@@ -88,6 +89,7 @@ class Sequence:
         self.embeddings: dict[int, torch.Tensor] = {}
         self.accepted = False
         self.error: Exception | None = None
+        self.grammar: Any = None  # grammar.RequestGrammar when params.constraint is set
 
     @property
     def num_tokens(self) -> int:

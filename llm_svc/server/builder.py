@@ -30,6 +30,11 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         cache_tls=settings.tls(),
         embedding_wait_s=settings.embedding_wait_s,
         cache_timeout_s=settings.cache_timeout_s,
+        grammar_max_bytes=settings.grammar_max_bytes,
+        grammar_max_depth=settings.grammar_max_depth,
+        grammar_compile_timeout_s=settings.grammar_compile_timeout_s,
+        grammar_compile_threads=settings.grammar_compile_threads,
+        grammar_cache_entries=settings.grammar_cache_entries,
     )
 
 

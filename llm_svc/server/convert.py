@@ -17,10 +17,18 @@ from iris.multimodal import (
 )
 from iris.proto import common_pb2
 from llm_svc.engine import SamplingParams, TokenLogprobs
+from llm_svc.engine.grammar import Constraint, ConstraintKind
 from llm_svc.proto import llm_pb2
 from llm_svc.server.errors import RequestError
 
 IDENTITY_BYTES = 32
+_CONSTRAINT_KINDS = {
+    common_pb2.Constraint.JSON_SCHEMA: ConstraintKind.JSON_SCHEMA,
+    common_pb2.Constraint.JSON_OBJECT: ConstraintKind.JSON_OBJECT,
+    common_pb2.Constraint.REGEX: ConstraintKind.REGEX,
+    common_pb2.Constraint.EBNF: ConstraintKind.EBNF,
+    common_pb2.Constraint.STRUCTURAL_TAG: ConstraintKind.STRUCTURAL_TAG,
+}
 _MODALITIES = {
     common_pb2.IMAGE: Modality.IMAGE,
     common_pb2.VIDEO: Modality.VIDEO,
@@ -45,6 +53,8 @@ def sampling_params(
         stop_token_ids=[int(token) for token in proto.stop_token_ids],
         ignore_eos=proto.ignore_eos,
         logprobs=int(proto.top_logprobs) if proto.logprobs else None,
+        logit_bias={int(token): float(value) for token, value in proto.logit_bias.items()},
+        constraint=constraint(proto.constraint) if proto.HasField("constraint") else None,
     )
     if proto.HasField("seed"):
         # The wire seed is 64-bit unsigned; the engine's generator takes [0, 2^63).
@@ -57,6 +67,17 @@ def cache_salt(salt: bytes) -> bytes:
     if len(salt) not in (0, SALT_BYTES):
         raise RequestError(f"cache_salt has {len(salt)} bytes: must be 0 or {SALT_BYTES}")
     return bytes(salt)
+
+
+def constraint(proto: common_pb2.Constraint) -> Constraint:
+    """The engine's Constraint; its size, depth and compilability are the engine's checks."""
+    kind = _CONSTRAINT_KINDS.get(proto.kind)
+    if kind is None:
+        names = ", ".join(common_pb2.Constraint.Kind.Name(k) for k in _CONSTRAINT_KINDS)
+        raise RequestError(
+            f"sampling.constraint.kind={proto.kind} is invalid: must be one of {names}"
+        )
+    return Constraint(kind, proto.value)
 
 
 def multimodal_items(protos: Sequence[common_pb2.MultimodalItem], length: int) -> list:

@@ -1,0 +1,32 @@
+"""OpenAI fields that would change what the model returns and that Iris does not honour:
+each is a 400 naming it, never silently dropped. Fields that change nothing about the
+output (user, metadata, store, service_tier, ...) are accepted and ignored; README.md keeps
+the table."""
+
+from __future__ import annotations
+
+from gateway.errors import bad_request
+
+CHAT_REFUSED = {
+    "audio": "audio output is not supported",
+    "prediction": "predicted outputs are not supported",
+    "web_search_options": "web search is not supported",
+    "functions": "the deprecated `functions` is not supported: use `tools`",
+    "function_call": "the deprecated `function_call` is not supported: use `tool_choice`",
+    "reasoning_effort": "this model does not reason: reasoning_effort is not supported",
+    "verbosity": "verbosity is not supported",
+}
+
+
+def refuse_unhonoured(body) -> None:
+    """A 400 for the first field set that Iris would otherwise ignore."""
+    for name, why in CHAT_REFUSED.items():
+        if getattr(body, name, None) is not None:
+            raise bad_request(f"{name}: {why}", name, "unsupported_parameter")
+    modalities = getattr(body, "modalities", None)
+    if modalities is not None and modalities != ["text"]:
+        raise bad_request(
+            f"modalities = {modalities!r} is not supported: only ['text'] output",
+            "modalities",
+            "unsupported_parameter",
+        )

@@ -1,0 +1,116 @@
+"""How a model family writes tool calls, and how tools reach a prompt whose chat template
+does not render them.
+
+Hermes style (Qwen2 / Qwen2.5-VL, and Iris's default): each call is
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. A template that renders
+`tools` itself gets them as they are; for one that does not, the adapter adds its own
+system instruction listing the tools and showing that format, and turns earlier calls and
+tool results into text the template can render.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ToolCallFormat:
+    """The text around one call's JSON (`{"name": ..., "arguments": ...}`) and around a
+    tool's result."""
+
+    call_begin: str = "<tool_call>\n"
+    call_end: str = "\n</tool_call>"
+    result_begin: str = "<tool_response>\n"
+    result_end: str = "\n</tool_response>"
+    separator: str = "\n"  # between parallel calls
+
+    def call_text(self, name: str, arguments: object) -> str:
+        if isinstance(arguments, str):
+            # A client's earlier call that was not JSON is shown as the string it was.
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        return f"{self.call_begin}{body}{self.call_end}"
+
+
+HERMES = ToolCallFormat()
+
+
+def tool_instruction(tools: Sequence[dict], fmt: ToolCallFormat = HERMES) -> str:
+    """The system text that describes `tools` (OpenAI tool objects) and the call format."""
+    listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    example = fmt.call_text("<the function's name>", {"<parameter>": "<value>"})
+    return (
+        "You can call functions to help answer the user. These are the functions, one JSON "
+        f"object per line:\n<tools>\n{listed}\n</tools>\n\n"
+        "To call a function, answer with one block per call, exactly like this:\n"
+        f"{example}\n"
+        "Use only the functions listed, and arguments that match their parameters."
+    )
+
+
+def with_tool_instruction(
+    messages: Sequence[dict], tools: Sequence[dict] | None, fmt: ToolCallFormat = HERMES
+) -> list[dict]:
+    """Messages for a template without tool support: the instruction joins (or becomes) the
+    first system message; assistant tool calls and tool results become plain text."""
+    converted = [_as_text(message, fmt) for message in messages]
+    if not tools:
+        return converted
+    instruction = tool_instruction(tools, fmt)
+    if converted and converted[0].get("role") in ("system", "developer"):
+        first = converted[0]
+        text = _text_of(first.get("content"))
+        content = f"{text}\n\n{instruction}" if text else instruction
+        return [{**first, "role": "system", "content": content}, *converted[1:]]
+    return [{"role": "system", "content": instruction}, *converted]
+
+
+def for_tool_template(messages: Sequence[dict]) -> list[dict]:
+    """Messages for a template that renders tools: call arguments as objects (the HF
+    convention; OpenAI sends them as JSON strings)."""
+    result = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            message = {**message, "tool_calls": [_call_for_template(call) for call in calls]}
+        result.append(message)
+    return result
+
+
+def _call_for_template(call: dict) -> dict:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):
+            function["arguments"] = json.loads(arguments)
+    return {**call, "function": function}
+
+
+def _as_text(message: dict, fmt: ToolCallFormat) -> dict:
+    role = message.get("role")
+    if role == "tool":
+        text = _text_of(message.get("content"))
+        return {"role": "user", "content": f"{fmt.result_begin}{text}{fmt.result_end}"}
+    calls = message.get("tool_calls")
+    if role == "assistant" and calls:
+        blocks = [
+            fmt.call_text(call["function"]["name"], call["function"].get("arguments", {}))
+            for call in calls
+        ]
+        text = _text_of(message.get("content"))
+        parts = ([text] if text else []) + blocks
+        rest = {key: value for key, value in message.items() if key != "tool_calls"}
+        return {**rest, "content": fmt.separator.join(parts)}
+    return message
+
+
+def _text_of(content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if part.get("type") == "text")

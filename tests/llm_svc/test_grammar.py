@@ -1,0 +1,265 @@
+"""Grammar-constrained decoding in the engine (llm_svc/engine/grammar), on the tiny
+Qwen2-VL checkpoint: a random model, so only the grammar keeps its output valid."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import jsonschema
+import pytest
+
+from llm_svc.engine import InvalidRequestError, SamplingParams
+from llm_svc.engine.grammar import Constraint, ConstraintKind
+from tests.fixtures.schemas import SCHEMAS
+from tests.llm_svc.conftest import make_engine, run_all, token_ids
+
+PROMPT = list(range(20, 32))
+
+
+def schema_constraint(schema: dict) -> Constraint:
+    return Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(schema))
+
+
+def params(constraint=None, temperature=0.0, max_tokens=300, **extra) -> SamplingParams:
+    # ignore_eos: only the grammar may end a constrained request before max_tokens.
+    return SamplingParams(
+        temperature=temperature,
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        constraint=constraint,
+        **extra,
+    )
+
+
+def text_of(outputs) -> str:
+    return "".join(out.new_text for out in outputs)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_qwen2_vl_dir):
+    engine = make_engine(tiny_qwen2_vl_dir, max_num_seqs=48, num_pages=2048)
+    yield engine
+    engine.close()
+
+
+def test_twenty_schemas_greedy_and_sampled_all_validate(engine):
+    requests = {}
+    for name, schema in SCHEMAS.items():
+        requests[f"{name}/greedy"] = (PROMPT, params(schema_constraint(schema)))
+        sampled = params(schema_constraint(schema), temperature=1.0, top_p=0.95, seed=7)
+        requests[f"{name}/sampled"] = (PROMPT, sampled)
+    outputs = run_all(engine, requests)
+    for request_id, outs in outputs.items():
+        schema = SCHEMAS[request_id.split("/")[0]]
+        assert outs[-1].finish_reason == "stop", (request_id, text_of(outs))
+        jsonschema.validate(json.loads(text_of(outs)), schema)
+
+
+def test_free_requests_beside_constrained_ones_produce_their_solo_tokens(engine):
+    free = {f"free{i}": (PROMPT[i:], params(max_tokens=12)) for i in range(3)}
+    free["seeded"] = (PROMPT, params(temperature=0.8, seed=11, max_tokens=12))
+    alone = {key: token_ids(outs) for key, outs in run_all(engine, free).items()}
+    mixed = dict(free)
+    for i, name in enumerate(list(SCHEMAS)[:6]):
+        constraint = schema_constraint(SCHEMAS[name])
+        mixed[f"constrained{i}"] = (PROMPT, params(constraint, temperature=1.0, seed=i))
+    together = run_all(engine, mixed)
+    for key in free:
+        assert token_ids(together[key]) == alone[key]
+    for i, name in enumerate(list(SCHEMAS)[:6]):
+        jsonschema.validate(json.loads(text_of(together[f"constrained{i}"])), SCHEMAS[name])
+
+
+def test_a_grammar_ends_the_request_before_max_tokens_and_eos(engine):
+    constraint = Constraint(ConstraintKind.REGEX, "(yes|no)")
+    outs = run_all(engine, {"r": (PROMPT, params(constraint, max_tokens=200))})["r"]
+    assert outs[-1].finish_reason == "stop"
+    assert text_of(outs) in ("yes", "no")
+    assert len(token_ids(outs)) < 10
+
+
+def test_one_schema_compiles_once_for_many_requests(engine):
+    schema = {"type": "object", "properties": {"k": {"enum": [1, 2]}}, "required": ["k"]}
+    before = engine.grammars.num_compiled
+    requests = {
+        f"n{i}": (PROMPT, params(schema_constraint(schema), temperature=1.0, seed=i))
+        for i in range(3)
+    }
+    outputs = run_all(engine, requests)
+    assert engine.grammars.num_compiled == before + 1
+    for outs in outputs.values():
+        jsonschema.validate(json.loads(text_of(outs)), schema)
+
+
+def test_chunked_prefill_and_preemption_keep_the_output_valid_and_unchanged(tiny_qwen2_vl_dir):
+    schema = SCHEMAS["ref_definitions"]
+    constraint = schema_constraint(schema)
+    requests = {
+        f"r{i}": (list(range(10, 40)), params(constraint, seed=i, temperature=1.0, max_tokens=100))
+        for i in range(4)
+    }
+    roomy = make_engine(tiny_qwen2_vl_dir, num_pages=512)
+    reference = {key: token_ids(outs) for key, outs in run_all(roomy, requests).items()}
+    roomy.close()
+    # 8-token prefill chunks, and too few pages for all four: sequences are preempted and
+    # recomputed while their matchers keep their state.
+    tight = make_engine(
+        tiny_qwen2_vl_dir, max_num_batched_tokens=8, num_pages=40, enable_prefix_caching=False
+    )
+    outputs = run_all(tight, requests)
+    assert tight.scheduler.num_preemptions > 0
+    for key, outs in outputs.items():
+        assert token_ids(outs) == reference[key]
+        jsonschema.validate(json.loads(text_of(outs)), schema)
+    tight.close()
+
+
+def test_stop_strings_still_end_a_constrained_request(engine):
+    schema = SCHEMAS["invoice"]
+    constraint = schema_constraint(schema)
+    outs = run_all(engine, {"s": (PROMPT, params(constraint, stop=['"paid"']))})["s"]
+    assert outs[-1].finish_reason == "stop"
+    assert text_of(outs).startswith('{"number": "INV') and '"paid"' not in text_of(outs)
+
+
+def test_logprobs_never_list_a_token_the_grammar_forbids(engine):
+    constraint = Constraint(ConstraintKind.REGEX, "(ab|cd)")
+    outs = run_all(engine, {"l": (PROMPT, params(constraint, logprobs=20))})["l"]
+    for out in outs:
+        for entry in out.new_logprobs:
+            assert entry.top and all(value > float("-inf") for _, value in entry.top)
+
+
+def test_logit_bias_moves_only_its_request(engine):
+    solo = token_ids(run_all(engine, {"a": (PROMPT, params(max_tokens=6))})["a"])
+    favoured = 77
+    outputs = run_all(
+        engine,
+        {
+            "biased": (PROMPT, params(max_tokens=6, logit_bias={favoured: 100.0})),
+            "plain": (PROMPT, params(max_tokens=6)),
+        },
+    )
+    assert token_ids(outputs["biased"]) == [favoured] * 6
+    assert token_ids(outputs["plain"]) == solo
+    banned = params(max_tokens=6, logit_bias={token: -100.0 for token in set(solo)})
+    avoided = token_ids(run_all(engine, {"b": (PROMPT, banned)})["b"])
+    assert not set(avoided) & set(solo)
+
+
+@pytest.mark.parametrize(
+    ("bias", "needle"),
+    [
+        ({token: 1.0 for token in range(301)}, "at most 300 entries"),
+        ({448: 1.0}, "token ids in [0, 448)"),
+        ({5: 100.5}, "logit_bias[5]=100.5"),
+        ({5: float("nan")}, "logit_bias[5]=nan"),
+    ],
+)
+def test_bad_logit_bias_is_refused(engine, bias, needle):
+    with pytest.raises(InvalidRequestError) as error:
+        engine.add_request("bad", PROMPT, params(logit_bias=bias))
+    assert needle in str(error.value)
+
+
+def _nested(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("constraint", "needle"),
+    [
+        (schema_constraint(_nested(20)), "over the limit of 32"),
+        (Constraint(ConstraintKind.JSON_SCHEMA, "[" * 5000 + "]" * 5000), "deeper than"),
+        (Constraint(ConstraintKind.JSON_SCHEMA, '{"a": ' * 3), "not valid JSON"),
+        (Constraint(ConstraintKind.JSON_SCHEMA, "[1]"), "must be a JSON object"),
+        (Constraint(ConstraintKind.REGEX, "x" * (70 << 10)), "at most 65536 bytes"),
+        (Constraint(ConstraintKind.EBNF, ""), "must not be empty"),
+    ],
+)
+def test_constraints_over_the_limits_are_refused_at_once(engine, constraint, needle):
+    with pytest.raises(InvalidRequestError) as error:
+        engine.add_request("bad", PROMPT, params(constraint))
+    assert needle in str(error.value) and "constraint=" in str(error.value)
+    assert "bad" not in engine.requests
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        schema_constraint({"type": "object", "properties": {"a": {"$ref": "#/$defs/none"}}}),
+        Constraint(ConstraintKind.REGEX, "(unclosed"),
+        Constraint(ConstraintKind.EBNF, "root ::= undefined_rule"),
+        Constraint(ConstraintKind.STRUCTURAL_TAG, '{"type": "structural_tag", "format": 3}'),
+    ],
+)
+def test_an_uncompilable_constraint_fails_its_request_alone(engine, constraint):
+    outputs = run_all(
+        engine, {"bad": (PROMPT, params(constraint)), "good": (PROMPT, params(max_tokens=4))}
+    )
+    bad = outputs["bad"][-1]
+    assert bad.finish_reason == "error" and "cannot be compiled" in str(bad.error)
+    assert isinstance(bad.error, InvalidRequestError)
+    assert len(token_ids(outputs["good"])) == 4
+
+
+def test_a_compile_past_its_deadline_fails_without_stalling_others(tiny_qwen2_vl_dir):
+    engine = make_engine(
+        tiny_qwen2_vl_dir, grammar_compile_threads=1, grammar_compile_timeout_s=0.05
+    )
+    release = threading.Event()
+    engine.grammars._pool.submit(release.wait)  # the one compile thread is busy until released
+    try:
+        constraint = schema_constraint(SCHEMAS["flat_object"])
+        engine.add_request("slow", PROMPT, params(constraint))
+        engine.add_request("free", PROMPT, params(max_tokens=5))
+        outputs = {}
+        while engine.has_unfinished():
+            for out in engine.step():
+                outputs.setdefault(out.request_id, []).append(out)
+        assert len(token_ids(outputs["free"])) == 5
+        slow = outputs["slow"][-1]
+        assert slow.finish_reason == "error" and "did not compile within" in str(slow.error)
+    finally:
+        release.set()
+        engine.close()
+
+
+def test_abort_while_compiling_frees_the_request(tiny_qwen2_vl_dir):
+    engine = make_engine(tiny_qwen2_vl_dir, grammar_compile_threads=1)
+    release = threading.Event()
+    engine.grammars._pool.submit(release.wait)
+    try:
+        engine.add_request("c", PROMPT, params(schema_constraint(SCHEMAS["invoice"])))
+        assert engine.stats().waiting == 1
+        engine.abort("c")
+        outs = engine.step()
+        assert [out.finish_reason for out in outs] == ["abort"]
+        assert not engine.has_unfinished() and len(engine.compiling) == 0
+    finally:
+        release.set()
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}}},
+        {"type": "object", "properties": {"s": {"type": "string"}}},
+    ],
+)
+def test_json_strings_refuse_control_bytes_and_encoded_surrogates(engine, schema):
+    """xgrammar 0.2.9 lets both into JSON strings; the pool's grammars do not."""
+    import xgrammar
+
+    compiled = engine.grammars.submit(schema_constraint(schema)).result()
+    for good, bad in (
+        (b'{"s": "ab"}', b'{"s": "a\x01"}'),
+        ('{"s": "é"}'.encode(), b'{"s": "\xed\xa0\x80"}'),
+    ):
+        assert xgrammar.GrammarMatcher(compiled).accept_string(good)
+        assert not xgrammar.GrammarMatcher(compiled).accept_string(bad)
