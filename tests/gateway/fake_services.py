@@ -106,6 +106,11 @@ class FakePod(llm_pb2_grpc.LLMServicer):
                 batch = self.events.get(timeout=0.1)
             except queue.Empty:
                 continue
+            if not context.is_active():
+                # A stream whose gateway has gone (an earlier test's) must not swallow the
+                # batch meant for the gateway subscribed now: hand it back.
+                self.events.put(batch)
+                return
             if batch is None:
                 return
             yield batch
