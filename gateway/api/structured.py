@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from gateway.errors import APIError, bad_request
+from iris.json_depth import json_depth
 from iris.proto import common_pb2
 
 MAX_LOGIT_BIAS = 300
@@ -22,19 +23,6 @@ _CONSTRAINT_FIELD = "constraint="  # how the pod's errors about a constraint beg
 class SchemaLimits:
     max_bytes: int
     max_depth: int
-
-
-def json_depth(document) -> int:
-    """Nesting depth of a parsed JSON value (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(document, 0)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(node, dict):
-            stack.extend((child, depth + 1) for child in node.values())
-        elif isinstance(node, list):
-            stack.extend((child, depth + 1) for child in node)
-    return deepest
 
 
 def checked_schema(schema, param: str, limits: SchemaLimits) -> str:

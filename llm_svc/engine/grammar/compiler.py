@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from iris.json_depth import json_depth
 from llm_svc.engine.errors import InvalidRequestError
 from llm_svc.engine.grammar.spec import Constraint, ConstraintKind
 
@@ -50,19 +51,6 @@ class GrammarLimits:
                 raise ValueError(f"grammar {name} must be >= 1, got {getattr(self, name)}")
         if not self.compile_timeout_s > 0:
             raise ValueError(f"grammar compile_timeout_s must be > 0, got {self.compile_timeout_s}")
-
-
-def json_depth(document: Any) -> int:
-    """Nesting depth of a parsed JSON document (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(document, 0)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(node, dict):
-            stack.extend((child, depth + 1) for child in node.values())
-        elif isinstance(node, list):
-            stack.extend((child, depth + 1) for child in node)
-    return deepest
 
 
 def check_constraint(constraint: Constraint, limits: GrammarLimits) -> None:
