@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
@@ -116,6 +117,20 @@ Node = object  # a redis.asyncio.cluster.ClusterNode, or None on one node
 LOG_EVERY_S = 1.0  # at most one warning a second per unreachable node
 
 
+def _connection_dropped_mid_command(err: AttributeError) -> bool:
+    """Whether `err` is redis-py's asyncio connection finding its socket gone mid-command.
+
+    redis-py 8.1's asyncio connection, closed by a concurrent task (the cluster client
+    dropping the connections of a node that failed), raises AttributeError (`'NoneType'
+    object has no attribute 'writelines'`) instead of ConnectionError. It is a lost
+    connection all the same; any other AttributeError is a bug and is raised."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and frames[-1].filename.endswith(
+        ("redis/asyncio/connection.py", "redis/_parsers/base.py", "redis/_parsers/resp2.py",
+         "redis/_parsers/resp3.py", "redis/_parsers/hiredis.py")
+    )  # fmt: skip
+
+
 class RedisStore(Store):
     """Entries under ``<prefix>e:{<hex key>}``, leases under ``<prefix>l:{<hex key>}``.
 
@@ -176,6 +191,10 @@ class RedisStore(Store):
         try:
             yield
         except _NETWORK_ERRORS as err:
+            raise self._unavailable("unavailable", err, name) from err
+        except AttributeError as err:
+            if not _connection_dropped_mid_command(err):
+                raise
             raise self._unavailable("unavailable", err, name) from err
         except ResponseError as err:
             if str(err).startswith(_REFUSALS):
