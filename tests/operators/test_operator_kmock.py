@@ -145,7 +145,12 @@ def _declare_resources(k8s: kmocklib.KubernetesEmulator) -> None:
 @contextlib.asynccontextmanager
 async def _operator(k8s: kmocklib.KubernetesEmulator) -> AsyncIterator[None]:
     settings = OperatorSettings.load(
-        namespace=NS, interval_s=0.3, scrape_timeout_s=2.0, api_server=str(k8s.url)
+        # A generous scrape timeout: a live pod's scrape timing out on a loaded machine would
+        # count as a failed scrape and change the decision the tests check.
+        namespace=NS,
+        interval_s=0.3,
+        scrape_timeout_s=10.0,
+        api_server=str(k8s.url),
     )
     stop = asyncio.Event()
     task = asyncio.create_task(serve(settings, stop_flag=stop))
@@ -156,12 +161,18 @@ async def _operator(k8s: kmocklib.KubernetesEmulator) -> AsyncIterator[None]:
         await asyncio.wait_for(task, timeout=10)
 
 
-async def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+async def _until(
+    check: Callable[[], bool],
+    what: str,
+    timeout: float = 60.0,
+    show: Callable[[], object] | None = None,
+) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not check():
         if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            seen = f"; seen: {show()}" if show is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{seen}")
         await asyncio.sleep(0.05)
 
 
@@ -216,7 +227,15 @@ async def test_operator_scales_both_deployments_and_writes_status(kmock, pods_ht
 
     async with _operator(kmock):
         await _until(lambda: _replicas(kmock, "iris-encoder") == 1, "encoder scaled down to 1")
-        await _until(lambda: _replicas(kmock, "iris-llm") == 6, "llm scaled up to max")
+        await _until(
+            lambda: _replicas(kmock, "iris-llm") == 6,
+            "llm scaled up to max",
+            show=lambda: (
+                _replicas(kmock, "iris-llm"),
+                _scale_patches(kmock, "iris-llm"),
+                _status(kmock),
+            ),
+        )
         await _until(
             lambda: _status(kmock).get("llm", {}).get("currentReplicas") == 6, "status at 6"
         )
