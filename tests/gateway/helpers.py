@@ -53,3 +53,11 @@ def wait_ready(client: TestClient) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("gateway never became ready")
+
+
+def eventually(condition, timeout: float = 60.0) -> None:
+    """Poll `condition` until it holds (a generous deadline: it returns as soon as it does)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)

@@ -13,7 +13,14 @@ from opentelemetry.trace import SpanKind
 from iris.multimodal import block_hashes
 from iris.telemetry import setup_tracing
 from llm_svc.proto import llm_pb2
-from tests.gateway.helpers import data_url, image_message, make_client, png_bytes, wait_ready
+from tests.gateway.helpers import (
+    data_url,
+    eventually,
+    image_message,
+    make_client,
+    png_bytes,
+    wait_ready,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -28,13 +35,6 @@ def fresh_script(qwen_gateway_parts):
     encoder.fail = None
     encoder.unavailable = False
     yield pod, encoder
-
-
-def eventually(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def sse_events(response) -> list:

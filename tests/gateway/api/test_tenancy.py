@@ -8,7 +8,14 @@ import pytest
 from gateway.tenancy import Tenancy, tenant_salt
 from iris.multimodal import block_hashes, image_identity
 from llm_svc.proto import llm_pb2
-from tests.gateway.helpers import data_url, image_message, make_client, png_bytes, wait_ready
+from tests.gateway.helpers import (
+    data_url,
+    eventually,
+    image_message,
+    make_client,
+    png_bytes,
+    wait_ready,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -21,13 +28,6 @@ def fresh(qwen_gateway_parts):
     encoder.fail = None
     encoder.unavailable = False
     yield pod, encoder
-
-
-def eventually(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def test_a_cache_salt_goes_into_generate_encode_and_the_identity(
