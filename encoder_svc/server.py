@@ -14,7 +14,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
@@ -26,10 +25,8 @@ from encoder_svc.service import EncoderServicer
 from encoder_svc.settings import EncoderSettings
 from encoder_svc.sink import CacheSink, EmbeddingSink
 from encoder_svc.validate import RequestLimits
-from iris.health import Readiness, ServiceHealth
-from iris.metrics_http import MetricsHTTPServer
-from iris.mtls import TLSFiles, role_interceptors
-from iris.mtls.credentials import add_port
+from iris.grpc_service import GrpcService
+from iris.mtls import TLSFiles
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "iris.encoder.Encoder"
@@ -79,7 +76,7 @@ def request_limits(settings: EncoderSettings) -> RequestLimits:
     )
 
 
-class EncoderServer:
+class EncoderServer(GrpcService):
     """One encoder service. `start()` binds (port 0 picks a free port), `stop()` drains
     for `shutdown_grace_s`, fails what is left in the cache and ends the server.
 
@@ -94,23 +91,13 @@ class EncoderServer:
         sink: EmbeddingSink | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(SERVICE_NAME, settings)
         self._tracer = trace.get_tracer("encoder_svc", tracer_provider=tracer_provider)
         self._model = model
         self._sink = sink
         self._cache_client = None
         self.metrics = EncoderMetrics()
-        self.health = ServiceHealth(SERVICE_NAME)
-        self.readiness = Readiness(self.health, self._not_ready_because, settings.health_interval_s)
         self.batcher: Batcher | None = None
-        self.port = 0
-        self.metrics_port = 0
-        self._server: grpc.aio.Server | None = None
-        self._http: MetricsHTTPServer | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{self.settings.host}:{self.port}"
 
     @property
     def fingerprint(self) -> bytes:
@@ -141,38 +128,22 @@ class EncoderServer:
         servicer = EncoderServicer(
             self.batcher, self._model.fingerprint, request_limits(settings), self._tracer
         )
-        self._server = grpc.aio.server(
-            options=[
+        await self._listen(
+            encoder_pb2_grpc.add_EncoderServicer_to_server,
+            servicer,
+            [
                 ("grpc.max_receive_message_length", settings.max_message_bytes),
                 ("grpc.max_send_message_length", 4 << 20),
-                # A port already taken must fail the start, not be shared with its owner.
-                ("grpc.so_reuseport", 0),
             ],
-            maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
-            interceptors=role_interceptors(settings.tls()),
-        )
-        encoder_pb2_grpc.add_EncoderServicer_to_server(servicer, self._server)
-        self.health.add_to(self._server)
-        self.port = add_port(self._server, f"{settings.host}:{settings.port}", settings.tls())
-        await self._server.start()
-        self._http = MetricsHTTPServer(
             self.metrics.registry,
             lambda: {
                 "ok": self.batcher is not None and self.batcher.loop_alive,
                 "serving": self.readiness.serving,
                 "reason": self.readiness.reason,
             },
-            settings.host,
-            settings.metrics_port,
+            settings.max_concurrent_rpcs,
         )
-        self._http.start()
-        self.metrics_port = self._http.port
-        await self.readiness.start()
         log.info("encoder serving on %s, metrics on %d", self.address, self.metrics_port)
-
-    async def wait(self) -> None:
-        assert self._server is not None, "start() first"
-        await self._server.wait_for_termination()
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop taking work, drain, fail leftovers in the cache, end the gRPC server."""

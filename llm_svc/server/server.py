@@ -13,14 +13,10 @@ import asyncio
 import logging
 from pathlib import Path
 
-import grpc
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
-from iris.health import Readiness, ServiceHealth
-from iris.metrics_http import MetricsHTTPServer
-from iris.mtls import role_interceptors
-from iris.mtls.credentials import add_port
+from iris.grpc_service import GrpcService
 from llm_svc.engine import LLMEngine
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from llm_svc.server.builder import build_engine
@@ -49,7 +45,7 @@ def model_info(engine: LLMEngine, settings: LLMSettings) -> llm_pb2.ModelInfo:
     )
 
 
-class LLMServer:
+class LLMServer(GrpcService):
     """One LLM pod. `start()` loads the model (unless an engine is given) and binds (port 0
     picks a free port); `stop()` lets streams finish for the grace period, then aborts.
 
@@ -62,24 +58,14 @@ class LLMServer:
         engine: LLMEngine | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(SERVICE_NAME, settings)
         self.engine = engine
         self.metrics = LLMMetrics()
         self.streams = StreamRegistry()
-        self.health = ServiceHealth(SERVICE_NAME)
-        self.readiness = Readiness(self.health, self._not_ready_because, settings.health_interval_s)
         self._tracer = trace.get_tracer("llm_svc.server", tracer_provider=tracer_provider)
         self.kv_log: KVEventLog | None = None
         self.worker: EngineWorker | None = None
         self.servicer: LLMServicer | None = None
-        self.port = 0
-        self.metrics_port = 0
-        self._server: grpc.aio.Server | None = None
-        self._http: MetricsHTTPServer | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{self.settings.host}:{self.port}"
 
     async def start(self) -> None:
         settings = self.settings
@@ -114,24 +100,13 @@ class LLMServer:
             self._tracer,
         )
         self.worker.start()
-        self._server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", settings.max_message_bytes),
-                # A port already taken must fail the start, not be shared with its owner.
-                ("grpc.so_reuseport", 0),
-            ],
-            interceptors=role_interceptors(settings.tls()),
+        await self._listen(
+            llm_pb2_grpc.add_LLMServicer_to_server,
+            self.servicer,
+            [("grpc.max_receive_message_length", settings.max_message_bytes)],
+            self.metrics.registry,
+            self._health_body,
         )
-        llm_pb2_grpc.add_LLMServicer_to_server(self.servicer, self._server)
-        self.health.add_to(self._server)
-        self.port = add_port(self._server, f"{settings.host}:{settings.port}", settings.tls())
-        await self._server.start()
-        self._http = MetricsHTTPServer(
-            self.metrics.registry, self._health_body, settings.host, settings.metrics_port
-        )
-        self._http.start()
-        self.metrics_port = self._http.port
-        await self.readiness.start()
         log.info(
             "llm pod %s serving %s on %s, metrics on %d",
             settings.pod_name,
@@ -139,10 +114,6 @@ class LLMServer:
             self.address,
             self.metrics_port,
         )
-
-    async def wait(self) -> None:
-        assert self._server is not None, "start() first"
-        await self._server.wait_for_termination()
 
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, let open streams run for `grace_s`, then abort the rest and end."""

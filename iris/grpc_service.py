@@ -1,0 +1,76 @@
+"""What the encoder's and the LLM pod's servers share: their two listeners and readiness.
+
+A `GrpcService` owns a role-checked gRPC server on `settings.host:settings.port` (mutual TLS
+when the settings name certificates; port 0 picks a free port), gRPC health on it as
+readiness that follows the subclass's `_not_ready_because()` (iris/health.py), and
+/metrics + /healthz over plain HTTP on `settings.metrics_port`. A subclass builds its own
+parts, then calls `_listen()`; its `stop()` is its own, since each drains in its own order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from iris.health import Readiness, ServiceHealth
+from iris.metrics_http import MetricsHTTPServer
+from iris.mtls import role_interceptors
+from iris.mtls.credentials import add_port
+
+
+class GrpcService:
+    """Base of one gRPC service's server: `address`, `port` and `metrics_port` once started,
+    `readiness.reason` (None while ready), `wait()` until the gRPC server ends."""
+
+    def __init__(self, service_name: str, settings: Any) -> None:
+        self.settings = settings
+        self.health = ServiceHealth(service_name)
+        self.readiness = Readiness(self.health, self._not_ready_because, settings.health_interval_s)
+        self.port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._http: MetricsHTTPServer | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.host}:{self.port}"
+
+    def _not_ready_because(self) -> str | None:
+        """Why this service cannot take work now (None: it can)."""
+        raise NotImplementedError
+
+    async def _listen(
+        self,
+        add_servicer: Callable[[Any, grpc.aio.Server], None],
+        servicer: Any,
+        options: list[tuple[str, Any]],
+        registry: CollectorRegistry,
+        health_body: Callable[[], dict],
+        max_concurrent_rpcs: int | None = None,
+    ) -> None:
+        """Serve `servicer` (added by its generated `add_*Servicer_to_server`) and health on a
+        gRPC server with `options` (beyond `max_concurrent_rpcs` calls at once, gRPC answers
+        RESOURCE_EXHAUSTED), start the HTTP server, then start publishing readiness."""
+        settings = self.settings
+        tls = settings.tls()
+        self._server = grpc.aio.server(
+            # A port already taken must fail the start, not be shared with its owner.
+            options=[*options, ("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=max_concurrent_rpcs,
+            interceptors=role_interceptors(tls),
+        )
+        add_servicer(servicer, self._server)
+        self.health.add_to(self._server)
+        self.port = add_port(self._server, f"{settings.host}:{settings.port}", tls)
+        await self._server.start()
+        self._http = MetricsHTTPServer(registry, health_body, settings.host, settings.metrics_port)
+        self._http.start()
+        self.metrics_port = self._http.port
+        await self.readiness.start()
+
+    async def wait(self) -> None:
+        assert self._server is not None, "start() first"
+        await self._server.wait_for_termination()
