@@ -16,23 +16,21 @@ class ImageBudget:
         self.pixels = 0
 
     def charge_bytes(self, count: int, param: str) -> None:
+        # A fetched image is charged chunk by chunk: its total is still growing when it
+        # passes the limit, hence "over".
         self.bytes += count
-        if self.bytes > self.max_bytes:
-            raise APIError(
-                413,
-                f"the request's images come to over {self.bytes} bytes, over the "
-                f"per-request limit of {self.max_bytes}",
-                param=param,
-                code="images_too_large",
-            )
+        _check(f"over {self.bytes} bytes", self.bytes, self.max_bytes, param)
 
     def charge_pixels(self, count: int, param: str) -> None:
         self.pixels += count
-        if self.pixels > self.max_pixels:
-            raise APIError(
-                413,
-                f"the request's images come to {self.pixels} pixels, over the "
-                f"per-request limit of {self.max_pixels}",
-                param=param,
-                code="images_too_large",
-            )
+        _check(f"{self.pixels} pixels", self.pixels, self.max_pixels, param)
+
+
+def _check(amount: str, total: int, limit: int, param: str) -> None:
+    if total > limit:
+        raise APIError(
+            413,
+            f"the request's images come to {amount}, over the per-request limit of {limit}",
+            param=param,
+            code="images_too_large",
+        )
