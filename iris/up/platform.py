@@ -63,6 +63,12 @@ class UpConfig:
             )
 
 
+def _settings_env(kind: str, settings: dict[str, str]) -> dict[str, str]:
+    """A service's Settings fields as its environment: `cache_address` of the llm kind is
+    IRIS_LLM_CACHE_ADDRESS."""
+    return {f"IRIS_{kind.upper()}_{field.upper()}": value for field, value in settings.items()}
+
+
 class StartupError(RuntimeError):
     """A service exited or never became healthy while the platform started (the message
     names it and where its log is)."""
@@ -135,14 +141,12 @@ class Platform:
         )
         return Service(name, kind, child, f"{HOST}:{port}", health_url)
 
-    def _grpc_service(self, name: str, kind: str, prefix: str, env: dict[str, str]) -> Service:
+    def _grpc_service(self, name: str, kind: str, **settings: str) -> Service:
+        """A gRPC service on two free ports (gRPC, metrics) with these Settings fields."""
         port, metrics_port = free_port(), free_port()
-        env = {
-            f"{prefix}HOST": HOST,
-            f"{prefix}PORT": str(port),
-            f"{prefix}METRICS_PORT": str(metrics_port),
-            **env,
-        }
+        env = _settings_env(
+            kind, {"host": HOST, "port": str(port), "metrics_port": str(metrics_port), **settings}
+        )
         return self._python_service(name, kind, env, port, f"http://{HOST}:{metrics_port}/healthz")
 
     def _start_redis(self) -> str:
@@ -190,58 +194,47 @@ class Platform:
     def plan(self) -> None:
         """Pick ports and build every service's command and environment."""
         model = str(self.config.model_dir)
-        cache_env = {"IRIS_CACHE_STORE": self.config.cache}
+        cache_settings = {"store": self.config.cache}
         if self.config.cache == "redis":
             self.redis_url = self._start_redis()
-            cache_env["IRIS_CACHE_REDIS_URL"] = self.redis_url
+            cache_settings["redis_url"] = self.redis_url
         elif self.config.cache == "redis-cluster":
-            cache_env["IRIS_CACHE_REDIS_CLUSTER_NODES"] = self._start_redis_cluster()
-        cache = self._grpc_service("cache", "cache", "IRIS_CACHE_", cache_env)
+            cache_settings["redis_cluster_nodes"] = self._start_redis_cluster()
+        cache = self._grpc_service("cache", "cache", **cache_settings)
         self.services.append(cache)
         if self.config.services == ("cache",):
             return
         for index in range(self.config.encoders):
-            self.services.append(
-                self._grpc_service(
-                    f"encoder-{index}",
-                    "encoder",
-                    "IRIS_ENCODER_",
-                    {"IRIS_ENCODER_MODEL": model, "IRIS_ENCODER_CACHE_ADDRESS": cache.address},
-                )
+            encoder = self._grpc_service(
+                f"encoder-{index}", "encoder", model=model, cache_address=cache.address
             )
+            self.services.append(encoder)
         if "llm" not in self.config.services:
             return
         for index in range(self.config.llm_pods):
-            self.services.append(
-                self._grpc_service(
-                    f"llm-{index}",
-                    "llm",
-                    "IRIS_LLM_",
-                    {
-                        "IRIS_LLM_MODEL": model,
-                        "IRIS_LLM_CACHE_ADDRESS": cache.address,
-                        "IRIS_LLM_POD_NAME": f"llm-{index}",
-                    },
-                )
+            name = f"llm-{index}"
+            pod = self._grpc_service(
+                name, "llm", model=model, cache_address=cache.address, pod_name=name
             )
+            self.services.append(pod)
         gateway_port = free_port()
-        gateway_env = {
-            "IRIS_GATEWAY_HOST": HOST,
-            "IRIS_GATEWAY_PORT": str(gateway_port),
-            "IRIS_GATEWAY_MODEL": model,
-            "IRIS_GATEWAY_CACHE_ADDRESS": cache.address,
-            "IRIS_GATEWAY_ENCODER_ADDRESSES": ",".join(self.addresses("encoder")),
-            "IRIS_GATEWAY_LLM_ADDRESSES": ",".join(self.addresses("llm")),
-            "IRIS_GATEWAY_ROUTER_CONFIG": ROUTER_POLICIES[self.config.router],
-            "IRIS_GATEWAY_EMBEDDING_REUSE": "true" if self.config.embedding_reuse else "false",
+        gateway_settings = {
+            "host": HOST,
+            "port": str(gateway_port),
+            "model": model,
+            "cache_address": cache.address,
+            "encoder_addresses": ",".join(self.addresses("encoder")),
+            "llm_addresses": ",".join(self.addresses("llm")),
+            "router_config": ROUTER_POLICIES[self.config.router],
+            "embedding_reuse": "true" if self.config.embedding_reuse else "false",
         }
         if self.config.api_keys:
-            gateway_env["IRIS_GATEWAY_API_KEYS"] = json.dumps(list(self.config.api_keys))
+            gateway_settings["api_keys"] = json.dumps(list(self.config.api_keys))
         self.services.append(
             self._python_service(
                 "gateway",
                 "gateway",
-                gateway_env,
+                _settings_env("gateway", gateway_settings),
                 gateway_port,
                 f"http://{HOST}:{gateway_port}/readyz",
             )
