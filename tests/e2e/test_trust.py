@@ -109,8 +109,8 @@ def test_an_image_sent_under_another_images_identity_poisons_nothing(platform, a
 
 
 def test_a_broken_image_under_another_images_identity_fails_only_itself(platform, adapter):
-    """The attack's variant: a truncated X claiming Y's identity used to store a failed
-    entry under Y's key, so every request for Y got a 400. Now only X fails."""
+    """The attack's variant: a truncated X claiming Y's identity fails alone; it leaves no
+    failed entry under Y's key (which would turn every later request for Y into a 400)."""
     victim_png, attacker_png = image_png(seed=4031), image_png(seed=4032)
     truncated = attacker_png[: len(attacker_png) // 2]
     claimed = image_identity(victim_png, adapter.fingerprint).hex()
