@@ -136,11 +136,6 @@ class EncoderServer(GrpcService):
                 ("grpc.max_send_message_length", 4 << 20),
             ],
             self.metrics.registry,
-            lambda: {
-                "ok": self.batcher is not None and self.batcher.loop_alive,
-                "serving": self.readiness.serving,
-                "reason": self.readiness.reason,
-            },
             settings.max_concurrent_rpcs,
         )
         log.info("encoder serving on %s, metrics on %d", self.address, self.metrics_port)
@@ -157,6 +152,9 @@ class EncoderServer(GrpcService):
             self._http.stop()
         if self._cache_client is not None:
             await self._cache_client.close()
+
+    def _alive(self) -> bool:
+        return self.batcher is not None and self.batcher.loop_alive
 
     def _not_ready_because(self) -> str | None:
         """Why this encoder cannot take work now (None: it can)."""

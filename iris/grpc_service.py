@@ -3,8 +3,9 @@
 A `GrpcService` owns a role-checked gRPC server on `settings.host:settings.port` (mutual TLS
 when the settings name certificates; port 0 picks a free port), gRPC health on it as
 readiness that follows the subclass's `_not_ready_because()` (iris/health.py), and
-/metrics + /healthz over plain HTTP on `settings.metrics_port`. A subclass builds its own
-parts, then calls `_listen()`; its `stop()` is its own, since each drains in its own order.
+/metrics + /healthz over plain HTTP on `settings.metrics_port`, /healthz answering the
+subclass's `_alive()` (liveness) with the readiness reason beside it. A subclass builds its
+own parts, then calls `_listen()`; its `stop()` is its own, since each drains in its own order.
 """
 
 from __future__ import annotations
@@ -42,13 +43,24 @@ class GrpcService:
         """Why this service cannot take work now (None: it can)."""
         raise NotImplementedError
 
+    def _alive(self) -> bool:
+        """Whether the loop that does this service's work runs (liveness)."""
+        raise NotImplementedError
+
+    def _health_body(self) -> dict:
+        """/healthz's body: liveness in "ok" (200 or 503), readiness and its reason beside."""
+        return {
+            "ok": self._alive(),
+            "serving": self.readiness.serving,
+            "reason": self.readiness.reason,
+        }
+
     async def _listen(
         self,
         add_servicer: Callable[[Any, grpc.aio.Server], None],
         servicer: Any,
         options: list[tuple[str, Any]],
         registry: CollectorRegistry,
-        health_body: Callable[[], dict],
         max_concurrent_rpcs: int | None = None,
     ) -> None:
         """Serve `servicer` (added by its generated `add_*Servicer_to_server`) and health on a
@@ -66,7 +78,9 @@ class GrpcService:
         self.health.add_to(self._server)
         self.port = add_port(self._server, f"{settings.host}:{settings.port}", tls)
         await self._server.start()
-        self._http = MetricsHTTPServer(registry, health_body, settings.host, settings.metrics_port)
+        self._http = MetricsHTTPServer(
+            registry, self._health_body, settings.host, settings.metrics_port
+        )
         self._http.start()
         self.metrics_port = self._http.port
         await self.readiness.start()

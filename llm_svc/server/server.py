@@ -105,7 +105,6 @@ class LLMServer(GrpcService):
             self.servicer,
             [("grpc.max_receive_message_length", settings.max_message_bytes)],
             self.metrics.registry,
-            self._health_body,
         )
         log.info(
             "llm pod %s serving %s on %s, metrics on %d",
@@ -126,14 +125,11 @@ class LLMServer(GrpcService):
         if self._http is not None:
             self._http.stop()
 
+    def _alive(self) -> bool:
+        return self.worker is not None and self.worker.alive
+
     def _health_body(self) -> dict:
-        alive = self.worker is not None and self.worker.alive
-        return {
-            "ok": alive,
-            "serving": self.readiness.serving,
-            "reason": self.readiness.reason,
-            "pod": self.settings.pod_name,
-        }
+        return {**super()._health_body(), "pod": self.settings.pod_name}
 
     def _not_ready_because(self) -> str | None:
         """Why this pod cannot take requests now (None: it can)."""
