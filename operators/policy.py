@@ -9,7 +9,10 @@ pod count; the largest wins. A pod whose scrape failed counts as loaded like the
 the pods that answered (never as idle), and while any scrape fails the pool is never scaled
 down. Vision tokens queued at the encoders are prefill about to reach the LLM pods, so
 (times the coupling factor) they add to the LLM's pending prefill tokens. The pool's
-headroom (spare replicas for a burst while new pods start) is added. Then: a tolerance
+headroom (spare replicas for a burst while new pods start) is added, but never takes the
+pool above minReplicas + headroom or what the load needs, whichever is larger: spare pods
+are for a burst over a quiet pool, and a pool whose load already needs more is serving
+the burst (spare pods on top would size it for a burst on a burst). Then: a tolerance
 band around the current size, HPA-like stabilisation (up to the lowest recommendation of the
 up window, down to the highest of the down window), a max step per change, min/max.
 """
@@ -172,10 +175,10 @@ def _decide_pool(
         return decision, past
 
     # pods needed per metric = pool total / per-pod target; the busiest metric decides,
-    # and the pool's headroom is kept on top of it.
+    # and the pool's headroom is kept on top of it up to minReplicas + headroom.
     needs = {name: total / targets[name] for name, total in totals.items()}
     driver = max(needs, key=lambda name: needs[name])
-    need = needs[driver] + pool_spec.headroom
+    need = _with_headroom(needs[driver], pool_spec)
     base = max(current, 1)
     if abs(need / base - 1.0) <= spec.tolerance:
         recommended, reason = current, "WithinTolerance"
@@ -206,6 +209,14 @@ def _decide_pool(
         f"recommended {recommended}, desired {desired}"
     )
     return PoolDecision(current, desired, recommended, reason, message, limited), kept
+
+
+def _with_headroom(load_need: float, pool_spec: PoolSpec) -> float:
+    """The load's pod count plus the headroom, capped at max(load need, minReplicas +
+    headroom): a quiet pool keeps `headroom` spare pods; as the load grows into them they
+    stop being spare, and a load that needs more than the cap gets no spare on top."""
+    quiet_size = pool_spec.min_replicas + pool_spec.headroom
+    return max(load_need, min(load_need + pool_spec.headroom, quiet_size))
 
 
 def _remember(

@@ -57,7 +57,8 @@ class Selector(_Part):
 class PoolSpec(_Part):
     """One Deployment the autoscaler sizes: which pods are its, its bounds, and how many
     replicas it keeps beyond what the load needs (`headroom`: what a burst meets while new
-    pods start; more headroom buys time within the SLO with replica-seconds)."""
+    pods start; more headroom buys time within the SLO with replica-seconds). Headroom never
+    takes the pool above max(what the load needs, min_replicas + headroom)."""
 
     deployment: str = Field(pattern=_NAME, max_length=253)
     selector: Selector

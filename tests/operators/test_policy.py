@@ -94,21 +94,44 @@ def test_single_round(case, pods, current, desired, reason, limited):
     assert decision.active
 
 
-def test_headroom_replicas_are_kept_beyond_the_load():
+def headroom_spec(min_replicas: int, headroom: int):
     raw_llm = {
         "deployment": "llm",
         "selector": {"matchLabels": {"c": "llm"}},
+        "minReplicas": min_replicas,
         "maxReplicas": 10,
-        "headroomReplicas": 2,
+        "headroomReplicas": headroom,
         "targets": {"kvUtilisation": 0.5, "requestsWaiting": 4, "pendingPrefillTokens": 1000},
     }
-    spec = make_spec(llm=raw_llm)
-    # 3 pods at target need 3; two spare on top.
+    return make_spec(llm=raw_llm)
+
+
+def test_headroom_replicas_are_kept_beyond_the_load():
+    spec = headroom_spec(min_replicas=3, headroom=2)
+    # 3 pods at target need 3, the quiet size; two spare on top.
     decision = decide([llm(0.5)] * 3, 3, spec).llm
     assert (decision.desired, decision.reason) == (5, "ScaleUp")
     assert "headroom 2" in decision.message
     # Already holding the headroom: within tolerance, nothing moves.
     assert decide([llm(0.3)] * 5, 5, spec).llm.reason == "WithinTolerance"
+
+
+@pytest.mark.parametrize(
+    ("case", "pods", "current", "desired"),
+    [
+        # minReplicas 1 + headroom 2: a quiet pool holds 3.
+        ("quiet: both spare pods", [llm(0.25)] * 2, 2, 3),
+        ("the load grew into one spare pod", [llm(0.5)] * 2, 2, 3),
+        ("the load needs the quiet size: no spare left", [llm(0.5)] * 3, 3, 3),
+        # A burst that needs 6 gets 6, not 6 + 2: the spare pods were for it.
+        ("a burst above the quiet size: no spare on top", [llm(1.0)] * 3, 3, 6),
+    ],
+)
+def test_headroom_never_takes_the_pool_above_the_quiet_size_or_the_load(
+    case, pods, current, desired
+):
+    decision = decide(pods, current, headroom_spec(min_replicas=1, headroom=2)).llm
+    assert decision.desired == desired, case
 
 
 def test_scale_down_waits_for_the_window_then_moves_by_max_step():
