@@ -58,22 +58,27 @@ class _LazyKernel:
     launches, and a GPU test can switch the interpreter off to run the compiled kernel.
     For that to hold, kernel bodies call only Triton builtins (tl.load, tl.reduce, tl.full,
     ...), never triton's own jit helpers (tl.sum, tl.max, tl.zeros, tl.cdiv): those are
-    fixed to the mode in force when triton was imported. A sum uses `tl.reduce` with a
-    combiner bound per mode (`jit(sum_combine=NAME)`).
+    fixed to the mode in force when triton was imported. A sum or a max uses `tl.reduce`
+    with a combiner bound per mode (`jit(sum_combine=NAME, max_combine=NAME)`).
     """
 
-    def __init__(self, fn, sum_combine: str | None):
+    def __init__(self, fn, sum_combine: str | None, max_combine: str | None = None):
         self.fn = fn
-        self.sum_combine = sum_combine
+        self.combiners = {
+            name: pick
+            for name, pick in ((sum_combine, _sum_combiner), (max_combine, _max_combiner))
+            if name
+        }
         self._by_mode: dict[bool, triton.runtime.KernelInterface] = {}
         functools.update_wrapper(self, fn)
 
     def build(self, mode: bool):
         """The kernel for one mode: interpreted (True) or compiled (False)."""
         fn = self.fn
-        if self.sum_combine:
-            # The same code under a copy of its globals in which the combiner fits the mode.
-            scope = {**fn.__globals__, self.sum_combine: _sum_combiner(mode)}
+        if self.combiners:
+            # The same code under a copy of its globals in which the combiners fit the mode.
+            bound = {name: pick(mode) for name, pick in self.combiners.items()}
+            scope = {**fn.__globals__, **bound}
             fn = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__)
             # Annotations mark the tl.constexpr parameters; a bare copy would lose them.
             fn.__annotations__ = dict(self.fn.__annotations__)
@@ -89,15 +94,16 @@ class _LazyKernel:
         return kernel[grid]
 
 
-def jit(fn=None, *, sum_combine: str | None = None):
+def jit(fn=None, *, sum_combine: str | None = None, max_combine: str | None = None):
     """Decorator used in place of `triton.jit` for the kernels of this package.
 
     `sum_combine="NAME"` makes the global NAME, inside the kernel, a `tl.reduce` combine
-    function for a sum that works in the mode the kernel is built in.
+    function for a sum that works in the mode the kernel is built in; `max_combine` the
+    same for a maximum.
     """
     if fn is None:
-        return functools.partial(jit, sum_combine=sum_combine)
-    return _LazyKernel(fn, sum_combine)
+        return functools.partial(jit, sum_combine=sum_combine, max_combine=max_combine)
+    return _LazyKernel(fn, sum_combine, max_combine)
 
 
 def _add(a, b):
@@ -107,6 +113,20 @@ def _add(a, b):
 @functools.cache
 def _compiled_add() -> triton.runtime.JITFunction:
     return triton.runtime.JITFunction(_add)
+
+
+def _max(a, b):
+    return tl.maximum(a, b)
+
+
+@functools.cache
+def _compiled_max() -> triton.runtime.JITFunction:
+    return triton.runtime.JITFunction(_max)
+
+
+def _max_combiner(interpreted: bool):
+    # As for the sum: the interpreter reduces triton's own max combiner with one numpy call.
+    return tl.standard._elementwise_max if interpreted else _compiled_max()
 
 
 def _sum_combiner(interpreted: bool):

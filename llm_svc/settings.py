@@ -33,6 +33,8 @@ class LLMSettings(GrpcServiceSettings):
     cache_address: str = f"127.0.0.1:{CACHE_GRPC_PORT}"  # embedding cache (multimodal path)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    # "auto": Triton kernels on CUDA, SDPA on CPU (llm_svc.engine.attention.CHOICES).
+    attention_backend: Literal["auto", "sdpa", "triton"] = "auto"
     port: int = Field(LLM_GRPC_PORT, ge=0, le=65535)
     metrics_port: int = Field(LLM_METRICS_PORT, ge=0, le=65535)
     pod_name: str = Field(

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from iris.mtls import TLSFiles
+from llm_svc.engine.attention import check_backend_name
 from llm_svc.engine.models.config import TextModelConfig
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -20,7 +21,9 @@ class EngineConfig:
     The KV cache holds `num_pages` pages if given, else as many as fit in
     `kv_cache_bytes` (default: 512 MiB on CPU; on CUDA, `gpu_memory_utilization` of the
     free memory after loading the weights). device / dtype "auto": CUDA + bfloat16 when a
-    GPU is present, else CPU + float32.
+    GPU is present, else CPU + float32. `attention_backend` "auto": the Triton kernels on
+    CUDA, SDPA on CPU; "triton" or "sdpa" forces one (Triton falls back to SDPA, with a
+    warning, for a head dim or dtype its kernels do not cover).
 
     Images: with `cache_address` (host:port of the embedding cache) the engine fetches
     embeddings from it, waiting up to `embedding_wait_s` for an image still being encoded,
@@ -44,7 +47,7 @@ class EngineConfig:
     device: str = "auto"
     dtype: str = "auto"
     enable_prefix_caching: bool = True
-    attention_backend: str = "sdpa"
+    attention_backend: str = "auto"
     seed: int = 0
     tokenizer_dir: str | Path | None = None
     cache_address: str | None = None
@@ -90,6 +93,7 @@ class EngineConfig:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.dtype == "auto":
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
+        check_backend_name(self.attention_backend)
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or auto, got {self.dtype}")
         model = TextModelConfig.from_model_dir(self.model_dir)

@@ -43,14 +43,20 @@ class SdpaBackend(AttentionBackend):
         self._decode = None
         decode_rows = [i for i, n in enumerate(meta.query_lens) if n == 1]
         if decode_rows:
-            lengths = torch.tensor([meta.context_lens[i] for i in decode_rows], device=device)
-            max_pages = -(-int(lengths.max()) // page_size)
-            tables = meta.block_tables[decode_rows, :max_pages]
+            # Sizes come from the host lists, never from a device tensor (no sync); the
+            # rows, lengths and starts travel in one host→device copy.
+            count = len(decode_rows)
+            contexts = [meta.context_lens[i] for i in decode_rows]
+            starts = [meta.query_starts[i] for i in decode_rows]
+            host = torch.tensor([*decode_rows, *contexts, *starts], dtype=torch.int64)
+            index = host.to(device, non_blocking=True)
+            rows, lengths, token_index = index[:count], index[count : 2 * count], index[2 * count :]
+            max_pages = -(-max(contexts) // page_size)
+            tables = meta.block_tables.index_select(0, rows)[:, :max_pages]
             width = max_pages * page_size
             positions = torch.arange(width, device=device)
             mask = (positions[None, :] < lengths[:, None])[:, None, None, :]
-            starts = torch.tensor([meta.query_starts[i] for i in decode_rows], device=device)
-            self._decode = _DecodeBatch(starts, tables.reshape(-1), width, mask)
+            self._decode = _DecodeBatch(token_index, tables.reshape(-1), width, mask)
         for i, query_len in enumerate(meta.query_lens):
             if query_len == 1:
                 continue

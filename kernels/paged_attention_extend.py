@@ -1,0 +1,168 @@
+"""Extend (prefill chunk) attention over the paged KV cache, every chunk of a step at once.
+
+A chunk is the last `q_len` positions of a sequence's `context`: its queries attend to the
+cached prefix and causally to the chunk itself. The caller has already stored the chunk's
+K/V in the cache, so both parts are read the same way, through the block table. One launch
+covers all chunks: the host cuts each chunk into query blocks of BLOCK_M rows and lists
+them (chunk, first row), so ragged chunk lengths cost no padding beyond one partial block.
+Grid: (query block, query head).
+
+The torch twin is the SDPA attention backend (llm_svc/engine/attention/sdpa.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton.language as tl
+
+from kernels.backend import jit, resolve_backend
+from kernels.paged_attention_decode import (
+    LOG2E,
+    check_operands,
+    dot_precision,
+    upcast_dots,
+)
+
+# Inside the kernel these names are the combiners for the mode it was built in (see
+# kernels.backend.jit); the module-level values are never used.
+SUM_COMBINE = None
+MAX_COMBINE = None
+
+
+def extend_tiles(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_M query rows, BLOCK_N key positions) per tile for a head dim."""
+    if head_dim <= 64:
+        return 64, 64
+    return (64, 32) if head_dim <= 128 else (32, 32)
+
+
+@jit(sum_combine="SUM_COMBINE", max_combine="MAX_COMBINE")
+def _extend_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    tables_ptr,
+    chunks_ptr,
+    blocks_ptr,
+    num_chunks,
+    num_blocks,
+    q_stride_t,
+    q_stride_h,
+    o_stride_t,
+    o_stride_h,
+    kv_stride_s,
+    kv_stride_h,
+    table_stride,
+    scale_log2,
+    GROUP: tl.constexpr,
+    PAGE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    block = tl.program_id(0)
+    head = tl.program_id(1)
+    kv_head = head // GROUP
+    # Blocks: two int32 columns (chunk, first row). Chunks: four (flat start, query
+    # length, context length, block-table row).
+    chunk = tl.load(blocks_ptr + block)
+    first = tl.load(blocks_ptr + num_blocks + block)
+    q_start = tl.load(chunks_ptr + chunk).to(tl.int64)
+    q_len = tl.load(chunks_ptr + num_chunks + chunk)
+    context = tl.load(chunks_ptr + 2 * num_chunks + chunk)
+    row = tl.load(chunks_ptr + 3 * num_chunks + chunk).to(tl.int64)
+    prefix = context - q_len
+
+    rows = first + tl.arange(0, BLOCK_M)
+    row_ok = rows < q_len
+    dims = tl.arange(0, HEAD_DIM)
+    q_offsets = (q_start + rows)[:, None] * q_stride_t + head * q_stride_h + dims[None, :]
+    q = tl.load(q_ptr + q_offsets, mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    last = prefix + rows  # the last position each query row may see (causal)
+
+    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    total = tl.full([BLOCK_M], 0.0, tl.float32)
+    acc = tl.full([BLOCK_M, HEAD_DIM], 0.0, tl.float32)
+    # Positions past the block's last row are never visible to it. Position 0 is visible
+    # to every row, so `top` is finite after the first tile for every row.
+    end = tl.minimum(context, prefix + first + BLOCK_M)
+    for tile in range(0, end, BLOCK_N):
+        pos = tile + tl.arange(0, BLOCK_N)
+        in_context = pos < end
+        page = tl.load(tables_ptr + row * table_stride + pos // PAGE, mask=in_context, other=0)
+        slots = page * PAGE + pos % PAGE
+        kv_offsets = slots[:, None] * kv_stride_s + kv_head * kv_stride_h + dims[None, :]
+        k = tl.load(k_ptr + kv_offsets, mask=in_context[:, None], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+        visible = in_context[None, :] & (pos[None, :] <= last[:, None])
+        scores = tl.where(visible, scores, float("-inf"))
+        new_top = tl.maximum(top, tl.reduce(scores, 1, MAX_COMBINE))
+        alpha = tl.exp2(top - new_top)
+        p = tl.exp2(scores - new_top[:, None])
+        total = total * alpha + tl.reduce(p, 1, SUM_COMBINE)
+        v = tl.load(v_ptr + kv_offsets, mask=in_context[:, None], other=0.0)
+        if UPCAST:
+            v = v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        top = new_top
+
+    result = acc / total[:, None]
+    o_offsets = (q_start + rows)[:, None] * o_stride_t + head * o_stride_h + dims[None, :]
+    tl.store(out_ptr + o_offsets, result.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def paged_extend_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    out: torch.Tensor,
+    block_tables: torch.Tensor,
+    chunks: torch.Tensor,
+    blocks: torch.Tensor,
+    num_chunks: int,
+    num_blocks: int,
+    page_size: int,
+) -> torch.Tensor:
+    """Attend every chunk's queries to its prefix and causally to itself; writes `out` rows.
+
+    q and out [T, H, D]; k_cache / v_cache [slots, KVH, D] (one layer, the chunks' own K/V
+    already stored); block_tables [rows, max_pages] int64. On the device, int32: `chunks`
+    [4 * num_chunks] = flat starts, query lengths, context lengths, block-table rows;
+    `blocks` [2 * num_blocks] = each query block's chunk, then its first row, blocks of
+    `extend_tiles(D)[0]` rows (see `query_blocks`).
+    """
+    check_operands(q, k_cache, v_cache)
+    resolve_backend("paged_extend_attention", "triton", q.device)
+    if num_blocks == 0:
+        return out
+    num_heads, (kv_heads, head_dim) = q.shape[1], k_cache.shape[1:]
+    block_m, block_n = extend_tiles(head_dim)
+    _extend_kernel[(num_blocks, num_heads)](
+        q, k_cache, v_cache, out, block_tables, chunks, blocks, num_chunks, num_blocks,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), block_tables.stride(0),
+        LOG2E / math.sqrt(head_dim),
+        GROUP=num_heads // kv_heads, PAGE=page_size, HEAD_DIM=head_dim,
+        BLOCK_M=block_m, BLOCK_N=block_n, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype),
+    )  # fmt: skip
+    return out
+
+
+def query_blocks(query_lens: list[int], head_dim: int) -> tuple[list[int], list[int]]:
+    """Host-side block list for `paged_extend_attention`: (chunk of each block, first row)."""
+    block_m = extend_tiles(head_dim)[0]
+    owners, firsts = [], []
+    for chunk, query_len in enumerate(query_lens):
+        for first in range(0, query_len, block_m):
+            owners.append(chunk)
+            firsts.append(first)
+    return owners, firsts

@@ -1,0 +1,120 @@
+"""The Triton attention backend (interpreted) against its torch twin, the SDPA backend.
+
+Each case is one packed step: a list of (context length, query length) sequences whose
+pages are scattered over the cache in a shuffled order, so page boundaries, ragged lengths,
+chunks starting mid-page and decode rows mixed with prefill chunks are all exercised. Both
+backends get identical caches and inputs; their outputs and the caches they write must match.
+"""
+
+import pytest
+import torch
+
+import kernels
+from kernels.paged_attention_decode import split_plan
+from llm_svc.engine.attention import AttentionMetadata, KVCache
+from llm_svc.engine.attention.sdpa import SdpaBackend
+from llm_svc.engine.attention.triton import TritonBackend
+
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def make_step(seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed):
+    """A random cache (two layers) and the metadata of one step over `seqs`."""
+    generator = torch.Generator().manual_seed(seed)
+    cache = KVCache.allocate(2, num_pages, page_size, kv_heads, head_dim, dtype, "cpu")
+    cache.k.copy_(torch.randn(cache.k.shape, generator=generator))
+    cache.v.copy_(torch.randn(cache.v.shape, generator=generator))
+    free = torch.randperm(num_pages, generator=generator).tolist()
+    tables, slots, starts, flat = [], [], [], 0
+    for context, query_len in seqs:
+        table = [free.pop() for _ in range(-(-context // page_size))]
+        tables.append(table)
+        slots += [table[p // page_size] * page_size + p % page_size
+                  for p in range(context - query_len, context)]  # fmt: skip
+        starts.append(flat)
+        flat += query_len
+    width = max(len(table) for table in tables)
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots),
+        query_starts=starts,
+        query_lens=[q for _, q in seqs],
+        context_lens=[c for c, _ in seqs],
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
+    )
+    return cache, meta, flat, generator
+
+
+def compare(seqs, *, page_size=4, kv_heads=2, group=2, head_dim=16, dtype=torch.float32,
+            seed=0, num_pages=None):  # fmt: skip
+    num_pages = num_pages or sum(-(-c // page_size) for c, _ in seqs) + 3
+    cache, meta, tokens, generator = make_step(
+        seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed
+    )
+    twin = KVCache(cache.k.clone(), cache.v.clone(), page_size)
+    q = torch.randn(tokens, kv_heads * group, head_dim, generator=generator).to(dtype)
+    k = torch.randn(tokens, kv_heads, head_dim, generator=generator).to(dtype)
+    v = torch.randn(tokens, kv_heads, head_dim, generator=generator).to(dtype)
+    triton_backend, sdpa = TritonBackend(cache), SdpaBackend(twin)
+    triton_backend.plan(meta)
+    sdpa.plan(meta)
+    for layer in (0, 1):
+        got = triton_backend.forward(layer, q, k, v)
+        expected = sdpa.forward(layer, q, k, v)
+        torch.testing.assert_close(got, expected, atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
+    assert torch.equal(cache.k, twin.k) and torch.equal(cache.v, twin.v)
+
+
+def test_mixed_decode_and_extend_in_one_step(runs_on):
+    # Decodes of 1 position, a page exactly, across pages; a fresh prefill; a chunk that
+    # starts mid-page after a cached prefix; a 1-token "chunk" counted as decode.
+    seqs = [(1, 1), (4, 1), (9, 1), (7, 7), (14, 5), (3, 1)]
+    with (
+        runs_on("paged_decode_attention", "triton", times=2),
+        runs_on("paged_extend_attention", "triton", times=2),
+    ):
+        compare(seqs)
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 8])
+def test_gqa_ratios(group):
+    compare([(6, 1), (11, 1), (10, 6)], kv_heads=1 if group == 8 else 2, group=group)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_head_dims(head_dim):
+    compare([(5, 1), (13, 1), (12, 9)], head_dim=head_dim, page_size=8, seed=head_dim)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes(dtype):
+    compare([(3, 1), (17, 1), (9, 4), (6, 6)], dtype=dtype)
+
+
+def test_ragged_chunks_longer_than_one_query_block():
+    # 70 and 66 rows: two query blocks each (BLOCK_M = 64 for head dim 16), the second
+    # partial; the cached prefix of the second starts mid-page; plus a short chunk.
+    compare([(70, 70), (71, 66), (5, 2)], page_size=8)
+
+
+def test_split_k_over_long_contexts(monkeypatch):
+    # Force several splits per sequence (the merge kernel runs), short contexts included
+    # so some splits see nothing.
+    monkeypatch.setattr("kernels.paged_attention_decode.MIN_SPLIT_TOKENS", 16, raising=True)
+    assert split_plan(100, 16)[0] > 1
+    before = kernels.CALLS[("paged_decode_attention", "triton")]
+    compare([(100, 1), (2, 1), (37, 1)], page_size=8)
+    assert kernels.CALLS[("paged_decode_attention", "triton")] - before == 2
+
+
+def test_split_plan_covers_the_longest_context():
+    for context in (1, 15, 16, 255, 256, 1000, 70000):
+        splits, split_len = split_plan(context, 256)
+        assert 1 <= splits <= 16 and split_len % 16 == 0
+        assert (splits - 1) * split_len < context <= splits * split_len
+
+
+def test_unsupported_head_dim_or_dtype_is_refused():
+    with pytest.raises(ValueError, match="head dim 24"):
+        TritonBackend(KVCache.allocate(1, 2, 4, 1, 24, torch.float32, "cpu"))
+    with pytest.raises(ValueError, match="float64"):
+        TritonBackend(KVCache.allocate(1, 2, 4, 1, 16, torch.float64, "cpu"))
