@@ -152,7 +152,8 @@ def paged_extend_attention(
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0),
         LOG2E / math.sqrt(head_dim),
         GROUP=num_heads // kv_heads, PAGE=page_size, HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_N=block_n, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n,
+        PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype),
     )  # fmt: skip
     return out
 
