@@ -31,3 +31,41 @@ def test_checksum_same_on_every_path(compiled_triton, n):
     value = checksum(data)
     assert checksum(on_gpu) == value
     assert checksum(on_gpu, backend="torch") == value
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("head_dim", "group"), [(64, 1), (128, 4), (128, 8)])
+def test_paged_attention_equals_sdpa(compiled_triton, dtype, head_dim, group):
+    from tests.kernels.test_paged_attention import compare
+
+    # Decodes from one position to past split-K's threshold, chunks of ragged lengths with
+    # cached prefixes starting mid-page, in one step; 16-token pages.
+    seqs = [(1, 1), (17, 1), (300, 1), (2000, 1), (130, 130), (600, 77), (45, 3)]
+    compare(seqs, page_size=16, kv_heads=2, group=group, head_dim=head_dim, dtype=dtype,
+            seed=head_dim + group, device=compiled_triton)  # fmt: skip
+
+
+def test_paged_attention_step_has_no_host_sync(compiled_triton):
+    from llm_svc.engine.attention.triton import TritonBackend
+    from tests.kernels.test_paged_attention import make_step
+
+    cache, meta, tokens, _ = make_step(
+        [(40, 1), (300, 1), (70, 20)], 16, 40, 2, 64, torch.bfloat16, 0
+    )
+    device = compiled_triton
+    cache.k, cache.v = cache.k.to(device), cache.v.to(device)
+    meta.slot_mapping, meta.block_tables = (
+        meta.slot_mapping.to(device),
+        meta.block_tables.to(device),
+    )
+    q = torch.randn(tokens, 4, 64, device=device, dtype=torch.bfloat16)
+    kv = torch.randn(tokens, 2, 64, device=device, dtype=torch.bfloat16)
+    backend = TritonBackend(cache)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        backend.plan(meta)
+        backend.forward(0, q, kv, kv)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()

@@ -45,15 +45,21 @@ def make_step(seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed):
 
 
 def compare(seqs, *, page_size=4, kv_heads=2, group=2, head_dim=16, dtype=torch.float32,
-            seed=0, num_pages=None):  # fmt: skip
+            seed=0, num_pages=None, device="cpu"):  # fmt: skip
+    """Run one step through both backends on `device`; assert equal outputs and caches."""
     num_pages = num_pages or sum(-(-c // page_size) for c, _ in seqs) + 3
     cache, meta, tokens, generator = make_step(
         seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed
     )
+    cache = KVCache(cache.k.to(device), cache.v.to(device), page_size)
+    meta.slot_mapping, meta.block_tables = (
+        meta.slot_mapping.to(device),
+        meta.block_tables.to(device),
+    )
     twin = KVCache(cache.k.clone(), cache.v.clone(), page_size)
-    q = torch.randn(tokens, kv_heads * group, head_dim, generator=generator).to(dtype)
-    k = torch.randn(tokens, kv_heads, head_dim, generator=generator).to(dtype)
-    v = torch.randn(tokens, kv_heads, head_dim, generator=generator).to(dtype)
+    q = torch.randn(tokens, kv_heads * group, head_dim, generator=generator).to(device, dtype)
+    k = torch.randn(tokens, kv_heads, head_dim, generator=generator).to(device, dtype)
+    v = torch.randn(tokens, kv_heads, head_dim, generator=generator).to(device, dtype)
     triton_backend, sdpa = TritonBackend(cache), SdpaBackend(twin)
     triton_backend.plan(meta)
     sdpa.plan(meta)
@@ -66,8 +72,9 @@ def compare(seqs, *, page_size=4, kv_heads=2, group=2, head_dim=16, dtype=torch.
 
 def test_mixed_decode_and_extend_in_one_step(runs_on):
     # Decodes of 1 position, a page exactly, across pages; a fresh prefill; a chunk that
-    # starts mid-page after a cached prefix; a 1-token "chunk" counted as decode.
-    seqs = [(1, 1), (4, 1), (9, 1), (7, 7), (14, 5), (3, 1)]
+    # starts mid-page after a cached prefix; a 1-token "chunk" counted as decode; a decode
+    # over several key tiles (BLOCK_N = 64), so the online softmax rescales.
+    seqs = [(1, 1), (4, 1), (9, 1), (7, 7), (14, 5), (3, 1), (150, 1)]
     with (
         runs_on("paged_decode_attention", "triton", times=2),
         runs_on("paged_extend_attention", "triton", times=2),
@@ -97,12 +104,12 @@ def test_ragged_chunks_longer_than_one_query_block():
 
 
 def test_split_k_over_long_contexts(monkeypatch):
-    # Force several splits per sequence (the merge kernel runs), short contexts included
-    # so some splits see nothing.
-    monkeypatch.setattr("kernels.paged_attention_decode.MIN_SPLIT_TOKENS", 16, raising=True)
-    assert split_plan(100, 16)[0] > 1
+    # Force several splits per sequence (the merge kernel runs), each over several key
+    # tiles, short contexts included so some splits see nothing.
+    monkeypatch.setattr("kernels.paged_attention_decode.MIN_SPLIT_TOKENS", 128, raising=True)
+    assert split_plan(400, 128) == (3, 144)
     before = kernels.CALLS[("paged_decode_attention", "triton")]
-    compare([(100, 1), (2, 1), (37, 1)], page_size=8)
+    compare([(400, 1), (2, 1), (150, 1)], page_size=8)
     assert kernels.CALLS[("paged_decode_attention", "triton")] - before == 2
 
 
@@ -111,6 +118,19 @@ def test_split_plan_covers_the_longest_context():
         splits, split_len = split_plan(context, 256)
         assert 1 <= splits <= 16 and split_len % 16 == 0
         assert (splits - 1) * split_len < context <= splits * split_len
+
+
+def test_planning_a_step_reads_nothing_back_from_the_device():
+    # On the meta device a tensor has no values: any int(), .item() or .tolist() of one
+    # raises, so planning there proves the plans use only the host-side lengths.
+    cache, meta, _, _ = make_step([(9, 1), (14, 5), (3, 3)], 4, 12, 2, 16, torch.float32, 0)
+    meta.slot_mapping, meta.block_tables = (
+        meta.slot_mapping.to("meta"),
+        meta.block_tables.to("meta"),
+    )
+    cache = KVCache(cache.k.to("meta"), cache.v.to("meta"), 4)
+    for backend in (SdpaBackend(cache), TritonBackend(cache)):
+        backend.plan(meta)
 
 
 def test_unsupported_head_dim_or_dtype_is_refused():
