@@ -20,7 +20,8 @@ Prints the model's measured cost split (tower per tile, LM prefill per image), `
 lines (the embedding cache's: cold / warm embedding cache + cold prefix, target >= 3; the
 structured output's: half-constrained / unconstrained decode throughput, target >= 0.85) and
 the peak memory. Run: .venv/bin/python bench/engine.py
-(`--only mm` runs part 3 alone, `--only structured` part 4).
+(`--only mm` runs part 3 alone, `--only structured` part 4; `--only attention --device cuda`
+the Triton attention backend against SDPA, see bench/attention.py).
 """
 
 from __future__ import annotations
@@ -291,7 +292,8 @@ def main() -> None:
     parser.add_argument("--mm-text", type=int, default=256, help="text tokens before the image")
     parser.add_argument("--structured-batch", type=int, default=16)
     parser.add_argument("--structured-out", type=int, default=64)
-    parser.add_argument("--only", choices=["all", "mm", "structured"], default="all")
+    parser.add_argument("--only", choices=["all", "mm", "structured", "attention"], default="all")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument(
         "--torch-threads", type=int, default=1,
         help="intra-op threads (1, as `iris up` runs each pod; on a busy machine more threads "
@@ -302,6 +304,11 @@ def main() -> None:
     torch.manual_seed(0)
     directory, label = model_dir()
     print(f"model: {label}\n  {directory}")
+    if args.only == "attention":
+        from bench.attention import bench_attention
+
+        bench_attention(directory, args)
+        return
     from bench.cost_split import print_cost_split
 
     print_cost_split(directory, "model")
@@ -310,7 +317,7 @@ def main() -> None:
         return
     config = EngineConfig(
         directory, max_num_seqs=args.batch, max_num_batched_tokens=512,
-        kv_cache_bytes=2 << 30,
+        kv_cache_bytes=2 << 30, device=args.device,
     )  # fmt: skip
     engine = LLMEngine(config)
     print(f"device {config.device}, dtype {config.dtype}, threads {torch.get_num_threads()}, "

@@ -82,7 +82,7 @@ def test_mixed_decode_and_extend_in_one_step(runs_on):
         compare(seqs)
 
 
-@pytest.mark.parametrize("group", [1, 2, 4, 8])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
 def test_gqa_ratios(group):
     compare([(6, 1), (11, 1), (10, 6)], kv_heads=1 if group == 8 else 2, group=group)
 
