@@ -151,7 +151,9 @@ def _decode_merge_kernel(
     # Split 0 always holds position 0, so the largest lse is finite.
     weight = tl.exp2(lse - tl.reduce(lse, 0, MAX_COMBINE))
     dims = tl.arange(0, HEAD_DIM)
-    parts = tl.load(part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :], mask=used[:, None])
+    # Masked lanes must read as 0, not garbage: 0 * NaN would poison the sum.
+    parts_offsets = part[:, None] * HEAD_DIM + dims[None, :]
+    parts = tl.load(part_out_ptr + parts_offsets, mask=used[:, None], other=0.0)
     merged = tl.reduce(parts * weight[:, None], 0, SUM_COMBINE) / tl.reduce(weight, 0, SUM_COMBINE)
     o_offsets = token * o_stride_t + head * o_stride_h + dims
     tl.store(out_ptr + o_offsets, merged.to(out_ptr.dtype.element_ty))

@@ -61,6 +61,8 @@ def test_paged_attention_step_has_no_host_sync(compiled_triton):
     q = torch.randn(tokens, 4, 64, device=device, dtype=torch.bfloat16)
     kv = torch.randn(tokens, 2, 64, device=device, dtype=torch.bfloat16)
     backend = TritonBackend(cache)
+    backend.plan(meta)
+    backend.forward(0, q, kv, kv)  # compiles the kernels before the check
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
