@@ -108,6 +108,13 @@ def test_auto_is_sdpa_on_cpu_and_triton_on_cuda(interpreted):
         assert resolve_backend_name("auto", _cache(device="cuda")) == "triton"
 
 
+def test_a_dtype_triton_cannot_serve_falls_back_to_sdpa(interpreted, caplog):
+    with caplog.at_level(logging.WARNING, logger="llm_svc.engine.attention"):
+        backend = make_backend("triton", _cache(dtype=torch.float64))
+    assert isinstance(backend, SdpaBackend)
+    assert [r.getMessage() for r in caplog.records if "float64" in r.getMessage()], caplog.text
+
+
 def test_forced_triton_on_cpu_without_the_interpreter_is_refused(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="'triton' needs a CUDA device"):
