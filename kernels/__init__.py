@@ -1,12 +1,17 @@
-"""Triton kernels with torch twins: embedding scatter (with its host-side row plan), checksum.
+"""Triton kernels with torch twins: embedding scatter (with its host-side row plan), checksum,
+paged attention (decode and extend).
 
 Each kernel picks Triton for CUDA tensors and its torch twin otherwise; `backend="triton"`
-or `backend="torch"` forces one, and `CALLS[(name, backend)]` counts the launches.
+or `backend="torch"` forces one, and `CALLS[(name, backend)]` counts the launches. The
+attention kernels are Triton only: their twin is the SDPA backend of llm_svc's engine,
+and the engine's attention backend chooses between the two.
 """
 
 from kernels.backend import BACKENDS, CALLS, Backend, interpreting, resolve_backend
 from kernels.checksum import checksum
 from kernels.chunk_rows import ChunkRows, dest_rows_for_chunk
+from kernels.paged_attention_decode import paged_decode_attention
+from kernels.paged_attention_extend import paged_extend_attention
 from kernels.scatter import scatter_rows
 
 __all__ = [
@@ -17,6 +22,8 @@ __all__ = [
     "checksum",
     "dest_rows_for_chunk",
     "interpreting",
+    "paged_decode_attention",
+    "paged_extend_attention",
     "resolve_backend",
     "scatter_rows",
 ]

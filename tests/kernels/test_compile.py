@@ -37,6 +37,70 @@ CASES = {
     ),
 }
 
+ATTENTION_STRIDES = {
+    name: "i32"
+    for name in ("q_stride_t", "q_stride_h", "o_stride_t", "o_stride_h", "kv_stride_s",
+                 "kv_stride_h", "table_stride")
+}  # fmt: skip
+
+
+def decode_case(dtype: str, head_dim: int, group: int, direct: bool):
+    partial = f"*{dtype}" if direct else "*fp32"
+    arguments = {
+        **{f"{name}_ptr": f"*{dtype}" for name in ("q", "k", "v", "out")},
+        "part_out_ptr": partial, "part_lse_ptr": partial,
+        "tables_ptr": "*i64", "plan_ptr": "*i32",
+        **{name: "i32" for name in ("num_seqs", "num_heads", "num_splits", "split_len")},
+        **ATTENTION_STRIDES, "scale_log2": "fp32",
+    }  # fmt: skip
+    constants = {
+        "GROUP": group, "PAGE": 16, "HEAD_DIM": head_dim, "BLOCK_H": 16,
+        "BLOCK_N": 64 if head_dim <= 128 else 32, "DIRECT": direct,
+        "PRECISION": "ieee" if dtype == "fp32" else "tf32", "UPCAST": False,
+    }  # fmt: skip
+    return kernel("paged_attention_decode", "_decode_split_kernel"), arguments, constants
+
+
+def extend_case(dtype: str, head_dim: int, group: int):
+    block_m, block_n = sys.modules["kernels.paged_attention_extend"].extend_tiles(head_dim)
+    arguments = {
+        **{f"{name}_ptr": f"*{dtype}" for name in ("q", "k", "v", "out")},
+        "tables_ptr": "*i64", "chunks_ptr": "*i32", "blocks_ptr": "*i32",
+        "num_chunks": "i32", "num_blocks": "i32", **ATTENTION_STRIDES, "scale_log2": "fp32",
+    }  # fmt: skip
+    constants = {
+        "GROUP": group, "PAGE": 16, "HEAD_DIM": head_dim, "BLOCK_M": block_m,
+        "BLOCK_N": block_n, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
+        "UPCAST": False,
+    }  # fmt: skip
+    return kernel("paged_attention_extend", "_extend_kernel"), arguments, constants
+
+
+CASES.update(
+    {
+        "decode-bf16-d128-gqa4-split": decode_case("bf16", 128, 4, direct=False),
+        "decode-fp32-d64-direct": decode_case("fp32", 64, 1, direct=True),
+        "decode-fp16-d256-gqa8-direct": decode_case("fp16", 256, 8, direct=True),
+        "decode-merge-d128": (
+            kernel("paged_attention_decode", "_decode_merge_kernel"),
+            {
+                "out_ptr": "*bf16",
+                "part_out_ptr": "*fp32",
+                "part_lse_ptr": "*fp32",
+                "plan_ptr": "*i32",
+                "num_heads": "i32",
+                "num_splits": "i32",
+                "o_stride_t": "i32",
+                "o_stride_h": "i32",
+            },
+            {"HEAD_DIM": 128, "BLOCK_S": 8},
+        ),  # fmt: skip
+        "extend-bf16-d128-gqa4": extend_case("bf16", 128, 4),
+        "extend-fp32-d64": extend_case("fp32", 64, 1),
+        "extend-fp16-d256-gqa8": extend_case("fp16", 256, 8),
+    }
+)
+
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_compiles_for_sm90(case, tmp_path, monkeypatch):
