@@ -5,9 +5,10 @@ The workload is a photo-library assistant used by several people at once:
 
 - Every conversation starts with the same system prompt (about 200 tokens), as every
   request of one application does.
-- A conversation has `--turns` turns; its first turn attaches an image, a later turn
-  attaches another one with chance `--later-image`, the other turns are text follow-ups.
-  Every turn resends the whole history, images included, as chat clients do.
+- A conversation has `--turns` turns in the user's own words (up to 12 users, no two
+  alike): its first turn attaches an image, a later turn attaches another one with chance
+  `--later-image`, the other turns are text follow-ups. Every turn resends the whole
+  history, images included, as chat clients do.
 - The images are the library's (`--library` shared photos, picked by Zipf popularity, so
   a few are asked about by many users) or the user's own upload (`--upload-share` of all
   images attached, each unique). The counts are fixed by the shape, not drawn per seed.
@@ -90,6 +91,27 @@ QUESTIONS = [
     "Describe the shapes you see.",
     "Summarise our conversation so far.",
 ]
+# What each user wants the picture for: real users word their requests their own way, so
+# two conversations about one image share the system prompt and the image, not the rest.
+PURPOSES = [
+    "a school poster",
+    "my grandmother's birthday card",
+    "a blog post about gardens",
+    "a quiz for my class",
+    "the cover of a zine",
+    "a slide in my talk on colour",
+    "a jigsaw puzzle",
+    "a wallpaper for my phone",
+    "a museum label",
+    "my art homework",
+    "a print for the hallway",
+    "a t-shirt design",
+]
+
+
+def question(user: int, turn: int) -> str:
+    """User `user`'s words at `turn`: the turn's question, with what the user wants."""
+    return f"{QUESTIONS[turn % len(QUESTIONS)]} (For {PURPOSES[user % len(PURPOSES)]}.)"
 
 
 @dataclass
@@ -234,7 +256,7 @@ async def run_user(
 ):
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for turn, image_key in enumerate(plan_row):
-        content = [{"type": "text", "text": QUESTIONS[turn % len(QUESTIONS)]}]
+        content = [{"type": "text", "text": question(user, turn)}]
         if image_key is not None:
             content.insert(0, image_part(images[image_key]))
         messages.append({"role": "user", "content": content})
@@ -307,7 +329,8 @@ def service_totals(platform: Platform, kind: str, metric: str) -> list[float]:
 
 async def warm_up(client, url, model, images, library: int, max_tokens) -> None:
     """The library as a running deployment has already seen it: each library image once,
-    with the first question. Not measured; every mode gets the same requests."""
+    with the first question (no user's words). Not measured; every mode gets the same
+    requests."""
     for index in range(library):
         messages = [
             {"role": "system", "content": SYSTEM_PROMPT},
