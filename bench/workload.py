@@ -15,9 +15,11 @@ The workload is a photo-library assistant used by several people at once:
 - The library has been seen before, as a running deployment has seen it: before the
   measured turns each library image is sent once (`--no-warm-up`: a cold platform). The
   uploads are new to the platform, in every mode: they must run the vision tower.
-- Conversations start at `--rate` per second (Poisson), a turn follows the answer to the
-  last one. The rate keeps the costliest mode, (b), under saturation on the default
-  shape: its encoder runs every image of every request, about 1.2 images a turn.
+- Conversations start at `--rate` per second (Poisson gaps, scaled to the rate's mean),
+  a turn follows the answer to the last one (answers of `--max-tokens`). The rate keeps
+  the costliest mode, (b), under saturation on the default shape: its encoder runs every
+  image of every request, about 1.2 images a turn, so (b)'s encoder is busy about
+  32 x 1.2 x 2 s over 140 s, a half of the time, at 2 s a tile.
 
 Every mode runs in this one process on the same workloads (same plans, images and arrival
 times), each on a freshly started platform (`iris up` processes):
@@ -48,14 +50,15 @@ contention, the floor the loaded figures can be held against.
 p90 ratio (b)/(a) is printed with a bootstrap interval (conversations resampled), and every
 turn (when sent, which pod served it, its tokens and TTFT) is written as JSON beside the PNG.
 
-    python bench/workload.py [--model DIR] [--users 9] [--turns 4] [--rate 0.06] [--pods 3]
-        [--library 6] [--upload-share 0.25] [--later-image 0.1] [--no-warm-up]
+    python bench/workload.py [--model DIR] [--users 8] [--turns 4] [--rate 0.05] [--pods 3]
+        [--library 6] [--upload-share 0.3] [--later-image 0.1] [--no-warm-up]
         [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...]
 
-The default (36 measured turns a mode) is sized for the 15-minute budget on the demo model
-(SmolVLM-256M's tower, one tile an image) on this 2-core machine shared with other work,
-where the tower takes 1.3 to 2.7 s a tile: about 30 s to start each platform, a warm-up and
-about 150 s of measured turns a mode.
+The default (32 measured turns a mode, 3 of them with an upload) is sized for the
+15-minute budget on the demo model (SmolVLM-256M's tower, one tile an image) on this
+2-core machine shared with other work, where the tower takes 1.3 to 3.7 s a tile: 15 to
+30 s to start each platform, a warm-up, and about 150 s of measured turns a mode; it
+prints its runtime.
 """
 
 from __future__ import annotations
@@ -345,6 +348,19 @@ async def warm_up(client, url, model, images, library: int, max_tokens) -> None:
         await run_turn(client, url, model, messages, max_tokens)
 
 
+def arrival_gaps(users: int, rate: float, seed: int) -> list[float]:
+    """Seconds between one conversation's start and the next: exponential (Poisson
+    arrivals), scaled so that their mean is 1/rate exactly. (An unscaled draw of 8 gaps
+    can start the conversations twice as fast as the rate says, and push a mode that
+    should run under saturation over it.)"""
+    if rate == 0 or users < 2:
+        return []
+    rng = random.Random(7 + seed)
+    gaps = [rng.expovariate(rate) for _ in range(users - 1)]
+    scale = (users - 1) / rate / sum(gaps)
+    return [gap * scale for gap in gaps]
+
+
 async def drive(platform, plan, images, args, name, seed) -> ModeResult:
     result = ModeResult(name)
     url = platform.gateway_url
@@ -358,7 +374,7 @@ async def drive(platform, plan, images, args, name, seed) -> ModeResult:
             result.warmed = True
         encoded_before = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
         finished_before = service_totals(platform, "llm", "iris_llm_requests_finished_total")
-        rng = random.Random(7 + seed)
+        gaps = arrival_gaps(len(plan), rate, seed)
         cpu_before = cpu_by_kind(platform)
         tasks, started = [], time.perf_counter()
         for user, row in enumerate(plan):
@@ -369,7 +385,8 @@ async def drive(platform, plan, images, args, name, seed) -> ModeResult:
                 await conversation
                 continue
             tasks.append(asyncio.create_task(conversation))
-            await asyncio.sleep(rng.expovariate(rate))
+            if user < len(gaps):
+                await asyncio.sleep(gaps[user])
         await asyncio.gather(*tasks)
         result.wall_s = time.perf_counter() - started
     result.cpu_s_by_kind = {
@@ -602,7 +619,7 @@ def add_seed(pooled: ModeResult, seed: int, result: ModeResult) -> None:
         pooled.cpu_s_by_kind[kind] = round(pooled.cpu_s_by_kind.get(kind, 0) + seconds, 1)
 
 
-DEFAULT_SHAPE = WorkloadShape(users=9, turns=4, library=6, upload_share=0.25, later_image=0.1)
+DEFAULT_SHAPE = WorkloadShape(users=8, turns=4, library=6, upload_share=0.3, later_image=0.1)
 
 MODES = [
     ("a", "(a) prefix + reuse", "prefix", True),
@@ -701,7 +718,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=DEFAULT_SHAPE.users)
     parser.add_argument("--turns", type=int, default=DEFAULT_SHAPE.turns)
     parser.add_argument(
-        "--rate", type=float, default=0.06,
+        "--rate", type=float, default=0.05,
         help="new conversations per second; 0: one after another (each mode's no-load floor)",
     )  # fmt: skip
     parser.add_argument("--pods", type=int, default=3)
