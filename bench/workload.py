@@ -712,6 +712,30 @@ def print_new_image_bound(summaries: dict, split) -> None:
     )
 
 
+def print_routing_bound(results: dict, summaries: dict, split) -> None:
+    """What routing can win here: the prompt tokens (c) had to prefill that (a) found in a
+    pod's prefix cache, priced at the cost split's prefill rate and put on (a)'s p90. An
+    estimate (it assumes (c)'s slow turns are (a)'s plus that prefill), to hold the
+    measured (c)/(a) p90 against."""
+    if "a" not in results or "c" not in results or split is None:
+        return
+
+    def uncached(result: ModeResult) -> list[int]:
+        return [t.prompt_tokens - t.cached_tokens for t in result.turns if t.ok]
+
+    a, c = uncached(results["a"]), uncached(results["c"])
+    per_token_s = split.prefill_s / split.image_tokens
+    extra_s = max(percentile(c, 90) - percentile(a, 90), 0) * per_token_s
+    p90_a_s = summaries["a"]["ttft_p90_ms"] / 1e3
+    print(
+        f"routing: uncached prompt tokens a turn, p50 / p90, (a) {percentile(a, 50):.0f} / "
+        f"{percentile(a, 90):.0f}, (c) {percentile(c, 50):.0f} / {percentile(c, 90):.0f}; at "
+        f"the cost split's {per_token_s * 1e3:.1f} ms a token, (c)'s extra prefill at the p90 "
+        f"is {extra_s * 1e3:.0f} ms on (a)'s p90 of {p90_a_s * 1e3:.0f} ms: (c)/(a) p90 about "
+        f"{(p90_a_s + extra_s) / p90_a_s:.2f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
@@ -808,6 +832,7 @@ def main() -> None:
         print_mode(result, summaries[key])
     print_ratios(results, summaries, args.seeds)
     print_new_image_bound(summaries, split)
+    print_routing_bound(results, summaries, split)
     results = list(results.values())
     plot(results, args.png)
     write_turns(results, args, args.turns_json)
