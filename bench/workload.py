@@ -713,10 +713,11 @@ def print_new_image_bound(summaries: dict, split) -> None:
 
 
 def print_routing_bound(results: dict, summaries: dict, split) -> None:
-    """What routing can win here: the prompt tokens (c) had to prefill that (a) found in a
-    pod's prefix cache, priced at the cost split's prefill rate and put on (a)'s p90. An
-    estimate (it assumes (c)'s slow turns are (a)'s plus that prefill), to hold the
-    measured (c)/(a) p90 against."""
+    """What routing wins here, roughly: the prompt tokens (c) had to prefill that (a) found
+    in a pod's prefix cache, priced at the cost split's prefill rate and put on (a)'s p90.
+    An estimate to hold the measured (c)/(a) p90 against: it assumes (c)'s slow turns are
+    (a)'s plus that prefill, and leaves out that a miss past an image also fetches the
+    image's embedding from the cache service."""
     if "a" not in results or "c" not in results or split is None:
         return
 
@@ -732,7 +733,7 @@ def print_routing_bound(results: dict, summaries: dict, split) -> None:
         f"{percentile(a, 90):.0f}, (c) {percentile(c, 50):.0f} / {percentile(c, 90):.0f}; at "
         f"the cost split's {per_token_s * 1e3:.1f} ms a token, (c)'s extra prefill at the p90 "
         f"is {extra_s * 1e3:.0f} ms on (a)'s p90 of {p90_a_s * 1e3:.0f} ms: (c)/(a) p90 about "
-        f"{(p90_a_s + extra_s) / p90_a_s:.2f}"
+        f"{(p90_a_s + extra_s) / p90_a_s:.2f} (prefill alone)"
     )
 
 
