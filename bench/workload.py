@@ -38,10 +38,11 @@ Reported per mode: TTFT p50 / p90 / p99 (all turns and later turns), TPOT, throu
 prefix hit rate (cached / prompt tokens, from usage), embedding reuse (images the gateway
 did not send to an encoder) and encoder calls; then the ratios against (a), the share of
 turns with an image the platform never saw (each pays the tower in every mode: over a
-tenth of the turns, (a)'s p90 is one of them) and a PNG of the TTFT distributions under
-bench/out/. Per mode it also prints the CPU seconds each kind of service spent and how long
-the platform's start, the warm-up and the measured turns took. First, the model's measured
-cost split (tower per tile, LM prefill per image).
+tenth of the turns, (a)'s p90 is one of them), an estimate of what routing can win (the
+prefill of the tokens (c) found uncached and (a) did not) and a PNG of the TTFT
+distributions under bench/out/. Per mode it also prints the CPU seconds each kind of
+service spent and how long the platform's start, the warm-up and the measured turns
+took. First, the model's measured cost split (tower per tile, LM prefill per image).
 
 `--rate 0` runs the conversations one after another: each turn's TTFT without queueing or
 contention, the floor the loaded figures can be held against.
