@@ -11,10 +11,12 @@ concurrent callers in small requests. Per model:
   callers' and the cache's gRPC work shared the encoder's GIL and event loop.)
 
 Prints images/s of both, `ratio R` (service / naive) and the dedup ratio the service
-reports (tower calls and images encoded come from its /metrics). `--device cuda` runs both
+reports (tower calls and images encoded come from its /metrics), then the mean time an
+encoded image spent in each of the service's stages (claim, prepare, batch wait, tower,
+store: its `iris_encoder_stage_seconds` histogram). `--device cuda` runs both
 paths on the GPU in bfloat16 (the service's own CUDA setting). Then, per model, the
 measured cost of each stage per distinct image and the bound they put on R on this machine:
-the naive path's work over the service's least work (each distinct image prepared and
+the naive run's time over the service's least work (each distinct image prepared and
 encoded once, batched, on every core, with no gRPC, cache or load-generator cost).
 Each model's line ends with R / bound; the last line, `ratio of bound: X`, is the smallest
 over the models run (goal: 0.8). First, per model, its measured cost split (tower per tile,
