@@ -177,6 +177,8 @@ class Batcher:
                 self._resolve(entry, Outcome(entry.job.key, True))
             else:
                 self._spawn(self._prepare(entry))
+        if cached:
+            self._wakeup.set()  # a batch waiting for these jobs stops waiting
         self.metrics.submitted(0, cached)
 
     async def _prepare(self, entry: _Entry) -> None:
