@@ -170,12 +170,12 @@ class Batcher:
             present = [False] * len(items)
         cached = 0
         for entry, is_present in zip(entries, present, strict=True):
-            self._stage_done(entry, "claim")
             if is_present:
                 cached += 1
                 self._preparing -= 1
                 self._resolve(entry, Outcome(entry.job.key, True))
             else:
+                self._stage_done(entry, "claim")
                 self._spawn(self._prepare(entry))
         if cached:
             self._wakeup.set()  # a batch waiting for these jobs stops waiting
