@@ -58,6 +58,7 @@ class _Entry:
     job: EncodeJob
     future: asyncio.Future
     links: list[trace.Link] = field(default_factory=list)
+    stage_began: float = field(default_factory=time.monotonic)  # when its current stage began
 
 
 class Batcher:
@@ -70,19 +71,21 @@ class Batcher:
         preprocessor: Preprocessor,
         sink: EmbeddingSink,
         limits: BatchLimits,
-        metrics: EncoderMetrics | None = None,
-        tracer: trace.Tracer | None = None,
+        metrics: EncoderMetrics,
+        tracer: trace.Tracer,
     ) -> None:
         self._runner = runner
-        self._tracer = tracer or trace.get_tracer(__name__)
         self._preprocessor = preprocessor
         self._sink = sink
         self._limits = limits
-        self.metrics = metrics or EncoderMetrics()
+        self.metrics = metrics
+        self._tracer = tracer
         self.metrics.watch_queue(self.queued)
         self._entries: dict[JobKey, _Entry] = {}
         self._queued_tokens = 0
         self._ready: deque[tuple[float, Prepared]] = deque()
+        # Admitted jobs still being claimed or prepared: what a batch may still wait for.
+        self._preparing = 0
         self._wakeup = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
@@ -142,6 +145,7 @@ class Batcher:
             self._entries[key] = entry
             self._queued_tokens += job.token_count
             admitted.append(entry)
+        self._preparing += len(admitted)
         if admitted:
             self._drained.clear()
             self._spawn(self._claim(admitted))
@@ -168,19 +172,28 @@ class Batcher:
         for entry, is_present in zip(entries, present, strict=True):
             if is_present:
                 cached += 1
+                self._preparing -= 1
                 self._resolve(entry, Outcome(entry.job.key, True))
             else:
+                self._stage_done(entry, "claim")
                 self._spawn(self._prepare(entry))
+        if cached:
+            self._wakeup.set()  # a batch waiting for these jobs stops waiting
         self.metrics.submitted(0, cached)
 
     async def _prepare(self, entry: _Entry) -> None:
         try:
             prepared = await self._preprocessor.prepare(entry.job)
         except ItemFailure as failure:
-            await self._fail(entry, failure.kind, failure.reason)
-            return
-        self._ready.append((time.monotonic(), prepared))
+            prepared = failure
+        finally:
+            self._preparing -= 1  # ready, failed or cancelled: no batch need wait for it
         self._wakeup.set()
+        if isinstance(prepared, ItemFailure):
+            await self._fail(entry, prepared.kind, prepared.reason)
+            return
+        self._stage_done(entry, "prepare")
+        self._ready.append((time.monotonic(), prepared))
 
     # --- batches -------------------------------------------------------------------------
 
@@ -213,8 +226,9 @@ class Batcher:
         return count, full
 
     async def _gather(self) -> list[Prepared]:
-        """Wait for a first ready item, then for more until the batch is full or the first
-        item has waited max_wait."""
+        """Wait for a first ready item, then for more until the batch is full, the first
+        item has waited max_wait, or no admitted job is still being claimed or prepared
+        (then nothing can join the batch soon, and waiting would only add latency)."""
         while not self._ready:
             self._wakeup.clear()
             await self._wakeup.wait()
@@ -222,7 +236,7 @@ class Batcher:
         while True:
             count, full = self._fitting()
             remaining = deadline - time.monotonic()
-            if full or remaining <= 0:
+            if full or remaining <= 0 or not self._preparing:
                 break
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
@@ -238,6 +252,7 @@ class Batcher:
             "encoder.batch", links=links, attributes=attributes
         ):
             self.metrics.batch_size.observe(len(batch))
+            self._stages_done(batch, "batch_wait")
             loop = asyncio.get_running_loop()
             try:
                 outputs = await loop.run_in_executor(
@@ -246,6 +261,7 @@ class Batcher:
             except Exception as err:
                 log.warning("tower call on %d image(s) failed (%s)", len(batch), err)
                 outputs = await self._encode_alone(batch)
+        self._stages_done(batch, "tower")
         for prepared, output in zip(batch, outputs, strict=True):
             self._spawn(self._store(prepared, output))
 
@@ -296,6 +312,7 @@ class Batcher:
             self._resolve(entry, Outcome(job.key, False, f"cache put failed: {err}"))
             return
         self.metrics.stored(job.token_count)
+        self._stage_done(entry, "store")
         self._resolve(entry, Outcome(job.key, True))
 
     def _check_rows(self, job: EncodeJob, output) -> str | None:
@@ -325,6 +342,18 @@ class Batcher:
                 self._drained.set()
         if not entry.future.done():
             entry.future.set_result(outcome)
+
+    def _stage_done(self, entry: _Entry, stage: str) -> None:
+        """Count the time `entry` spent in `stage`; its next stage begins now."""
+        now = time.monotonic()
+        self.metrics.stage_seconds.labels(stage).observe(now - entry.stage_began)
+        entry.stage_began = now
+
+    def _stages_done(self, batch: list[Prepared], stage: str) -> None:
+        for prepared in batch:
+            entry = self._entries.get(prepared.job.job_key)
+            if entry is not None:
+                self._stage_done(entry, stage)
 
     def _links_of(self, prepared: Prepared) -> list[trace.Link]:
         entry = self._entries.get(prepared.job.job_key)

@@ -17,6 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from iris import metrics as names
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# Where an encoded image's time goes, stage by stage (the label of ENCODER_STAGE_SECONDS).
+STAGES = ("claim", "prepare", "batch_wait", "tower", "store")
 RATE_WINDOW_S = 10.0
 
 
@@ -106,6 +109,15 @@ class EncoderMetrics:
             names.ENCODER_BATCH_SIZE,
             "Images per vision tower call",
             buckets=BATCH_BUCKETS,
+            registry=reg,
+        )
+        self.stage_seconds = Histogram(
+            names.ENCODER_STAGE_SECONDS,
+            "Seconds an encoded image spent in each stage: claim (cache Reserve), prepare "
+            "(decode + preprocess, queueing for a worker included), batch_wait (ready until "
+            "its tower call), tower, store (cache Put)",
+            [names.LABEL_STAGE],
+            buckets=STAGE_BUCKETS,
             registry=reg,
         )
         self.images = Counter(names.ENCODER_IMAGES, "Images encoded and stored", registry=reg)

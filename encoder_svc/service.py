@@ -28,12 +28,12 @@ class EncoderServicer(encoder_pb2_grpc.EncoderServicer):
         batcher: Batcher,
         fingerprint: bytes,
         limits: RequestLimits,
-        tracer: trace.Tracer | None = None,
+        tracer: trace.Tracer,
     ) -> None:
         self._batcher = batcher
-        self._tracer = tracer or trace.get_tracer(__name__)
         self._fingerprint = fingerprint
         self._limits = limits
+        self._tracer = tracer
 
     async def Encode(  # noqa: N802 - gRPC method name
         self, request: encoder_pb2.EncodeRequest, context: grpc.aio.ServicerContext

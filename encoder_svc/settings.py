@@ -18,7 +18,8 @@ class EncoderSettings(GrpcServiceSettings):
     """Everything `iris encoder` reads from the environment.
 
     Batching: a batch closes when it holds `max_batch_images` images or
-    `max_batch_vision_tokens` tokens, or `max_wait_ms` after its first item arrived.
+    `max_batch_vision_tokens` tokens, `max_wait_ms` after its first item arrived, or as
+    soon as no other admitted image is still being claimed or preprocessed.
     Backpressure: at most `max_queue_vision_tokens` tokens of distinct work are accepted and
     not yet stored; beyond that a request is refused with RESOURCE_EXHAUSTED.
     """

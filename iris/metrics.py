@@ -46,6 +46,7 @@ LABEL_STATUS = "status"  # HTTP or gRPC status
 LABEL_ROUTE = "route"  # HTTP route
 LABEL_DEPLOYMENT = "deployment"  # operator: encoder | llm
 LABEL_KIND = "kind"  # operator: encoder | llm
+LABEL_STAGE = "stage"  # encoder: claim, prepare, batch_wait, tower, store
 
 # --- LLM pod (llm_svc) ---------------------------------------------------------------
 LLM_KV_UTILISATION = "iris_llm_kv_cache_utilisation"  # gauge, 0..1
@@ -68,6 +69,7 @@ ENCODER_QUEUED_IMAGES = "iris_encoder_queued_images"  # gauge
 ENCODER_QUEUED_VISION_TOKENS = "iris_encoder_queued_vision_tokens"  # gauge
 ENCODER_BUSY_RATIO = "iris_encoder_busy_ratio"  # gauge, 0..1
 ENCODER_BATCH_SIZE = "iris_encoder_batch_size_images"  # histogram
+ENCODER_STAGE_SECONDS = "iris_encoder_stage_seconds"  # histogram, label stage
 ENCODER_DEDUP_RATIO = "iris_encoder_dedup_ratio"  # gauge, 0..1
 ENCODER_IMAGES = "iris_encoder_images_total"  # counter (encoded)
 ENCODER_VISION_TOKENS = "iris_encoder_vision_tokens_total"  # counter

@@ -65,3 +65,16 @@ async def test_duplicates_inside_one_request_share_one_encoding(qwen, stack_fact
     reply = await stack.encode([encode_item(qwen, image)] * 3)
     assert [r.ok for r in reply.results] == [True, True, True]
     assert stack.runner.calls == [1]
+
+
+async def test_a_batch_with_nothing_left_to_wait_for_does_not_wait_out_its_window(
+    qwen, stack_factory
+):
+    """With a 10-minute window, a lone request still comes back: once no other admitted
+    image is being claimed or prepared, the batch closes (the test's timeout is far below
+    the window, far above an encode)."""
+    stack = await stack_factory(qwen, max_wait_ms=600_000)
+    items = [encode_item(qwen, png(seed, 128, 96)) for seed in (81, 82)]
+    reply = await asyncio.wait_for(stack.encode(items), timeout=120)
+    assert [r.ok for r in reply.results] == [True, True]
+    assert stack.runner.calls == [2]  # both images of the request in one call

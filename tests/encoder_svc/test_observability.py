@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from encoder_svc.metrics import STAGES
 from encoder_svc.server import SERVICE_NAME
 from iris import metrics as names
 from tests.encoder_svc.stack import encode_item, png
@@ -53,6 +54,10 @@ async def test_metrics_health_and_grpc_health(qwen, stack_factory):
     assert _value(text, names.ENCODER_IMAGES_PER_SECOND) > 0
     assert _value(text, names.ENCODER_BUSY_RATIO) > 0
     assert _value(text, names.ENCODER_QUEUED_IMAGES) == 0
+    # The one encoded image passed each stage once (the duplicate joined it at admission).
+    for stage in STAGES:
+        count = f'{names.ENCODER_STAGE_SECONDS}_count{{{names.LABEL_STAGE}="{stage}"}}'
+        assert _value(text, count) == 1, stage
     assert health.status_code == 200
 
     checker = health_pb2_grpc.HealthStub(stack.channel)
