@@ -1,16 +1,20 @@
 """Embedding cache: client BatchGet through the service (Redis store, L1 off) against a raw
-redis-py GET of the same stored bytes on the same Redis, side by side in one run; and the
-client's L1 hit time. With --cluster, the same on a local Redis Cluster (3 masters + 3
-replicas) in the same run, then the failover gap.
+redis-py GET of the same stored bytes on the same Redis, side by side in one run, beside
+the floor of gRPC itself (bench/grpc_echo.py: the same client channel to a grpc.aio
+server answering from memory, no Redis); and the client's L1 hit time. With --cluster,
+the same on a local Redis Cluster (3 masters + 3 replicas) in the same run, then the
+failover gap.
 
     .venv/bin/python bench/cache.py [--sizes 1,8,32] [--repeats 15] [--chunk-kb N] [--read-kb N]
     .venv/bin/python bench/cache.py --cluster [--sizes 1,8]
 
-Starts its own redis-server(s) and `iris cache` process(es) on free loopback ports. Prints,
-per size, `SIZE: service X ms, raw Y ms, ratio R, added A ms` (medians; `cluster SIZE:` for
-the cluster), then `L1 hit: X us`; with --cluster, per size how much more the service adds
-on the cluster than on one node, and `failover gap: X s` (a master killed with kill -9 to
-the first successful Get of a key on its shard).
+Starts its own redis-server(s), `iris cache` process(es) and the echo server on free
+loopback ports. Prints, per size, `SIZE: service X ms, raw Y ms, ratio R, added A ms`
+(medians; `cluster SIZE:` for the cluster) and the floor beside it: an empty gRPC call and
+the SIZE echoed in one message and in the service's chunks (added can only go below the
+echo by overlapping it with the Redis read); then `L1 hit: X us`; with --cluster, per size
+how much more the service adds on the cluster than on one node, and `failover gap: X s`
+(a master killed with kill -9 to the first successful Get of a key on its shard).
 Targets: at 1 MB the service adds <= 0.5 ms over raw, at 8 MB ratio <= 1.3 (issue 22); on
 the cluster it adds no more than on one node, within 0.3 ms (issue 23); L1 hit <= 50 us.
 """
@@ -33,8 +37,10 @@ import grpc  # noqa: E402
 import redis  # noqa: E402
 import torch  # noqa: E402
 from redis.cluster import ClusterNode, RedisCluster, key_slot  # noqa: E402
+from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
 
 from embedding_cache_svc.client import CacheClient, CacheUnavailable  # noqa: E402
+from embedding_cache_svc.settings import CacheSettings  # noqa: E402
 from kernels import checksum  # noqa: E402
 from tests.fixtures.redis_cluster import RedisCluster as LocalCluster  # noqa: E402
 from tests.fixtures.redis_server import RedisServer, free_port  # noqa: E402
@@ -66,6 +72,47 @@ def start_service(
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=60)
     return process, address
+
+
+class EchoFloor:
+    """bench/grpc_echo.py in a process of its own, called over a channel like the client's."""
+
+    def __init__(self, chunk_bytes: int) -> None:
+        port = free_port()
+        command = [sys.executable, str(ROOT / "bench" / "grpc_echo.py"), str(port)]
+        self.process = subprocess.Popen([*command, str(chunk_bytes)], cwd=ROOT)
+        self.chunk_kb = chunk_bytes // 1024
+        # The cache client's own channel options (the sync client's single-threaded stream
+        # reads included), with room for the one-message echo of the largest size.
+        limit = 64 << 20
+        options = [o for o in CacheClient.channel_options if "message_length" not in o[0]]
+        options += [("grpc.max_receive_message_length", limit)]
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=options)
+        grpc.channel_ready_future(self.channel).result(timeout=60)
+        self._empty = self.channel.unary_unary("/bench.Echo/Empty")
+        self._unary = self.channel.unary_unary("/bench.Echo/Unary")
+        self._stream = self.channel.unary_stream("/bench.Echo/Stream")
+
+    def empty(self) -> None:
+        self._empty(b"", timeout=30)
+
+    def unary(self, nbytes: int) -> Callable[[], None]:
+        request = str(nbytes).encode()
+        return lambda: self._unary(request, timeout=30)
+
+    def stream(self, nbytes: int) -> Callable[[], None]:
+        request = str(nbytes).encode()
+
+        def consume() -> None:
+            for _ in self._stream(request, timeout=30):
+                pass
+
+        return consume
+
+    def close(self) -> None:
+        self.channel.close()
+        self.process.terminate()
+        self.process.wait(30)
 
 
 def entry_name(key: bytes) -> bytes:
@@ -104,16 +151,26 @@ class Target:
         return via_service, via_raw, verify_ms
 
 
-def bench_size(targets: list[Target], megabytes: int, repeats: int) -> dict[str, float]:
-    """Per target the service's added ms over raw at this size, all measured interleaved."""
+def bench_size(
+    targets: list[Target], floor: EchoFloor, megabytes: int, repeats: int
+) -> dict[str, float]:
+    """Per target the service's added ms over raw at this size, all measured interleaved
+    with the gRPC floor."""
     prepared = [target.prepare(megabytes) for target in targets]
+    nbytes = megabytes << 20
+    floors = {"empty": floor.empty, "one": floor.unary(nbytes), "chunks": floor.stream(nbytes)}
     for via_service, via_raw, _ in prepared:
         via_service(), via_raw()  # warm connections and buffers
+    for measure in floors.values():
+        measure()
     times: list[tuple[list[float], list[float]]] = [([], []) for _ in targets]
+    floor_ms: dict[str, list[float]] = {name: [] for name in floors}
     for _ in range(repeats):  # interleaved, so drift on a noisy machine hits all alike
         for (via_service, via_raw, _), (service_ms, raw_ms) in zip(prepared, times, strict=True):
             service_ms.append(timed_ms(via_service))
             raw_ms.append(timed_ms(via_raw))
+        for name, measure in floors.items():
+            floor_ms[name].append(timed_ms(measure))
     added = {}
     for target, (_, _, verify_ms), (service_ms, raw_ms) in zip(
         targets, prepared, times, strict=True
@@ -126,6 +183,12 @@ def bench_size(targets: list[Target], megabytes: int, repeats: int) -> dict[str,
             flush=True,
         )
         print(f"    (of which checksum verify on the client: {verify_ms:.2f} ms)", flush=True)
+    empty, one, chunks = (statistics.median(floor_ms[name]) for name in floors)
+    print(
+        f"    floor, gRPC alone (no Redis): empty call {empty:.2f} ms; {megabytes} MB echoed "
+        f"in one message {one:.2f} ms, in {floor.chunk_kb} KiB messages {chunks:.2f} ms",
+        flush=True,
+    )
     return added
 
 
@@ -181,10 +244,13 @@ def main() -> None:
     args = parser.parse_args()
     chunk = args.chunk_kb and args.chunk_kb * 1024
     read = args.read_kb and args.read_kb * 1024
+    parser = "hiredis" if HIREDIS_AVAILABLE else "pure Python (hiredis not installed)"
+    print(f"redis-py reply parser, service and raw alike: {parser}", flush=True)
     server = RedisServer("/usr/bin/redis-server")
     server.start()
     cluster = LocalCluster(node_timeout_ms=1000) if args.cluster else None
     processes: list[subprocess.Popen] = []
+    floor = EchoFloor(chunk or CacheSettings.model_fields["chunk_bytes"].default)
     try:
         process, address = start_service(["redis", server.url], chunk, read)
         processes.append(process)
@@ -204,7 +270,7 @@ def main() -> None:
             cluster_client = CacheClient(cluster_address, FINGERPRINT, timeout_s=30)
             targets.append(Target("cluster", cluster_client, RedisCluster(startup_nodes=nodes)))
         for size in (int(part) for part in args.sizes.split(",")):
-            added = bench_size(targets, size, args.repeats)
+            added = bench_size(targets, floor, size, args.repeats)
             if cluster is not None:
                 more = added["cluster"] - added[""]
                 print(
@@ -216,6 +282,7 @@ def main() -> None:
         if cluster is not None:
             failover_gap(cluster, targets[1].client)
     finally:
+        floor.close()
         for process in processes:
             process.terminate()
             process.wait(30)

@@ -8,6 +8,7 @@ what callers send live here so both stores and the servicer share them; each rai
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from embedding_cache_svc.dtypes import item_size
@@ -17,6 +18,17 @@ from iris.proto import common_pb2
 FINGERPRINT_BYTES = 32
 KEY_SIZES = (8, 32)
 MAX_REASON_CHARS = 1024
+
+
+class Status(enum.IntEnum):
+    """An item's state as Reserve / Wait report it (values are cache.proto's); the stores
+    answer with it and the clients return it."""
+
+    PRESENT = cache_pb2.PRESENT
+    PENDING = cache_pb2.PENDING
+    RESERVED = cache_pb2.RESERVED
+    FAILED = cache_pb2.FAILED
+    FREE = cache_pb2.FREE
 
 
 class InvalidRequest(ValueError):

@@ -3,6 +3,7 @@ so several servers can live in one process (tests)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,38 +23,28 @@ class CacheMetrics:
     def __init__(self, store: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self.store = store
-        reg = self.registry
-        self.hits = Counter(names.CACHE_HITS, "BatchGet items answered", registry=reg)
-        self.misses = Counter(names.CACHE_MISSES, "BatchGet items not answered", registry=reg)
-        self.discards = Counter(
-            names.CACHE_DISCARDS,
-            "Entries deleted because they failed validation",
-            [names.LABEL_REASON],
-            registry=reg,
+        counter = functools.partial(Counter, registry=self.registry)
+        gauge = functools.partial(Gauge, registry=self.registry)
+        self.hits = counter(names.CACHE_HITS, "BatchGet items answered")
+        self.misses = counter(names.CACHE_MISSES, "BatchGet items not answered")
+        self.discards = counter(
+            names.CACHE_DISCARDS, "Entries deleted on failed validation", [names.LABEL_REASON]
         )
-        self.evictions = Counter(
-            names.CACHE_EVICTIONS, "Entries evicted by the store", registry=reg
-        )
-        self.bytes = Gauge(names.CACHE_BYTES, "Bytes held by the store", registry=reg)
-        self.entries = Gauge(names.CACHE_ENTRIES, "Keys held by the store", registry=reg)
-        self.reservations = Counter(
-            names.CACHE_RESERVATIONS,
-            "Reserve outcomes per item",
-            [names.LABEL_STATUS],
-            registry=reg,
+        self.evictions = counter(names.CACHE_EVICTIONS, "Entries evicted by the store")
+        self.bytes = gauge(names.CACHE_BYTES, "Bytes held by the store")
+        self.entries = gauge(names.CACHE_ENTRIES, "Keys held by the store")
+        self.reservations = counter(
+            names.CACHE_RESERVATIONS, "Reserve outcomes per item", [names.LABEL_STATUS]
         )
         self.latency = Histogram(
             names.CACHE_LATENCY_SECONDS,
             "Service-side latency per operation",
             [names.LABEL_OP],
             buckets=LATENCY_BUCKETS,
-            registry=reg,
+            registry=self.registry,
         )
-        self.store_errors = Counter(
-            names.CACHE_STORE_ERRORS,
-            "Operations that failed because the store was unavailable",
-            [names.LABEL_STORE],
-            registry=reg,
+        self.store_errors = counter(
+            names.CACHE_STORE_ERRORS, "Operations failed: store unavailable", [names.LABEL_STORE]
         )
         self._evictions_seen = 0
         # Plain totals for the Stats RPC (prometheus counters are not meant to be read back).

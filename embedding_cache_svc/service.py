@@ -19,17 +19,16 @@ from opentelemetry import trace
 
 from embedding_cache_svc import entry
 from embedding_cache_svc.dtypes import ITEM_SIZES
-from embedding_cache_svc.entry import Failed, InvalidRequest
+from embedding_cache_svc.entry import Failed, InvalidRequest, Status
 from embedding_cache_svc.metrics import CacheMetrics
 from embedding_cache_svc.notifier import FIRST_POLL_S, Notifier, next_poll
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from embedding_cache_svc.settings import CacheSettings
 from embedding_cache_svc.store import EntryVanished, Store, StoreUnavailable
-from embedding_cache_svc.store.base import FAILED, FREE, PRESENT
 from iris.telemetry import extract_grpc_metadata
 
 log = logging.getLogger(__name__)
-SETTLED = (PRESENT, FAILED, FREE)
+SETTLED = (Status.PRESENT, Status.FAILED, Status.FREE)
 _tracer = trace.get_tracer(__name__)
 
 

@@ -8,11 +8,10 @@ from embedding_cache_svc.client.errors import (
     CacheInvalidArgument,
     CacheTimeout,
     CacheUnavailable,
-    Status,
 )
 from embedding_cache_svc.client.l1 import L1Cache
 from embedding_cache_svc.client.sync import CacheClient
-from embedding_cache_svc.entry import Failed
+from embedding_cache_svc.entry import Failed, Status
 
 __all__ = [
     "AsyncCacheClient",

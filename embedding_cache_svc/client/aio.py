@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import grpc
-
 from embedding_cache_svc.client.core import (
     Assembler,
     ClientBase,
@@ -13,8 +11,8 @@ from embedding_cache_svc.client.core import (
     parse_states,
     stats_dict,
 )
-from embedding_cache_svc.client.errors import Status, from_rpc_error
-from embedding_cache_svc.entry import Failed
+from embedding_cache_svc.client.errors import rpc_errors
+from embedding_cache_svc.entry import Failed, Status
 from embedding_cache_svc.proto import cache_pb2
 from iris.mtls import aio_channel
 from iris.telemetry import grpc_metadata
@@ -35,12 +33,10 @@ class AsyncCacheClient(ClientBase):
         await self.close()
 
     async def _call(self, op: str, method, request, timeout_s: float | None):
-        try:
+        with rpc_errors(op):
             return await method(
                 request, timeout=timeout_s or self.core.timeout_s, metadata=grpc_metadata()
             )
-        except grpc.RpcError as err:
-            raise from_rpc_error(err, op) from None
 
     async def put(
         self, key: bytes, tensor, token_count: int, timeout_s: float | None = None
@@ -60,23 +56,14 @@ class AsyncCacheClient(ClientBase):
         hold: bool = False,
         timeout_s: float | None = None,
     ) -> dict[bytes, object]:
-        """key -> tensor (checksum verified), Failed(reason), or None (a miss) per
-        (key, token_count). `hold=True` pins the returned tensors in the L1 until
-        `release(keys)`."""
-        plan = self.core.plan_get(requests, hidden, dtype, hold)
-        if not plan.missing:
-            return plan.results
-        assembler = Assembler(plan)
-        try:
-            stream = self._stub.BatchGet(
-                self.core.get_request(plan),
-                timeout=timeout_s or self.core.timeout_s,
-                metadata=grpc_metadata(),
-            )
+        """As CacheClient.get_many."""
+        with rpc_errors("get"):
+            plan, stream = self._start_get(requests, hidden, dtype, hold, timeout_s)
+            if stream is None:
+                return plan.results
+            assembler = Assembler(plan)
             async for message in stream:
                 assembler.feed(message)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err, "get") from None
         if assembler.corrupt:
             await self.delete(assembler.corrupt, timeout_s=timeout_s)
         return self.core.finish_get(plan, assembler)

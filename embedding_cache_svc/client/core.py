@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedding_cache_svc import entry
-from embedding_cache_svc.client.errors import CacheInvalidArgument, Status
+from embedding_cache_svc.client.errors import CacheInvalidArgument
 from embedding_cache_svc.client.l1 import L1Cache
 from embedding_cache_svc.dtypes import ITEM_SIZES
-from embedding_cache_svc.entry import Failed
+from embedding_cache_svc.entry import Failed, Status
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from iris.mtls import TLSFiles
 from iris.proto import common_pb2
+from iris.telemetry import grpc_metadata
 
 log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -290,10 +291,11 @@ class ClientBase:
     With `l1_bytes` > 0 (or a shared `l1`), `get_many` is served from an in-process LRU
     first. With `tls` enabled the channel is mutual TLS under this process's role
     certificate (iris/mtls). Subclasses set `open_channel` (iris.mtls's `sync_channel` or
-    `aio_channel`).
+    `aio_channel`) and may add `channel_options`.
     """
 
     open_channel: Callable[..., Any]
+    channel_options: list[tuple[str, Any]] = CHANNEL_OPTIONS
 
     def __init__(
         self,
@@ -309,9 +311,24 @@ class ClientBase:
         cache = l1 if l1 is not None else (L1Cache(l1_bytes) if l1_bytes else None)
         self.core = ClientCore(fingerprint, cache, timeout_s, chunk_bytes)
         self.address = address
-        self._channel = type(self).open_channel(address, tls, "cache", CHANNEL_OPTIONS)
+        self._channel = type(self).open_channel(address, tls, "cache", self.channel_options)
         self._stub = cache_pb2_grpc.EmbeddingCacheStub(self._channel)
 
     @property
     def l1(self) -> L1Cache | None:
         return self.core.l1
+
+    def _start_get(
+        self, requests: Sequence[Request], hidden: int, dtype, hold: bool, timeout_s: float | None
+    ) -> tuple[GetPlan, Any]:
+        """The plan of a get_many and, for what the L1 did not answer, the BatchGet call
+        whose messages go to an `Assembler(plan)` (None when nothing is left to fetch)."""
+        plan = self.core.plan_get(requests, hidden, dtype, hold)
+        if not plan.missing:
+            return plan, None
+        stream = self._stub.BatchGet(
+            self.core.get_request(plan),
+            timeout=timeout_s or self.core.timeout_s,
+            metadata=grpc_metadata(),
+        )
+        return plan, stream

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import enum
+import contextlib
+from collections.abc import Iterator
 
 import grpc
-
-from embedding_cache_svc.proto import cache_pb2
-
-
-class Status(enum.IntEnum):
-    """An item's state as Reserve / Wait report it (values are cache.proto's)."""
-
-    PRESENT = cache_pb2.PRESENT
-    PENDING = cache_pb2.PENDING
-    RESERVED = cache_pb2.RESERVED
-    FAILED = cache_pb2.FAILED
-    FREE = cache_pb2.FREE
 
 
 class CacheError(Exception):
@@ -51,3 +40,12 @@ def from_rpc_error(err: grpc.RpcError, op: str) -> CacheError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return CacheInvalidArgument(message, code)
     return CacheError(message, code)
+
+
+@contextlib.contextmanager
+def rpc_errors(op: str) -> Iterator[None]:
+    """Raise a failed call inside as its typed error (see `from_rpc_error`)."""
+    try:
+        yield
+    except grpc.RpcError as err:
+        raise from_rpc_error(err, op) from None

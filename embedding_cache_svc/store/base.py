@@ -12,14 +12,7 @@ import abc
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from embedding_cache_svc.entry import Failed, Header
-from embedding_cache_svc.proto import cache_pb2
-
-PRESENT = cache_pb2.PRESENT
-PENDING = cache_pb2.PENDING
-RESERVED = cache_pb2.RESERVED
-FAILED = cache_pb2.FAILED
-FREE = cache_pb2.FREE
+from embedding_cache_svc.entry import Failed, Header, Status
 
 
 class StoreUnavailable(Exception):
@@ -35,7 +28,7 @@ class ItemState:
     """One item's state from Reserve or a Wait probe. `discarded` names the validation
     failure when a stored entry with the wrong token count was deleted on the way."""
 
-    status: int
+    status: Status
     reason: str = ""
     discarded: str | None = None
 

@@ -11,13 +11,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from embedding_cache_svc.entry import Failed, Header, InvalidRequest
+from embedding_cache_svc.entry import Failed, Header, InvalidRequest, Status
 from embedding_cache_svc.store.base import (
-    FAILED,
-    FREE,
-    PENDING,
-    PRESENT,
-    RESERVED,
     ItemState,
     Reading,
     Store,
@@ -91,13 +86,13 @@ class MemoryStore(Store):
         if slot is None:
             return None
         if isinstance(slot.value, Failed):
-            return ItemState(FAILED, slot.value.reason)
+            return ItemState(Status.FAILED, slot.value.reason)
         header = slot.value[0]
         if token_count and header.token_count != token_count:
             self._remove(key)
-            return ItemState(FREE, discarded="token_count")
+            return ItemState(Status.FREE, discarded="token_count")
         self._slots.move_to_end(key)
-        return ItemState(PRESENT)
+        return ItemState(Status.PRESENT)
 
     @staticmethod
     def _expiry(ttl_s: float) -> float:
@@ -151,17 +146,17 @@ class MemoryStore(Store):
         out = []
         for key, token_count in items:
             state = self._state(key, token_count)
-            if state is not None and state.status != FREE:
+            if state is not None and state.status != Status.FREE:
                 out.append(state)
                 continue
             discarded = state and state.discarded
             if self._lease_live(key, now):
-                out.append(ItemState(PENDING, discarded=discarded))
+                out.append(ItemState(Status.PENDING, discarded=discarded))
             elif lease_ms is None:
-                out.append(ItemState(FREE, discarded=discarded))
+                out.append(ItemState(Status.FREE, discarded=discarded))
             else:
                 self._leases[key] = now + lease_ms / 1000
-                out.append(ItemState(RESERVED, discarded=discarded))
+                out.append(ItemState(Status.RESERVED, discarded=discarded))
         return out
 
     async def stats(self) -> StoreStats:

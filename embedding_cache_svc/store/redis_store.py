@@ -31,15 +31,10 @@ from redis.exceptions import AskError, ClusterError, RedisClusterException, Resp
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from embedding_cache_svc.entry import Failed, Header, header_from_stored
+from embedding_cache_svc.entry import Failed, Header, Status, header_from_stored
 from embedding_cache_svc.settings import CacheSettings
 from embedding_cache_svc.store import redis_format as fmt
 from embedding_cache_svc.store.base import (
-    FAILED,
-    FREE,
-    PENDING,
-    PRESENT,
-    RESERVED,
     EntryVanished,
     ItemState,
     Reading,
@@ -407,7 +402,7 @@ class RedisStore(Store):
                 taken = [
                     key
                     for (key, _), state in zip(items, states, strict=True)
-                    if state is not None and state.status == RESERVED
+                    if state is not None and state.status == Status.RESERVED
                 ]
                 with contextlib.suppress(StoreUnavailable):
                     await self.abandon(taken)
@@ -500,13 +495,13 @@ def _pieces(view: memoryview, chunk_bytes: int) -> Iterator[bytes]:
 
 def _decode_state(reply: bytes) -> ItemState:
     if reply == b"P":
-        return ItemState(PRESENT)
+        return ItemState(Status.PRESENT)
     if reply.startswith(b"F"):
-        return ItemState(FAILED, reply[1:].decode(errors="replace"))
+        return ItemState(Status.FAILED, reply[1:].decode(errors="replace"))
     discarded = "token_count" if reply.startswith(b"D") else None
     tail = reply[1:] if discarded else reply
     if tail == b"R":
-        return ItemState(RESERVED, discarded=discarded)
+        return ItemState(Status.RESERVED, discarded=discarded)
     if tail == b"W":
-        return ItemState(PENDING, discarded=discarded)
-    return ItemState(FREE, discarded=discarded)
+        return ItemState(Status.PENDING, discarded=discarded)
+    return ItemState(Status.FREE, discarded=discarded)

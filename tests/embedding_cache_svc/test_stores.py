@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from embedding_cache_svc.entry import Failed, Header
-from embedding_cache_svc.store.base import FREE, PRESENT, RESERVED
+from embedding_cache_svc.entry import Failed, Header, Status
 from embedding_cache_svc.store.memory import MemoryStore
 from tests.embedding_cache_svc.helpers import FINGERPRINT, entry_name, new_key, raw_redis
 
@@ -17,13 +16,13 @@ async def test_memory_store_expires_entries_failures_and_leases():
     entry_key, failed_key, leased_key = (FINGERPRINT + new_key() for _ in range(3))
     await store.put(entry_key, HEADER, bytearray(16))
     await store.fail(failed_key, "bad image")
-    assert [s.status for s in await store.reserve([(leased_key, 2)], 50)] == [RESERVED]
+    assert [s.status for s in await store.reserve([(leased_key, 2)], 50)] == [Status.RESERVED]
     assert isinstance(await store.open(failed_key, 1024), Failed)
-    assert [s.status for s in await store.probe([(entry_key, 2)])] == [PRESENT]
+    assert [s.status for s in await store.probe([(entry_key, 2)])] == [Status.PRESENT]
     await asyncio.sleep(0.1)
     assert await store.open(entry_key, 1024) is None
     assert await store.open(failed_key, 1024) is None
-    assert [s.status for s in await store.probe([(leased_key, 2)])] == [FREE]
+    assert [s.status for s in await store.probe([(leased_key, 2)])] == [Status.FREE]
     assert (await store.stats()).bytes == 0
 
 
