@@ -56,6 +56,16 @@ class KVCache:
     def num_pages(self) -> int:
         return self.k.shape[1] // self.page_size
 
+    def store(
+        self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one step's k/v [T, kv_heads, d] at `slots` [T] of `layer`; returns that
+        layer's (k, v) cache views [slots, kv_heads, d]."""
+        k_cache, v_cache = self.k[layer], self.v[layer]
+        k_cache.index_copy_(0, slots, k)
+        v_cache.index_copy_(0, slots, v)
+        return k_cache, v_cache
+
 
 @dataclass
 class AttentionMetadata:

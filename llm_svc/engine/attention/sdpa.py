@@ -78,9 +78,7 @@ class SdpaBackend(AttentionBackend):
     def forward(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        k_cache, v_cache = self.kv_cache.k[layer], self.kv_cache.v[layer]
-        k_cache.index_copy_(0, self._slot_mapping, k)
-        v_cache.index_copy_(0, self._slot_mapping, v)
+        k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
         out = torch.empty_like(q)
         if self._decode is not None:
             batch = self._decode

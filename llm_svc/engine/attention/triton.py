@@ -55,9 +55,7 @@ class TritonBackend(AttentionBackend):
     def forward(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        k_cache, v_cache = self.kv_cache.k[layer], self.kv_cache.v[layer]
-        k_cache.index_copy_(0, self._slot_mapping, k)
-        v_cache.index_copy_(0, self._slot_mapping, v)
+        k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
         if q.stride(-1) != 1:
             q = q.contiguous()
         out = torch.empty_like(q)
