@@ -107,7 +107,7 @@ class LLMEngine:
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
-        self.sampler = Sampler(config.seed)
+        self.sampler = Sampler(config.seed, self.runner.device)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)

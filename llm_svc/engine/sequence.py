@@ -80,9 +80,8 @@ class Sequence:
         self.num_text_emitted = 0
         self.num_tokens_emitted = 0
         self.logprobs: list[TokenLogprobs] = []
+        # A seeded request's own generator, made by the sampler on its device at first use.
         self.generator: torch.Generator | None = None
-        if params.seed is not None:
-            self.generator = torch.Generator().manual_seed(params.seed)
         self.detokenizer: Any = None
         self.context: contextvars.Context | None = None  # the caller's, for off-loop work
         self.peeked_prefix_tokens: int | None = None  # cached prefix seen while waiting
