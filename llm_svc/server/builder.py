@@ -24,6 +24,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         device=settings.device,
         dtype=settings.dtype,
         enable_prefix_caching=settings.enable_prefix_caching,
+        overlap_scheduling=settings.overlap_scheduling,
         seed=settings.seed,
         # The pod's embeddings come from the cache service (docs/design.md §3 step 5).
         cache_address=settings.cache_address,

@@ -9,7 +9,7 @@ import torch
 
 from llm_svc.engine import SamplingParams
 from llm_svc.engine.errors import InvalidRequestError
-from llm_svc.engine.sampling import TOP_P_OFF, apply_penalties, filter_logits
+from llm_svc.engine.sampling import apply_penalties, min_p_filter, top_k_filter, top_p_filter
 from llm_svc.engine.sequence import Sequence
 from tests.llm_svc.conftest import greedy, make_engine, run_all, token_ids
 
@@ -50,21 +50,19 @@ def test_logprobs_are_the_raw_distribution(engine):
 
 
 def test_top_p_keeps_the_smallest_nucleus():
-    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(4, 1)
-    kept = filter_logits(
-        logits, top_k=torch.tensor([4, 4, 3, 4]), top_p=torch.tensor([0.75, 0.1, TOP_P_OFF, 1.0])
-    )
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(2, 1)
+    kept = top_p_filter(logits, torch.tensor([0.75, 0.1]))
     assert torch.isfinite(kept).tolist() == [
         [True, True, False, False],
         [True, False, False, False],
-        [True, True, True, False],
-        [True, True, True, True],
     ]
+    kept = top_k_filter(logits, torch.tensor([3, 1]), widest=3)
+    assert torch.isfinite(kept).tolist() == [[True, True, True, False], [True, False, False, False]]
 
 
 def test_min_p_drops_what_is_less_likely_than_its_share_of_the_top_token():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(3, 1)
-    kept = filter_logits(logits, min_p=torch.tensor([0.0, 0.5, 0.25]))
+    kept = min_p_filter(logits, torch.tensor([0.0, 0.5, 0.25]))
     assert torch.isfinite(kept).tolist() == [
         [True, True, True, True],
         [True, True, False, False],  # 0.15 < 0.5 * 0.5
