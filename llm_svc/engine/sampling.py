@@ -261,8 +261,9 @@ class Sampler:
             values = _take(top_k.long(), by_k)
             logits = on_rows(top_k_filter, logits, by_k, values, widest, in_place=True)
         # A row's nucleus lies within its top-k: rows with both sort only `widest` values.
-        by_p = [row for row, p in enumerate(params) if p.top_p < 1.0 and row not in by_k]
-        by_kp = [row for row, p in enumerate(params) if p.top_p < 1.0 and row in by_k]
+        with_k = set(by_k)
+        by_p = [row for row, p in enumerate(params) if p.top_p < 1.0 and row not in with_k]
+        by_kp = [row for row, p in enumerate(params) if p.top_p < 1.0 and row in with_k]
         for rows, width in ((by_p, None), (by_kp, widest if by_kp else None)):
             if rows:
                 values = _take(top_p, rows)
