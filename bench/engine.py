@@ -16,12 +16,19 @@
    constrained by a JSON schema (their grammar cannot end before max_tokens, so both runs
    generate the same tokens), against the same batch unconstrained.
 
+5. Sampler: one step's sampling of a batch of rows over the model's vocabulary (mixed
+   temperature / top-k / top-p / min-p, seeded and unseeded, penalties, logprobs), the
+   row-by-row host sampler it replaced (bench/row_sampler.py, "before") against the batched
+   device sampler ("after"), timed until the host holds the tokens.
+6. Overlap scheduling: part 1's engine workload with the overlap on against off.
+
 Prints the model's measured cost split (tower per tile, LM prefill per image), `ratio R`
 lines (the embedding cache's: cold / warm embedding cache + cold prefix, target >= 3; the
 structured output's: half-constrained / unconstrained decode throughput, target >= 0.85) and
 the peak memory. Run: .venv/bin/python bench/engine.py
-(`--only mm` runs part 3 alone, `--only structured` part 4; `--only attention --device cuda`
-the Triton attention backend against SDPA, see bench/attention.py).
+(`--only mm` runs part 3 alone, `--only structured` part 4, `--only sampler` part 5,
+`--only overlap` part 6; `--device cuda` runs the engine parts on a GPU; `--only attention
+--device cuda` the Triton attention backend against SDPA, see bench/attention.py).
 """
 
 from __future__ import annotations
@@ -171,6 +178,7 @@ def bench_multimodal(directory: Path, args) -> None:
 
     service = CacheService()
     config = EngineConfig(directory, max_num_batched_tokens=512, kv_cache_bytes=1 << 30,
+                          device=args.device,
                           cache_address=service.address, embedding_wait_s=60.0)  # fmt: skip
     engine = LLMEngine(config)
     adapter = load_adapter(directory)
@@ -281,6 +289,91 @@ def bench_structured(engine: LLMEngine, args) -> None:
           f"throughput (target >= 0.85)")  # fmt: skip
 
 
+def sampler_batch(vocab: int, rows: int, seed: int):
+    """`rows` sequences with mixed sampling settings and 64-token histories."""
+    from llm_svc.engine.sequence import Sequence
+
+    rng = random.Random(seed)
+    kinds = [
+        dict(temperature=0.0),
+        dict(temperature=0.8, top_p=0.95),
+        dict(temperature=1.0, top_k=50, seed=1),
+        dict(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, seed=2),
+        dict(temperature=1.0, repetition_penalty=1.1, frequency_penalty=0.2, logprobs=5),
+    ]
+    seqs = []
+    for row in range(rows):
+        kind = dict(kinds[row % len(kinds)])
+        if "seed" in kind:
+            kind["seed"] += row
+        prompt = [rng.randrange(vocab) for _ in range(64)]
+        seqs.append(Sequence(f"s{row}", prompt, SamplingParams(max_tokens=10**6, **kind)))
+    return seqs
+
+
+def time_sampler(sampler, logits: torch.Tensor, seqs, steps: int) -> float:
+    """Seconds per step until the host holds the tokens (each step's tokens extend the
+    histories, as in the engine)."""
+
+    def once():
+        for seq, sampled in zip(seqs, sampler(logits, seqs), strict=True):
+            seq.append_token(sampled.token_id)
+
+    once()  # warm-up
+    if logits.device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        once()
+    return (time.perf_counter() - start) / steps
+
+
+def bench_sampler(vocab: int, device: torch.device, args) -> None:
+    from bench.row_sampler import RowSampler
+    from llm_svc.engine.sampling import Sampler
+
+    # min_p is new with the device sampler: the row sampler would ignore it, so "before"
+    # runs the same batch without it.
+    logits = torch.randn(args.sampler_rows, vocab, generator=torch.Generator().manual_seed(0))
+    logits = (logits * 4).to(device)
+    before_seqs = sampler_batch(vocab, args.sampler_rows, 0)
+    for seq in before_seqs:
+        seq.params.min_p = 0.0
+    before = time_sampler(RowSampler(0), logits, before_seqs, args.sampler_steps)
+    after = time_sampler(Sampler(0, device), logits, sampler_batch(vocab, args.sampler_rows, 0),
+                         args.sampler_steps)  # fmt: skip
+    print(f"sampler: {args.sampler_rows} rows x {vocab} vocab on {device}: row-by-row "
+          f"{before * 1000:.1f} ms/step, batched {after * 1000:.1f} ms/step")  # fmt: skip
+    print(f"ratio R {before / after:.2f}  sampler before / after (time per step)")
+
+
+def bench_overlap(directory: Path, args) -> None:
+    """Part 1's workload through one engine with the overlap off, one with it on."""
+    engines = {}
+    for overlap in (False, True):
+        config = EngineConfig(
+            directory, max_num_seqs=args.batch, max_num_batched_tokens=512,
+            kv_cache_bytes=1 << 30, device=args.device, overlap_scheduling=overlap,
+        )  # fmt: skip
+        engines[overlap] = LLMEngine(config)
+    vocab = engines[False].model_config.vocab_size
+    requests = make_requests(args.requests, vocab, 0, args.max_prompt, args.max_out)
+    useful = sum(out_len for _, out_len in requests)
+    best = {False: float("inf"), True: float("inf")}
+    for engine in engines.values():
+        run_engine(engine, make_requests(2, vocab, 1, 32, 4))  # warm-up
+    for repeat in range(args.repeats):
+        for overlap in (repeat % 2 == 1, repeat % 2 == 0):
+            clear_prefix_cache(engines[overlap])
+            best[overlap] = min(best[overlap], run_engine(engines[overlap], requests))
+    device = engines[False].config.device
+    print(f"overlap on {device}: on {useful / best[True]:.1f} tok/s, "
+          f"off {useful / best[False]:.1f} tok/s")  # fmt: skip
+    print(f"ratio R {best[False] / best[True]:.2f}  overlap on / off output tokens per second")
+    for engine in engines.values():
+        engine.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=32)
@@ -292,7 +385,13 @@ def main() -> None:
     parser.add_argument("--mm-text", type=int, default=256, help="text tokens before the image")
     parser.add_argument("--structured-batch", type=int, default=16)
     parser.add_argument("--structured-out", type=int, default=64)
-    parser.add_argument("--only", choices=["all", "mm", "structured", "attention"], default="all")
+    parser.add_argument("--sampler-rows", type=int, default=64)
+    parser.add_argument("--sampler-steps", type=int, default=20)
+    parser.add_argument(
+        "--only",
+        choices=["all", "mm", "structured", "sampler", "overlap", "attention"],
+        default="all",
+    )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument(
         "--torch-threads", type=int, default=1,
@@ -315,6 +414,9 @@ def main() -> None:
     if args.only == "mm":
         bench_multimodal(directory, args)
         return
+    if args.only == "overlap":
+        bench_overlap(directory, args)
+        return
     config = EngineConfig(
         directory, max_num_seqs=args.batch, max_num_batched_tokens=512,
         kv_cache_bytes=2 << 30, device=args.device,
@@ -324,6 +426,9 @@ def main() -> None:
           f"KV pages {engine.runner.num_pages} x {config.page_size}")  # fmt: skip
     if args.only == "structured":
         bench_structured(engine, args)
+        return
+    if args.only == "sampler":
+        bench_sampler(engine.model_config.vocab_size, engine.runner.device, args)
         return
     vocab = engine.model_config.vocab_size
     requests = make_requests(args.requests, vocab, 0, args.max_prompt, args.max_out)
@@ -360,8 +465,10 @@ def main() -> None:
           f"warm prefix {warm * 1000:.0f} ms")  # fmt: skip
     print(f"ratio R {cold / warm:.2f}  TTFT cold / warm prefix")
     bench_structured(engine, args)
+    bench_sampler(vocab, engine.runner.device, args)
     if engine.adapter is not None:
         bench_multimodal(directory, args)
+    bench_overlap(directory, args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory: RSS {peak:.0f} MiB (process, includes both models and the KV cache)")
     if torch.cuda.is_available():

@@ -51,6 +51,9 @@ class LLMSettings(GrpcServiceSettings):
     kv_num_pages: int | None = Field(None, gt=0)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     enable_prefix_caching: bool = True
+    # Schedule step k+1 while step k runs on the device; unset: on for CUDA, off for CPU
+    # (the host's own cores run the model there, so nothing overlaps: docs/design.md §3).
+    overlap_scheduling: bool | None = None
     seed: int = 0
     torch_threads: int = Field(0, ge=0)  # 0: leave torch's default
 

@@ -26,6 +26,7 @@ def sampling_params(
         temperature=1.0 if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         top_k=request.top_k or 0,
+        min_p=request.min_p or 0.0,
         repetition_penalty=request.repetition_penalty or 1.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         presence_penalty=request.presence_penalty or 0.0,

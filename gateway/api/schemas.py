@@ -91,6 +91,7 @@ class _SamplingFields(_Lenient):
     temperature: StrictFloat | None = Field(None, ge=0, le=2)
     top_p: StrictFloat | None = Field(None, gt=0, le=1)
     top_k: StrictInt | None = Field(None, ge=-1, le=2**31 - 1)  # int32 on the wire
+    min_p: StrictFloat | None = Field(None, ge=0, le=1)  # vLLM's and SGLang's extension
     stop: Text | Annotated[list[Text], Field(max_length=_MAX_STOP)] | None = None
     seed: StrictInt | None = Field(None, ge=0, lt=2**63)
     frequency_penalty: StrictFloat | None = Field(None, ge=-2, le=2)

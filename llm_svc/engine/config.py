@@ -34,7 +34,11 @@ class EngineConfig:
     Constraints (structured output): a constraint's text is at most `grammar_max_bytes`,
     its JSON nests at most `grammar_max_depth` levels, and a request waits at most
     `grammar_compile_timeout_s` for its grammar; `grammar_compile_threads` compile off the
-    engine loop, and `grammar_cache_entries` compiled grammars are kept."""
+    engine loop, and `grammar_cache_entries` compiled grammars are kept.
+
+    `overlap_scheduling`: schedule and prepare step k+1 while step k runs on the device
+    (LLMEngine.step); None = on for CUDA, off for CPU, where the device is the host's own
+    cores and nothing runs in parallel (bench/engine.py --only overlap measures it)."""
 
     model_dir: str | Path
     page_size: int = 16
@@ -48,6 +52,7 @@ class EngineConfig:
     dtype: str = "auto"
     enable_prefix_caching: bool = True
     attention_backend: str = "auto"
+    overlap_scheduling: bool | None = None
     seed: int = 0
     tokenizer_dir: str | Path | None = None
     cache_address: str | None = None
@@ -91,6 +96,8 @@ class EngineConfig:
             )
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.overlap_scheduling is None:
+            self.overlap_scheduling = self.device.startswith("cuda")
         if self.dtype == "auto":
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         check_backend_name(self.attention_backend)

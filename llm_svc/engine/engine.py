@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import blake3
@@ -32,8 +33,9 @@ from llm_svc.engine.grammar.request import GrammarViolation
 from llm_svc.engine.kv_events import KVEvent
 from llm_svc.engine.model_runner import ModelRunner
 from llm_svc.engine.outputs import EngineStats, RequestOutput
+from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.radix_cache import RadixCache
-from llm_svc.engine.sampling import SampledToken, Sampler
+from llm_svc.engine.sampling import SampledToken, Sampler, StepSample
 from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import Scheduler
 from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
@@ -44,6 +46,23 @@ log = logging.getLogger(__name__)
 
 # A fetch can be waited on this long when nothing else can run, so an idle loop does not spin.
 IDLE_WAIT_S = 0.005
+
+
+@dataclass
+class LaunchedStep:
+    """A step on its way through the device: its chunks, its sampling sequences (`slots[i]`
+    is the index of seqs[i]'s placeholder), its draws, and those as `pending` for the next
+    step's inputs."""
+
+    chunks: list
+    seqs: list[Sequence]
+    slots: list[int]
+    sample: StepSample
+    pending: PendingTokens
+
+    @property
+    def constrained(self) -> bool:
+        return any(seq.grammar is not None for seq in self.seqs)
 
 
 def load_tokenizer(path):
@@ -107,7 +126,7 @@ class LLMEngine:
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
-        self.sampler = Sampler(config.seed)
+        self.sampler = Sampler(config.seed, self.runner.device)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
@@ -116,6 +135,8 @@ class LLMEngine:
         self.constraints = StepConstraints(self.model_config.vocab_size, self.runner.device)
         self.requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
+        self.overlap = config.overlap_scheduling
+        self._inflight: LaunchedStep | None = None  # launched, not retired (overlap only)
         self._prompt_tokens = self._hit_tokens = self._generated_tokens = 0
 
     def _make_fetcher(self, source: EmbeddingSource | None) -> EmbeddingFetcher | None:
@@ -252,23 +273,46 @@ class LLMEngine:
         return True
 
     def has_unfinished(self) -> bool:
-        return bool(self.requests or self._pending)
+        return bool(self.requests or self._pending or self._inflight)
 
     # --- the loop ----------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model once, sample, detokenize; outputs of requests that moved."""
+        """Schedule and launch a step, then retire the step before it (overlap) or this one;
+        returns the outputs of requests that moved.
+
+        With overlap, step k+1 is scheduled, prepared and launched before the host reads
+        step k's tokens: its inputs take them from the device (`PendingTokens`), and the
+        host reads them (the one sync) while step k+1 runs. A sequence that step k finishes
+        is therefore retired one step late: it computed one more position at k+1, whose
+        sample is dropped, so the tokens are those without overlap. A step holding a
+        constrained row is retired at once (the grammar needs its token on the host to build
+        the next bitmask), so such steps run without overlap."""
         outputs, self._pending = self._pending, []
         self._collect_fetches(outputs)
         self._collect_grammars(outputs)
         scheduled = self.scheduler.schedule()
-        if not scheduled.chunks:
-            if not outputs:
-                self._wait_idle()
-            return outputs
-        chunks, image_rows = self._checked_chunks(scheduled.chunks, outputs)
-        if not chunks:
-            return outputs
-        inputs = self.runner.prepare(chunks)
+        launched = None
+        if scheduled.chunks:
+            chunks, image_rows = self._checked_chunks(scheduled.chunks, outputs)
+            if chunks:
+                launched = self._launch(chunks, image_rows)
+        if self._inflight is not None:
+            self._retire(self._inflight, outputs)
+            self._inflight = None
+        if launched is not None:
+            self._commit(launched)
+            if self.overlap and not launched.constrained:
+                self._inflight = launched
+            else:
+                self._retire(launched, outputs)
+        elif not outputs and not scheduled.chunks:
+            self._wait_idle()
+        return outputs
+
+    def _launch(self, chunks, image_rows) -> LaunchedStep:
+        """Prepare and run the model and the sampler on the device; nothing waits for it."""
+        pending = self._inflight.pending if self._inflight is not None else None
+        inputs = self.runner.prepare(chunks, pending)
         embeds = assemble_input_embeds(
             self.runner.model.embed,
             inputs.input_ids,
@@ -279,12 +323,29 @@ class LLMEngine:
         logits = self.runner.execute(inputs, embeds)
         for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
-            self.blocks.commit(chunk.seq)
         seqs = [chunk.seq for chunk in inputs.sample_chunks]
         self.constraints.apply(logits, seqs)
-        for seq, sampled in zip(seqs, self.sampler(logits, seqs), strict=True):
-            outputs.append(self._accept(seq, sampled))
-        return outputs
+        sample = self.sampler.sample(logits, seqs, pending)
+        slots = [seq.add_placeholder() for seq in seqs]
+        rows = {seq: row for row, seq in enumerate(seqs)}
+        return LaunchedStep(chunks, seqs, slots, sample, PendingTokens(sample.token_ids, rows))
+
+    def _commit(self, step: LaunchedStep) -> None:
+        """Publish the step's filled pages (their tokens are all on the host by now: the
+        step before has been retired)."""
+        for chunk in step.chunks:
+            if not chunk.seq.is_finished:
+                self.blocks.commit(chunk.seq)
+
+    def _retire(self, step: LaunchedStep, outputs: list[RequestOutput]) -> None:
+        """Read the step's tokens (the host's one wait for the device) and accept them;
+        sequences that ended meanwhile (finished the step before, aborted) are skipped."""
+        sampled = step.sample.resolve()
+        for seq, slot, token in zip(step.seqs, step.slots, sampled, strict=True):
+            if seq.is_finished:
+                continue
+            seq.resolve_placeholder(slot, token.token_id)
+            outputs.append(self._accept(seq, token))
 
     def _checked_chunks(self, chunks, outputs: list[RequestOutput]):
         """(chunks, their image rows) of the requests whose own data passes its checks;
@@ -341,9 +402,9 @@ class LLMEngine:
         self.scheduler.requeue_fetched(ready)
 
     def _accept(self, seq: Sequence, sampled: SampledToken) -> RequestOutput:
-        if seq.num_output_tokens == 0:
+        """`sampled` (already in `seq.token_ids`) extends the output; stops are checked."""
+        if seq.num_output_tokens == 1:
             self._hit_tokens += seq.num_cached_tokens
-        seq.append_token(sampled.token_id)
         self._generated_tokens += 1
         if seq.grammar is not None:
             try:
@@ -377,7 +438,7 @@ class LLMEngine:
             return FinishReason.STOP
         if seq.num_output_tokens >= params.max_tokens:
             return FinishReason.LENGTH
-        if seq.num_tokens >= self.config.max_model_len:
+        if seq.num_prompt_tokens + seq.num_output_tokens >= self.config.max_model_len:
             return FinishReason.LENGTH
         return None
 
@@ -395,6 +456,7 @@ class LLMEngine:
         return True
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        seq.drop_placeholders()
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.scheduler.finish(seq)

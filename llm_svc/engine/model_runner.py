@@ -12,7 +12,9 @@ import torch
 from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
 from llm_svc.engine.config import DEFAULT_CPU_KV_BYTES, EngineConfig
 from llm_svc.engine.models import load_model
+from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.scheduler import ScheduledChunk
+from llm_svc.engine.transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +67,14 @@ class ModelRunner:
             raise ValueError(f"KV budget {budget} bytes is less than one page ({per_page} bytes)")
         return int(pages)
 
-    def prepare(self, chunks: list[ScheduledChunk]) -> StepInputs:
-        """Pack the step's chunks into flat tensors and attention metadata."""
+    def prepare(
+        self, chunks: list[ScheduledChunk], pending: PendingTokens | None = None
+    ) -> StepInputs:
+        """Pack the step's chunks into flat tensors and attention metadata. A chunk that
+        reaches its sequence's last token while that token is still `pending` on the device
+        takes it from there: the ids are completed by device indexing, with no host sync."""
         ids, positions, slots = [], [], []
+        pending_flat, pending_seqs = [], []
         starts, lens, contexts, tables, sample_rows, sample_chunks = [], [], [], [], [], []
         mrope = any(chunk.seq.mrope_positions is not None for chunk in chunks)
         flat, size = 0, self.page_size
@@ -86,6 +93,9 @@ class ModelRunner:
             contexts.append(end)
             tables.append(seq.block_table)
             flat += chunk.num_tokens
+            if seq.num_pending and chunk.samples:
+                pending_flat.append(flat - 1)
+                pending_seqs.append(seq)
             if chunk.samples:
                 sample_rows.append(flat - 1)
                 sample_chunks.append(chunk)
@@ -93,17 +103,22 @@ class ModelRunner:
         padded = [table + [0] * (width - len(table)) for table in tables]
         device = self.device
         meta = AttentionMetadata(
-            slot_mapping=torch.from_numpy(np.concatenate(slots)).to(device),
+            slot_mapping=to_device(np.concatenate(slots), device),
             query_starts=starts,
             query_lens=lens,
             context_lens=contexts,
-            block_tables=torch.tensor(padded, dtype=torch.int64, device=device),
+            block_tables=to_device(np.asarray(padded, dtype=np.int64), device),
         )
+        input_ids = to_device(np.asarray(ids, dtype=np.int64), device)
+        if pending_seqs:
+            assert pending is not None, "a placeholder without the step that samples it"
+            index = to_device(np.asarray(pending_flat, dtype=np.int64), device)
+            input_ids.index_copy_(0, index, pending.gather(pending_seqs))
         return StepInputs(
-            input_ids=torch.tensor(ids, dtype=torch.int64, device=device),
-            positions=torch.from_numpy(np.concatenate(positions, axis=-1)).to(device),
+            input_ids=input_ids,
+            positions=to_device(np.concatenate(positions, axis=-1), device),
             meta=meta,
-            sample_rows=torch.tensor(sample_rows, dtype=torch.int64, device=device),
+            sample_rows=to_device(np.asarray(sample_rows, dtype=np.int64), device),
             sample_chunks=sample_chunks,
         )
 

@@ -18,7 +18,9 @@ LOGIT_BIAS_RANGE = 100.0
 class SamplingParams:
     """How to pick each next token and when to stop.
 
-    temperature 0 is exact argmax. top_k 0 (or -1) and top_p 1 are off. repetition_penalty
+    temperature 0 is exact argmax. top_k 0 (or -1), top_p 1 and min_p 0 are off; min_p in
+    [0, 1] drops the tokens less likely than min_p × the most likely one (after top-k and
+    top-p). repetition_penalty
     (> 0, 1 = off) scales the logits of every token seen in prompt or output;
     frequency_penalty / presence_penalty in [-2, 2] subtract count × f and p from the logits
     of tokens already generated. `seed` makes one request's sampling reproducible whatever
@@ -35,6 +37,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
@@ -75,6 +78,7 @@ class SamplingParams:
         _check("temperature", self.temperature, self.temperature >= 0.0, ">= 0")
         _check("top_p", self.top_p, 0.0 < self.top_p <= 1.0, "in (0, 1]")
         _check("top_k", self.top_k, self.top_k >= -1, "-1, 0 (off) or > 0")
+        _check("min_p", self.min_p, 0.0 <= self.min_p <= 1.0, "in [0, 1]")
         _check("repetition_penalty", self.repetition_penalty, self.repetition_penalty > 0, "> 0")
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
@@ -107,6 +111,7 @@ _NUMBER_FIELDS = {
     "temperature": (int, float),
     "top_p": (int, float),
     "top_k": int,
+    "min_p": (int, float),
     "repetition_penalty": (int, float),
     "frequency_penalty": (int, float),
     "presence_penalty": (int, float),

@@ -15,6 +15,9 @@ from llm_svc.engine.sampling_params import SamplingParams
 
 _arrival = itertools.count()
 
+# The id of a token sampled on the device and not read by the host yet (engine: overlap).
+PLACEHOLDER = -1
+
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
@@ -50,6 +53,10 @@ class Sequence:
     `embeddings[i]` is item i's embedding once fetched, held until the sequence ends (so
     preemption re-prefills from it and cache eviction cannot break assembly). The sequence
     is *accepted* once the scheduler first runs it, i.e. every embedding it needs is held.
+
+    The last `num_pending` token ids may be PLACEHOLDERs: tokens of launched steps the host
+    has not read yet (llm_svc.engine.pending). The scheduler and the runner count them (the
+    device computes them); the outputs (`output_token_ids`, `num_output_tokens`) do not.
     """
 
     def __init__(
@@ -72,6 +79,7 @@ class Sequence:
         self.arrival = next(_arrival)
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
+        self.num_pending = 0
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at admission
         self.block_table: list[int] = []
         self.tree_nodes: list[Any] = []
@@ -80,9 +88,8 @@ class Sequence:
         self.num_text_emitted = 0
         self.num_tokens_emitted = 0
         self.logprobs: list[TokenLogprobs] = []
+        # A seeded request's own generator, made by the sampler on its device at first use.
         self.generator: torch.Generator | None = None
-        if params.seed is not None:
-            self.generator = torch.Generator().manual_seed(params.seed)
         self.detokenizer: Any = None
         self.context: contextvars.Context | None = None  # the caller's, for off-loop work
         self.peeked_prefix_tokens: int | None = None  # cached prefix seen while waiting
@@ -97,11 +104,12 @@ class Sequence:
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        """Generated tokens the host has read (pending ones excluded)."""
+        return len(self.token_ids) - self.num_pending - self.num_prompt_tokens
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens :]
+        return self.token_ids[self.num_prompt_tokens : len(self.token_ids) - self.num_pending]
 
     @property
     def num_uncomputed_tokens(self) -> int:
@@ -141,6 +149,23 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+
+    def add_placeholder(self) -> int:
+        """A token sampled on the device joins the sequence unread; returns its index."""
+        self.token_ids.append(PLACEHOLDER)
+        self.num_pending += 1
+        return len(self.token_ids) - 1
+
+    def resolve_placeholder(self, index: int, token_id: int) -> None:
+        """The host has read the token at `index` (the oldest pending one)."""
+        self.token_ids[index] = token_id
+        self.num_pending -= 1
+
+    def drop_placeholders(self) -> None:
+        """Finished: tokens still pending will never count."""
+        if self.num_pending:
+            del self.token_ids[-self.num_pending :]
+            self.num_pending = 0
 
     def reset_for_recompute(self) -> None:
         """After preemption: KV is gone; prompt and output so far are prefilled again."""

@@ -25,6 +25,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         dtype=settings.dtype,
         enable_prefix_caching=settings.enable_prefix_caching,
         attention_backend=settings.attention_backend,
+        overlap_scheduling=settings.overlap_scheduling,
         seed=settings.seed,
         # The pod's embeddings come from the cache service (docs/design.md §3 step 5).
         cache_address=settings.cache_address,

@@ -45,6 +45,7 @@ def sampling_params(
         temperature=float(proto.temperature),
         top_p=float(proto.top_p) if proto.top_p else 1.0,
         top_k=int(proto.top_k),
+        min_p=float(proto.min_p),
         repetition_penalty=float(proto.repetition_penalty) if proto.repetition_penalty else 1.0,
         frequency_penalty=float(proto.frequency_penalty),
         presence_penalty=float(proto.presence_penalty),

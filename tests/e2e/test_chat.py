@@ -87,6 +87,24 @@ def test_text_chat(platform):
     assert reply.usage.completion_tokens >= 1
 
 
+def test_min_p_one_reaches_the_engine_and_leaves_only_the_top_token(platform):
+    """min_p (vLLM's and SGLang's extension) travels gateway → pod → sampler: at 1 only
+    the most likely token survives, so sampling at temperature 1 gives the greedy answer."""
+    client = platform.openai_client()
+    messages = [{"role": "user", "content": "Count with me: one two three"}]
+
+    def answer(**extra):
+        reply = client.chat.completions.create(
+            model=platform.model_name, messages=messages, max_tokens=12, **extra
+        )
+        return reply.choices[0].message.content
+
+    greedy = answer(temperature=0)
+    assert answer(temperature=1.0, seed=5, extra_body={"min_p": 1.0}) == greedy
+    sampled = {answer(temperature=1.0, seed=seed) for seed in range(4)}
+    assert sampled != {greedy}  # without min_p these seeds do not all give the greedy answer
+
+
 def test_same_image_in_two_requests_is_encoded_once(platform):
     client = platform.openai_client()
     png = image_png(seed=101)

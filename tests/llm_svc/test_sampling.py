@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from llm_svc.engine import SamplingParams
-from llm_svc.engine.sampling import apply_penalties, filter_top_k_top_p
+from llm_svc.engine.errors import InvalidRequestError
+from llm_svc.engine.sampling import apply_penalties, min_p_filter, top_k_filter, top_p_filter
 from llm_svc.engine.sequence import Sequence
 from tests.llm_svc.conftest import greedy, make_engine, run_all, token_ids
 
@@ -49,13 +50,31 @@ def test_logprobs_are_the_raw_distribution(engine):
 
 
 def test_top_p_keeps_the_smallest_nucleus():
-    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
-    kept = filter_top_k_top_p(logits, top_k=0, top_p=0.75)
-    assert torch.isfinite(kept).tolist() == [True, True, False, False]
-    kept = filter_top_k_top_p(logits, top_k=0, top_p=0.1)
-    assert torch.isfinite(kept).tolist() == [True, False, False, False]
-    kept = filter_top_k_top_p(logits, top_k=3, top_p=1.0)
-    assert torch.isfinite(kept).tolist() == [True, True, True, False]
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(2, 1)
+    kept = top_p_filter(logits, torch.tensor([0.75, 0.1]))
+    assert torch.isfinite(kept).tolist() == [
+        [True, True, False, False],
+        [True, False, False, False],
+    ]
+    kept = top_k_filter(logits, torch.tensor([3, 1]), widest=3)
+    assert torch.isfinite(kept).tolist() == [[True, True, True, False], [True, False, False, False]]
+
+
+def test_min_p_drops_what_is_less_likely_than_its_share_of_the_top_token():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(3, 1)
+    kept = min_p_filter(logits, torch.tensor([0.0, 0.5, 0.25]))
+    assert torch.isfinite(kept).tolist() == [
+        [True, True, True, True],
+        [True, True, False, False],  # 0.15 < 0.5 * 0.5
+        [True, True, True, False],  # 0.05 < 0.25 * 0.5 <= 0.15
+    ]
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan")])
+def test_min_p_outside_zero_one_is_refused_naming_it(value):
+    with pytest.raises(InvalidRequestError) as info:
+        SamplingParams(min_p=value).validate(vocab_size=100)
+    assert "min_p" in str(info.value) and "[0, 1]" in str(info.value)
 
 
 def test_penalties_follow_their_definitions():
@@ -63,8 +82,7 @@ def test_penalties_follow_their_definitions():
     seq = Sequence("p", [0, 1, 1_000_000], params)  # a sentinel id is no token to penalise
     seq.append_token(2)
     seq.append_token(2)
-    row = torch.tensor([1.0, -1.0, 4.0, 3.0])
-    apply_penalties(row, seq)
+    row = apply_penalties(torch.tensor([[1.0, -1.0, 4.0, 3.0]]), [seq])[0]
     # token 0: prompt only → 1/2; token 1: prompt only → -1*2; token 2: seen twice in output
     # → 4/2 - 2*0.5 - 0.25; token 3: untouched.
     assert row.tolist() == pytest.approx([0.5, -2.0, 0.75, 3.0])
