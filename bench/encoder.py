@@ -23,8 +23,10 @@ over the models run (goal: 0.8). First, per model, its measured cost split (towe
 LM prefill per image). The demo's tower (SigLIP-base, about a second a tile on one core) gets
 a smaller workload (`--demo-images`) so that the default run fits in 15 minutes.
 
-The service's tower runs with `--service-threads` torch threads (default 1, beside its
-`--preprocess-workers` threads); the naive path stays on one thread, as the bound assumes.
+The service's tower runs with `--service-threads` torch threads (default: one a core, since
+the bound gives the service every core; beside its `--preprocess-workers` threads); the
+naive path stays on one thread, as the bound assumes. (On one thread the demo's tower,
+where nearly all its work is, could use one core of two: R / bound 0.38 against 0.64.)
 Run: .venv/bin/python -m bench.encoder [--models tiny-qwen2_vl,tiny-idefics3,demo]
 """
 
@@ -312,9 +314,10 @@ def main() -> None:
     parser.add_argument(
         "--service-threads",
         type=int,
-        default=1,
-        help="torch intra-op threads of the encoder service's tower (1: beside its "
-        "preprocessing threads, more than one made it 5x slower on a busy 2-core machine)",
+        default=os.cpu_count() or 1,
+        help="torch intra-op threads of the encoder service's tower (default: every core, "
+        "as the bound assumes; on a machine others load, more threads than free cores make "
+        "each tower call slower)",
     )
     parser.add_argument("--preprocess-workers", type=int, default=2)
     args = parser.parse_args()
