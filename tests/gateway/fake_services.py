@@ -42,6 +42,15 @@ class FakePod(llm_pb2_grpc.LLMServicer):
         self.snapshots = 0
         self.lock = threading.Lock()
 
+    def reset(self, text: list[str] | None = None) -> None:
+        """Between tests: no refusals or accept delay, no recorded calls; `text` if given."""
+        self.script.refusals.clear()
+        self.script.accept_delay_s = 0.0
+        if text is not None:
+            self.script.text = text
+        self.requests.clear()
+        self.metadata.clear()
+
     def Generate(self, request, context):
         with self.lock:
             self.requests.append(request)
@@ -121,6 +130,12 @@ class FakeEncoder(encoder_pb2_grpc.EncoderServicer):
         self.requests: list[encoder_pb2.EncodeRequest] = []
         self.fail = fail
         self.unavailable = False  # answer UNAVAILABLE, as a dying encoder does
+
+    def reset(self) -> None:
+        """Between tests: answers every item, records nothing yet."""
+        self.requests.clear()
+        self.fail = None
+        self.unavailable = False
 
     def Encode(self, request, context):
         self.requests.append(request)

@@ -114,3 +114,13 @@ def qwen_reference(tiny_qwen2_vl_dir):
     from tests.llm_svc.mm_reference import MMReference
 
     return MMReference(tiny_qwen2_vl_dir)
+
+
+@pytest.fixture(scope="module")
+def memory_cache_service():
+    """A real embedding cache service (memory store, 64 MiB) on loopback, per module."""
+    from tests.embedding_cache_svc.helpers import ServerThread, make_settings
+
+    service = ServerThread(make_settings("memory", memory_bytes=64 << 20))
+    yield service
+    service.close()

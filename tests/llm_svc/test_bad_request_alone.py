@@ -20,41 +20,29 @@ import torch
 from embedding_cache_svc.client import CacheClient
 from llm_svc.engine import EngineConfig, LLMEngine, RequestDataError
 from llm_svc.engine.sequence import SequenceStatus
-from tests.embedding_cache_svc.helpers import ServerThread, make_settings
 from tests.llm_svc.conftest import greedy
-from tests.llm_svc.mm_reference import MMReference, make_image
+from tests.llm_svc.mm_reference import make_image
 
 MAX_NEW = 6
 POISONED = "poisoned"
 
 
 @pytest.fixture(scope="module")
-def cache_service():
-    service = ServerThread(make_settings("memory", memory_bytes=64 << 20))
-    yield service
-    service.close()
-
-
-@pytest.fixture(scope="module")
-def qwen(tiny_qwen2_vl_dir) -> MMReference:
-    return MMReference(tiny_qwen2_vl_dir)
-
-
-@pytest.fixture(scope="module")
-def batch(qwen):
+def batch(qwen_reference):
     """The poisoned request first (so it is admitted in the first step), then two image
     requests and two text requests."""
-    prompts = {POISONED: qwen.prompt(["Poisoned", "image"], [make_image(60)])}
+    prompts = {POISONED: qwen_reference.prompt(["Poisoned", "image"], [make_image(60)])}
     prompts |= {
-        f"image{i}": qwen.prompt(["Describe", "this"], [make_image(61 + i)]) for i in range(2)
+        f"image{i}": qwen_reference.prompt(["Describe", "this"], [make_image(61 + i)])
+        for i in range(2)
     }
-    prompts |= {f"text{i}": qwen.prompt([f"Only text number {i}"], []) for i in range(2)}
+    prompts |= {f"text{i}": qwen_reference.prompt([f"Only text number {i}"], []) for i in range(2)}
     return prompts
 
 
-def _engine(qwen, address: str, budget: int) -> LLMEngine:
+def _engine(qwen_reference, address: str, budget: int) -> LLMEngine:
     config = EngineConfig(
-        qwen.model_dir, page_size=4, max_num_batched_tokens=budget, num_pages=256,
+        qwen_reference.model_dir, page_size=4, max_num_batched_tokens=budget, num_pages=256,
         max_num_seqs=8, cache_address=address, embedding_wait_s=5.0, cache_timeout_s=2.0,
         device="cpu", dtype="float32",
     )  # fmt: skip
@@ -62,9 +50,9 @@ def _engine(qwen, address: str, budget: int) -> LLMEngine:
 
 
 @pytest.fixture(scope="module")
-def embeddings(qwen, batch) -> dict:
+def embeddings(qwen_reference, batch) -> dict:
     """Each image request's embedding, as an encoder would store it (encoded once)."""
-    return {rid: qwen.embeddings(p.images)[0] for rid, p in batch.items() if p.images}
+    return {rid: qwen_reference.embeddings(p.images)[0] for rid, p in batch.items() if p.images}
 
 
 def _store(client: CacheClient, embeddings, prompts, poison_nan: bool = False) -> None:
@@ -99,11 +87,11 @@ def _budget(batch) -> int:
 
 
 @pytest.fixture(scope="module")
-def clean(qwen, cache_service, batch, embeddings) -> dict:
+def clean(qwen_reference, memory_cache_service, batch, embeddings) -> dict:
     """Every request's tokens in a clean run of the same batch on a fresh engine."""
-    client = CacheClient(cache_service.address, qwen.fingerprint)
+    client = CacheClient(memory_cache_service.address, qwen_reference.fingerprint)
     _store(client, embeddings, batch)
-    engine = _engine(qwen, cache_service.address, _budget(batch))
+    engine = _engine(qwen_reference, memory_cache_service.address, _budget(batch))
     results = _run(engine, batch)
     engine.close()
     client.close()
@@ -119,10 +107,12 @@ def _check_the_others(results: dict, clean: dict, engine: LLMEngine) -> None:
     assert not engine.requests and engine.blocks.num_used == 0
 
 
-def _rerun_is_clean(engine: LLMEngine, qwen, cache_service, batch, embeddings, clean) -> None:
+def _rerun_is_clean(
+    engine: LLMEngine, qwen_reference, memory_cache_service, batch, embeddings, clean
+) -> None:
     """With good data, the poisoned prompt on the same engine (its prefix cache warm with
     whatever the failed run left) gives the clean tokens: nothing bad was cached."""
-    client = CacheClient(cache_service.address, qwen.fingerprint)
+    client = CacheClient(memory_cache_service.address, qwen_reference.fingerprint)
     _store(client, embeddings, {POISONED: batch[POISONED]})
     again = _run(engine, {POISONED: batch[POISONED]})
     tokens, last = again[POISONED]
@@ -131,29 +121,29 @@ def _rerun_is_clean(engine: LLMEngine, qwen, cache_service, batch, embeddings, c
 
 
 def test_an_embedding_with_nan_values_fails_its_request_alone(
-    qwen, cache_service, batch, embeddings, clean
+    qwen_reference, memory_cache_service, batch, embeddings, clean
 ):
-    client = CacheClient(cache_service.address, qwen.fingerprint)
+    client = CacheClient(memory_cache_service.address, qwen_reference.fingerprint)
     _store(client, embeddings, batch, poison_nan=True)
-    engine = _engine(qwen, cache_service.address, _budget(batch))
+    engine = _engine(qwen_reference, memory_cache_service.address, _budget(batch))
     results = _run(engine, batch)
     tokens, last = results[POISONED]
     assert last.finish_reason == "error" and tokens == []
     assert isinstance(last.error, RequestDataError)
     assert "items[0]" in str(last.error) and "NaN or infinite" in str(last.error)
     _check_the_others(results, clean, engine)
-    _rerun_is_clean(engine, qwen, cache_service, batch, embeddings, clean)
+    _rerun_is_clean(engine, qwen_reference, memory_cache_service, batch, embeddings, clean)
     engine.close()
     client.close()
 
 
 def test_an_embedding_short_of_rows_mid_prefill_fails_its_request_alone(
-    qwen, cache_service, batch, embeddings, clean
+    qwen_reference, memory_cache_service, batch, embeddings, clean
 ):
-    client = CacheClient(cache_service.address, qwen.fingerprint)
+    client = CacheClient(memory_cache_service.address, qwen_reference.fingerprint)
     _store(client, embeddings, batch)
     client.close()
-    engine = _engine(qwen, cache_service.address, _budget(batch))
+    engine = _engine(qwen_reference, memory_cache_service.address, _budget(batch))
     poisoned = {}
 
     def truncate_once_part_way(engine: LLMEngine) -> None:
@@ -171,11 +161,11 @@ def test_an_embedding_short_of_rows_mid_prefill_fails_its_request_alone(
     assert last.finish_reason == "error" and tokens == []
     assert isinstance(last.error, RequestDataError) and "embedding has 2 rows" in str(last.error)
     _check_the_others(results, clean, engine)
-    _rerun_is_clean(engine, qwen, cache_service, batch, embeddings, clean)
+    _rerun_is_clean(engine, qwen_reference, memory_cache_service, batch, embeddings, clean)
     engine.close()
 
 
-def test_nan_from_any_source_never_reaches_the_batch(qwen, batch, embeddings):
+def test_nan_from_any_source_never_reaches_the_batch(qwen_reference, batch, embeddings):
     """The fetch check itself, on a tensor with one inf: the error names the item."""
     from llm_svc.engine.embeddings import EmbeddingFetcher
     from llm_svc.engine.embeddings.base import EmbeddingSource

@@ -15,7 +15,6 @@ from embedding_cache_svc.client import CacheClient, Status
 from llm_svc.engine import CacheEmbeddingSource, EngineConfig, LLMEngine
 from llm_svc.engine.errors import CacheUnavailableError, EmbeddingMissingError, ImageFailedError
 from llm_svc.engine.sequence import SequenceStatus
-from tests.embedding_cache_svc.helpers import ServerThread, make_settings
 from tests.llm_svc.conftest import greedy
 from tests.llm_svc.mm_reference import (
     FAMILIES,
@@ -27,18 +26,6 @@ from tests.llm_svc.mm_reference import (
 )
 
 MAX_NEW = 6
-
-
-@pytest.fixture(scope="module")
-def cache_service():
-    service = ServerThread(make_settings("memory", memory_bytes=64 << 20))
-    yield service
-    service.close()
-
-
-@pytest.fixture(scope="module")
-def qwen(tiny_qwen2_vl_dir) -> MMReference:
-    return MMReference(tiny_qwen2_vl_dir)
 
 
 def _engine(reference, address: str, source=None, **overrides) -> LLMEngine:
@@ -81,16 +68,16 @@ def _run(engine: LLMEngine, requests: dict, on_step=None, gate=None) -> dict:
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_cache_backed_greedy_equals_hf_and_survives_eviction_and_preemption(
-    family, cache_service, request
+    family, memory_cache_service, request
 ):
     reference = MMReference(request.getfixturevalue(FAMILIES[family]))
     prompts = [reference.prompt(["Describe", "please"], [make_image(20 + i)]) for i in range(3)]
-    client = _client(cache_service, reference)
+    client = _client(memory_cache_service, reference)
     for prompt in prompts:
         _put(client, reference, prompt)
     longest = max(len(p.padded) for p in prompts) + MAX_NEW
     source = CacheEmbeddingSource.connect(
-        cache_service.address, reference.fingerprint, wait_s=5.0, timeout_s=2.0
+        memory_cache_service.address, reference.fingerprint, wait_s=5.0, timeout_s=2.0
     )
     gate = GatedSource(source)
     pages = -(-longest // 4) + 4
@@ -118,29 +105,29 @@ def test_cache_backed_greedy_equals_hf_and_survives_eviction_and_preemption(
     client.close()
 
 
-def test_a_repeated_image_with_a_warm_prefix_fetches_nothing(qwen, cache_service):
-    prompt = qwen.prompt(["Describe", "please"], [make_image(30)])
-    client = _client(cache_service, qwen)
-    _put(client, qwen, prompt)
-    engine = _engine(qwen, cache_service.address)
+def test_a_repeated_image_with_a_warm_prefix_fetches_nothing(qwen_reference, memory_cache_service):
+    prompt = qwen_reference.prompt(["Describe", "please"], [make_image(30)])
+    client = _client(memory_cache_service, qwen_reference)
+    _put(client, qwen_reference, prompt)
+    engine = _engine(qwen_reference, memory_cache_service.address)
     first, _ = _run(engine, {"a": prompt})["a"]
     assert engine.fetcher.num_fetched == 1
     client.delete([prompt.items[0].key])  # not even the cache has it now
     again, last = _run(engine, {"b": prompt})["b"]
-    assert again == first and same_tokens(again, qwen.greedy(prompt, MAX_NEW))
+    assert again == first and same_tokens(again, qwen_reference.greedy(prompt, MAX_NEW))
     assert last.num_cached_tokens > prompt.items[0].offsets[-1][1]
     assert engine.fetcher.num_fetched == 1
     engine.close()
     client.close()
 
 
-def test_an_entry_being_encoded_is_waited_for(qwen, cache_service):
-    prompt = qwen.prompt(["Describe", "please"], [make_image(31)])
+def test_an_entry_being_encoded_is_waited_for(qwen_reference, memory_cache_service):
+    prompt = qwen_reference.prompt(["Describe", "please"], [make_image(31)])
     item = prompt.items[0]
-    client = _client(cache_service, qwen)
+    client = _client(memory_cache_service, qwen_reference)
     assert client.reserve([(item.key, item.token_count)], lease_ms=10_000) == [Status.RESERVED]
-    engine = _engine(qwen, cache_service.address, embedding_wait_s=60.0)
-    text = qwen.prompt(["Only text here"], [])
+    engine = _engine(qwen_reference, memory_cache_service.address, embedding_wait_s=60.0)
+    text = qwen_reference.prompt(["Only text here"], [])
     engine.add_request("image", prompt.padded, greedy(MAX_NEW), items=prompt.items)
     engine.add_request("text", text.padded, greedy(MAX_NEW))
     seq = engine.requests["image"]
@@ -151,11 +138,11 @@ def test_an_entry_being_encoded_is_waited_for(qwen, cache_service):
     assert seq.status is SequenceStatus.FETCHING and not seq.accepted
     assert len(text_tokens) == MAX_NEW and "text" not in engine.requests
     assert engine.stats().waiting == 1
-    embedding = qwen.embeddings(prompt.images)[0]
+    embedding = qwen_reference.embeddings(prompt.images)[0]
     threading.Timer(0.2, client.put, (item.key, embedding, item.token_count)).start()
     tokens, last = _finish(engine, "image")
     assert seq.accepted and last.error is None
-    assert same_tokens(tokens, qwen.greedy(prompt, MAX_NEW))
+    assert same_tokens(tokens, qwen_reference.greedy(prompt, MAX_NEW))
     engine.close()
     client.close()
 
@@ -186,22 +173,22 @@ def _failure(engine: LLMEngine, prompt, request_id: str):
     return last.error, time.monotonic() - started
 
 
-def test_a_failed_entry_fails_its_request_with_the_reason(qwen, cache_service):
-    prompt = qwen.prompt(["Broken", "image"], [make_image(32)])
+def test_a_failed_entry_fails_its_request_with_the_reason(qwen_reference, memory_cache_service):
+    prompt = qwen_reference.prompt(["Broken", "image"], [make_image(32)])
     item = prompt.items[0]
-    client = _client(cache_service, qwen)
+    client = _client(memory_cache_service, qwen_reference)
     client.reserve([(item.key, item.token_count)], lease_ms=10_000)
     client.fail(item.key, "image bytes are not a PNG, JPEG or WebP")
-    engine = _engine(qwen, cache_service.address)
+    engine = _engine(qwen_reference, memory_cache_service.address)
     error, _ = _failure(engine, prompt, "bad")
     assert isinstance(error, ImageFailedError)
     assert str(error) == "image bytes are not a PNG, JPEG or WebP"
     engine.close()
 
 
-def test_an_image_nobody_encodes_is_embedding_missing_at_once(qwen, cache_service):
-    prompt = qwen.prompt(["Nobody", "encodes this"], [make_image(33)])
-    engine = _engine(qwen, cache_service.address, embedding_wait_s=30.0)
+def test_an_image_nobody_encodes_is_embedding_missing_at_once(qwen_reference, memory_cache_service):
+    prompt = qwen_reference.prompt(["Nobody", "encodes this"], [make_image(33)])
+    engine = _engine(qwen_reference, memory_cache_service.address, embedding_wait_s=30.0)
     error, elapsed = _failure(engine, prompt, "missing")
     assert isinstance(error, EmbeddingMissingError) and "embedding missing" in str(error)
     assert "nobody is encoding it" in str(error)
@@ -209,12 +196,14 @@ def test_an_image_nobody_encodes_is_embedding_missing_at_once(qwen, cache_servic
     engine.close()
 
 
-def test_an_entry_still_pending_at_the_deadline_is_embedding_missing(qwen, cache_service):
-    prompt = qwen.prompt(["Slow", "encoder"], [make_image(34)])
+def test_an_entry_still_pending_at_the_deadline_is_embedding_missing(
+    qwen_reference, memory_cache_service
+):
+    prompt = qwen_reference.prompt(["Slow", "encoder"], [make_image(34)])
     item = prompt.items[0]
-    client = _client(cache_service, qwen)
+    client = _client(memory_cache_service, qwen_reference)
     client.reserve([(item.key, item.token_count)], lease_ms=20_000)
-    engine = _engine(qwen, cache_service.address, embedding_wait_s=0.3)
+    engine = _engine(qwen_reference, memory_cache_service.address, embedding_wait_s=0.3)
     error, _ = _failure(engine, prompt, "slow")
     assert isinstance(error, EmbeddingMissingError)
     assert "still pending after 0.3 s" in str(error)
@@ -222,23 +211,23 @@ def test_an_entry_still_pending_at_the_deadline_is_embedding_missing(qwen, cache
     client.close()
 
 
-def test_an_unreachable_cache_is_cache_unavailable(qwen):
+def test_an_unreachable_cache_is_cache_unavailable(qwen_reference):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{probe.getsockname()[1]}"
-    prompt = qwen.prompt(["No", "cache"], [make_image(35)])
-    engine = _engine(qwen, dead, cache_timeout_s=1.0)
+    prompt = qwen_reference.prompt(["No", "cache"], [make_image(35)])
+    engine = _engine(qwen_reference, dead, cache_timeout_s=1.0)
     error, _ = _failure(engine, prompt, "nocache")
     assert isinstance(error, CacheUnavailableError)
     engine.close()
 
 
-def test_abort_while_fetching_releases_everything(qwen, cache_service):
-    prompt = qwen.prompt(["Abort", "me"], [make_image(36)])
+def test_abort_while_fetching_releases_everything(qwen_reference, memory_cache_service):
+    prompt = qwen_reference.prompt(["Abort", "me"], [make_image(36)])
     item = prompt.items[0]
-    client = _client(cache_service, qwen)
+    client = _client(memory_cache_service, qwen_reference)
     client.reserve([(item.key, item.token_count)], lease_ms=20_000)
-    engine = _engine(qwen, cache_service.address, embedding_wait_s=0.5)
+    engine = _engine(qwen_reference, memory_cache_service.address, embedding_wait_s=0.5)
     engine.add_request("gone", prompt.padded, greedy(MAX_NEW), items=prompt.items)
     engine.step()
     assert engine.requests["gone"].status is SequenceStatus.FETCHING

@@ -26,14 +26,8 @@ from tests.gateway.helpers import (
 @pytest.fixture(autouse=True)
 def fresh_script(qwen_gateway_parts):
     pod, encoder = qwen_gateway_parts["pod"], qwen_gateway_parts["encoder"]
-    pod.script.refusals.clear()
-    pod.script.text = ["Hello", " world"]
-    pod.script.accept_delay_s = 0.0
-    pod.requests.clear()
-    pod.metadata.clear()
-    encoder.requests.clear()
-    encoder.fail = None
-    encoder.unavailable = False
+    pod.reset(text=["Hello", " world"])
+    encoder.reset()
     yield pod, encoder
 
 

@@ -8,9 +8,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def fresh_script(qwen_gateway_parts):
     pod = qwen_gateway_parts["pod"]
-    pod.script.refusals.clear()
-    pod.script.text = ["Par", "is"]
-    pod.requests.clear()
+    pod.reset(text=["Par", "is"])
     yield pod
 
 

@@ -21,12 +21,8 @@ from tests.gateway.helpers import (
 @pytest.fixture(autouse=True)
 def fresh(qwen_gateway_parts):
     pod, encoder = qwen_gateway_parts["pod"], qwen_gateway_parts["encoder"]
-    pod.script.refusals.clear()
-    pod.script.accept_delay_s = 0.0
-    pod.requests.clear()
-    encoder.requests.clear()
-    encoder.fail = None
-    encoder.unavailable = False
+    pod.reset()
+    encoder.reset()
     yield pod, encoder
 
 
