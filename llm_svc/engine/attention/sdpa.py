@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from llm_svc.engine.attention.base import AttentionBackend, AttentionMetadata
+from llm_svc.engine.transfer import to_device
 
 
 @dataclass
@@ -48,8 +50,8 @@ class SdpaBackend(AttentionBackend):
             count = len(decode_rows)
             contexts = [meta.context_lens[i] for i in decode_rows]
             starts = [meta.query_starts[i] for i in decode_rows]
-            host = torch.tensor([*decode_rows, *contexts, *starts], dtype=torch.int64)
-            index = host.to(device, non_blocking=True)
+            host = np.asarray([*decode_rows, *contexts, *starts], dtype=np.int64)
+            index = to_device(host, device)
             rows, lengths, token_index = index[:count], index[count : 2 * count], index[2 * count :]
             max_pages = -(-max(contexts) // page_size)
             tables = meta.block_tables.index_select(0, rows)[:, :max_pages]

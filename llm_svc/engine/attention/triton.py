@@ -11,11 +11,13 @@ compare it with the SDPA backend, its torch twin.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from kernels.paged_attention_decode import paged_decode_attention, unsupported_reason
 from kernels.paged_attention_extend import paged_extend_attention, query_blocks
 from llm_svc.engine.attention.base import AttentionBackend, AttentionMetadata, KVCache
+from llm_svc.engine.transfer import to_device
 
 
 class TritonBackend(AttentionBackend):
@@ -41,8 +43,8 @@ class TritonBackend(AttentionBackend):
             [meta.context_lens[i] for i in extend], extend,
             owners, firsts,
         ]  # fmt: skip
-        flat = torch.tensor([x for column in columns for x in column], dtype=torch.int32)
-        flat = flat.to(meta.slot_mapping.device, non_blocking=True)
+        host = np.asarray([x for column in columns for x in column], dtype=np.int32)
+        flat = to_device(host, meta.slot_mapping.device)
         decode_end, chunks_end = 3 * len(decode), 3 * len(decode) + 4 * len(extend)
         self._slot_mapping = meta.slot_mapping
         self._block_tables = meta.block_tables
