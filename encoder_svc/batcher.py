@@ -63,7 +63,10 @@ class _Entry:
 
 class Batcher:
     """Admits, deduplicates, batches and stores encode jobs. Call `start` inside the
-    event loop, then `encode` from any number of callers; `stop` drains and fails the rest."""
+    event loop, then `encode` from any number of callers; `stop` drains and fails the rest.
+    It is the encoder's work loop (iris/grpc_service.py) that liveness and readiness watch."""
+
+    name = "the batch loop"
 
     def __init__(
         self,
@@ -99,11 +102,11 @@ class Batcher:
     # --- admission -----------------------------------------------------------------------
 
     @property
-    def loop_alive(self) -> bool:
+    def alive(self) -> bool:
         """The batch loop runs (started and not ended by an error)."""
         return self._loop_task is not None and not self._loop_task.done()
 
-    def batch_running_for(self) -> float:
+    def stalled_for(self) -> float:
         """Seconds the batch in progress has run (0 when none runs)."""
         started = self._batch_started
         return 0.0 if started is None else max(0.0, time.monotonic() - started)

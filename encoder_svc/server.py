@@ -3,8 +3,9 @@ health, and /metrics + /healthz over HTTP.
 
 gRPC health (service "" and "iris.encoder.Encoder") is readiness: SERVING once the model is
 loaded and the batch loop runs; NOT_SERVING while the loop is dead or one batch has run for
-`batch_stall_s` (a stuck tower), and from the moment shutdown begins (iris/health.py
-re-checks every `health_interval_s`). /healthz is liveness: 200 while the batch loop runs.
+`batch_stall_s` (a stuck tower), and from the moment shutdown begins (iris/grpc_service.py;
+iris/health.py re-checks every `health_interval_s`). /healthz is liveness: 200 while the
+batch loop runs.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class EncoderServer(GrpcService):
         sink: EmbeddingSink | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        super().__init__(SERVICE_NAME, settings)
+        super().__init__(SERVICE_NAME, settings, settings.batch_stall_s)
         self._tracer = trace.get_tracer("encoder_svc", tracer_provider=tracer_provider)
         self._model = model
         self._sink = sink
@@ -125,6 +126,7 @@ class EncoderServer(GrpcService):
             self._tracer,
         )
         self.batcher.start()
+        self.work_loop = self.batcher
         servicer = EncoderServicer(
             self.batcher, self._model.fingerprint, request_limits(settings), self._tracer
         )
@@ -152,22 +154,6 @@ class EncoderServer(GrpcService):
             self._http.stop()
         if self._cache_client is not None:
             await self._cache_client.close()
-
-    def _alive(self) -> bool:
-        return self.batcher is not None and self.batcher.loop_alive
-
-    def _not_ready_because(self) -> str | None:
-        """Why this encoder cannot take work now (None: it can)."""
-        if self.batcher is None:
-            return "not started"
-        if not self.batcher.loop_alive:
-            return "the batch loop has ended"
-        running = self.batcher.batch_running_for()
-        if running > self.settings.batch_stall_s:
-            return (
-                f"one batch has run for {running:.0f} s (limit {self.settings.batch_stall_s:g} s)"
-            )
-        return None
 
 
 def _storage_dtype(settings: EncoderSettings):

@@ -2,16 +2,19 @@
 
 A `GrpcService` owns a role-checked gRPC server on `settings.host:settings.port` (mutual TLS
 when the settings name certificates; port 0 picks a free port), gRPC health on it as
-readiness that follows the subclass's `_not_ready_because()` (iris/health.py), and
-/metrics + /healthz over plain HTTP on `settings.metrics_port`, /healthz answering the
-subclass's `_alive()` (liveness) with the readiness reason beside it. A subclass builds its
-own parts, then calls `_listen()`; its `stop()` is its own, since each drains in its own order.
+readiness, and /metrics + /healthz over plain HTTP on `settings.metrics_port`.
+
+Both follow the service's `work_loop` (the encoder's batch loop, the pod's engine thread):
+/healthz is liveness, 200 while the loop runs; readiness (iris/health.py) is SERVING while
+the loop runs and has not held work without progress for longer than `stall_limit_s`. A
+subclass builds its own parts, sets `work_loop`, then calls `_listen()`; its `stop()` is its
+own, since each drains in its own order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -22,12 +25,30 @@ from iris.mtls import role_interceptors
 from iris.mtls.credentials import add_port
 
 
+class WorkLoop(Protocol):
+    """The loop that does a service's work, as liveness and readiness watch it."""
+
+    name: str  # how the reasons name it: "the batch loop", "the engine thread"
+
+    @property
+    def alive(self) -> bool:
+        """Started and not ended."""
+        ...
+
+    def stalled_for(self) -> float:
+        """Seconds the loop has held work without finishing a unit of it (a batch, a step);
+        0 while it has none."""
+        ...
+
+
 class GrpcService:
     """Base of one gRPC service's server: `address`, `port` and `metrics_port` once started,
     `readiness.reason` (None while ready), `wait()` until the gRPC server ends."""
 
-    def __init__(self, service_name: str, settings: Any) -> None:
+    def __init__(self, service_name: str, settings: Any, stall_limit_s: float) -> None:
         self.settings = settings
+        self.stall_limit_s = stall_limit_s
+        self.work_loop: WorkLoop | None = None  # set by the subclass's start()
         self.health = ServiceHealth(service_name)
         self.readiness = Readiness(self.health, self._not_ready_because, settings.health_interval_s)
         self.port = 0
@@ -39,13 +60,23 @@ class GrpcService:
     def address(self) -> str:
         return f"{self.settings.host}:{self.port}"
 
+    def _alive(self) -> bool:
+        return self.work_loop is not None and self.work_loop.alive
+
     def _not_ready_because(self) -> str | None:
         """Why this service cannot take work now (None: it can)."""
-        raise NotImplementedError
-
-    def _alive(self) -> bool:
-        """Whether the loop that does this service's work runs (liveness)."""
-        raise NotImplementedError
+        loop = self.work_loop
+        if loop is None:
+            return "not started"
+        if not loop.alive:
+            return f"{loop.name} has ended"
+        stalled = loop.stalled_for()
+        if stalled > self.stall_limit_s:
+            return (
+                f"{loop.name} has made no progress for {stalled:.0f} s while work waits "
+                f"(limit {self.stall_limit_s:g} s)"
+            )
+        return None
 
     def _health_body(self) -> dict:
         """/healthz's body: liveness in "ok" (200 or 503), readiness and its reason beside."""

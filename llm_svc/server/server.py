@@ -58,7 +58,7 @@ class LLMServer(GrpcService):
         engine: LLMEngine | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        super().__init__(SERVICE_NAME, settings)
+        super().__init__(SERVICE_NAME, settings, settings.step_stall_s)
         self.engine = engine
         self.metrics = LLMMetrics()
         self.streams = StreamRegistry()
@@ -100,6 +100,7 @@ class LLMServer(GrpcService):
             self._tracer,
         )
         self.worker.start()
+        self.work_loop = self.worker
         await self._listen(
             llm_pb2_grpc.add_LLMServicer_to_server,
             self.servicer,
@@ -125,25 +126,8 @@ class LLMServer(GrpcService):
         if self._http is not None:
             self._http.stop()
 
-    def _alive(self) -> bool:
-        return self.worker is not None and self.worker.alive
-
     def _health_body(self) -> dict:
         return {**super()._health_body(), "pod": self.settings.pod_name}
-
-    def _not_ready_because(self) -> str | None:
-        """Why this pod cannot take requests now (None: it can)."""
-        if self.worker is None:
-            return "not started"
-        if not self.worker.alive:
-            return "the engine thread has died"
-        stalled = self.worker.stalled_for()
-        if stalled > self.settings.step_stall_s:
-            return (
-                f"no engine step completed for {stalled:.0f} s while work waits "
-                f"(limit {self.settings.step_stall_s:g} s)"
-            )
-        return None
 
 
 async def serve(settings: LLMSettings) -> None:

@@ -47,8 +47,11 @@ class EngineWorker:
     left (those requests end with finish_reason "abort", or are rejected if not admitted).
 
     `deliver(events)` is called on this thread once per step with every event of the step;
-    it must only hand them over (the server posts them to the event loop).
+    it must only hand them over (the server posts them to the event loop). It is the pod's
+    work loop (iris/grpc_service.py) that liveness and readiness watch.
     """
+
+    name = "the engine thread"
 
     def __init__(
         self,

@@ -81,7 +81,7 @@ def test_a_stalled_step_takes_the_pod_out_of_routing_until_it_completes(qwen_gat
         pod.on_engine(hold)
         sender = generate_in_background(pod.address)
         assert wait_until(lambda: pod_status(pod.address) == NOT_SERVING, 30)
-        assert "no engine step completed" in pod.server.readiness.reason
+        assert "the engine thread has made no progress" in pod.server.readiness.reason
         assert wait_until(lambda: client.get("/readyz").status_code == 503, 30)
         refused = client.post("/v1/chat/completions", json=chat_body(qwen_gateway_parts))
         assert refused.status_code == 503, refused.text
@@ -109,7 +109,7 @@ def test_a_dead_engine_thread_is_not_serving_and_not_live(qwen_gateway_parts, po
         generate_in_background(pod.address)
         assert wait_until(lambda: not pod.server.worker.alive, 30)
         assert wait_until(lambda: pod_status(pod.address) == NOT_SERVING, 30)
-        assert pod.server.readiness.reason == "the engine thread has died"
+        assert pod.server.readiness.reason == "the engine thread has ended"
         live = httpx.get(f"http://127.0.0.1:{pod.server.metrics_port}/healthz", timeout=5)
         assert live.status_code == 503
         assert wait_until(lambda: client.get("/readyz").status_code == 503, 30)
