@@ -5,6 +5,8 @@ the table."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from gateway.errors import bad_request
 
 CHAT_REFUSED = {
@@ -18,12 +20,14 @@ CHAT_REFUSED = {
 }
 
 
-def refuse_unhonoured(body) -> None:
-    """A 400 for the first field set that Iris would otherwise ignore."""
+def refuse_unhonoured(body: BaseModel) -> None:
+    """A 400 for the first field set that Iris would otherwise ignore. The fields are not
+    declared by the request's schema: they are read from what it kept undeclared."""
+    extra = body.model_extra or {}
     for name, why in CHAT_REFUSED.items():
-        if getattr(body, name, None) is not None:
+        if extra.get(name) is not None:
             raise bad_request(f"{name}: {why}", name, "unsupported_parameter")
-    modalities = getattr(body, "modalities", None)
+    modalities = extra.get("modalities")
     if modalities is not None and modalities != ["text"]:
         raise bad_request(
             f"modalities = {modalities!r} is not supported: only ['text'] output",

@@ -117,15 +117,9 @@ class ChatCompletionRequest(_SamplingFields):
     tools: Any = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None
-    # Refused when set (gateway/api/refused.py): Iris cannot honour them.
-    audio: Any = None
-    modalities: Any = None
-    prediction: Any = None
-    web_search_options: Any = None
-    functions: Any = None
-    function_call: Any = None
-    reasoning_effort: Any = None
-    verbosity: Any = None
+    # Undeclared fields are kept (in `model_extra`) rather than dropped, so that the ones
+    # Iris cannot honour are refused by name (gateway/api/refused.py keeps their one list).
+    model_config = ConfigDict(extra="allow")
 
 
 TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
