@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 
 from fastapi import APIRouter, Request
 
@@ -15,6 +14,7 @@ from gateway.api.generation import (
     Job,
     StreamChunks,
     new_request_id,
+    open_request,
     respond,
     streamed,
 )
@@ -56,10 +56,9 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
 
 
 def _plan(body: ChatCompletionRequest, gateway) -> OutputPlan:
-    settings = gateway.settings
-    limits = SchemaLimits(settings.max_schema_bytes, settings.max_schema_depth)
+    limits = SchemaLimits.of(gateway.settings)
     fmt = gateway.prompts.adapter.tool_call_format
-    return plan_chat_output(body, limits, settings.max_tools, fmt)
+    return plan_chat_output(body, limits, gateway.settings.max_tools, fmt)
 
 
 @router.post("/v1/chat/completions", responses=ERROR_RESPONSES)
@@ -67,10 +66,7 @@ async def chat_completions(
     body: ChatCompletionRequest, gateway: GatewayDep, caller: CallerDep, request: Request
 ):
     """OpenAI chat completions: text and image parts, streamed (SSE) or whole."""
-    started = time.perf_counter()
-    gateway.check_model(body.model)
-    _check(body, gateway.settings.max_n)
-    salts = gateway.salts(request.headers.get("authorization"), body.cache_salt)
+    started, salts = open_request(gateway, body, request, _check)
     plan = _plan(body, gateway)
     bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
     fmt = gateway.prompts.adapter.tool_call_format

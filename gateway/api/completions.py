@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 
 from fastapi import APIRouter, Request
 
@@ -16,6 +15,7 @@ from gateway.api.generation import (
     StreamChunks,
     close_decisions,
     new_request_id,
+    open_request,
     respond,
     streamed,
 )
@@ -114,10 +114,7 @@ async def completions(
     body: CompletionRequest, gateway: GatewayDep, caller: CallerDep, request: Request
 ):
     """OpenAI (legacy) completions, streamed (SSE) or whole."""
-    started = time.perf_counter()
-    gateway.check_model(body.model)
-    _check_unsupported(body, gateway.settings.max_n)
-    salts = gateway.salts(request.headers.get("authorization"), body.cache_salt)
+    started, salts = open_request(gateway, body, request, _check_unsupported)
     sources = _prompts(body)
     if len(sources) * body.n > gateway.settings.max_n:
         raise bad_request(
@@ -125,8 +122,7 @@ async def completions(
             f"{gateway.settings.max_n} choices",
             "prompt",
         )
-    limits = SchemaLimits(gateway.settings.max_schema_bytes, gateway.settings.max_schema_depth)
-    constraint, _ = response_constraint(body.response_format, limits)
+    constraint, _ = response_constraint(body.response_format, SchemaLimits.of(gateway.settings))
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")

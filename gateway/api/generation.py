@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
@@ -24,6 +25,7 @@ from gateway.errors import APIError
 from gateway.intake.prompt import PreparedPrompt
 from gateway.routing.router import Decision
 from gateway.service import Gateway
+from gateway.tenancy import RequestSalts
 from llm_svc.proto import llm_pb2
 
 
@@ -288,6 +290,18 @@ class Answer:
     prompts_per_choice: Sequence[int]
     choice_body: Callable[[Choice], dict]
     stream: Callable[[Sequence[Generation], StreamChunks], AsyncIterator[dict]]
+
+
+def open_request(
+    gateway: Gateway, body, request: Request, check: Callable[[Any, int], None]
+) -> tuple[float, RequestSalts]:
+    """What chat and completions do first, before any prompt is read: start the clock,
+    check that the model named is the one served and the endpoint's own `check(body, max_n)`,
+    then take the caller's salts (a bad `cache_salt` is a 400). Returns (start, salts)."""
+    started = time.perf_counter()
+    gateway.check_model(body.model)
+    check(body, gateway.settings.max_n)
+    return started, gateway.salts(request.headers.get("authorization"), body.cache_salt)
 
 
 async def respond(

@@ -24,6 +24,11 @@ class SchemaLimits:
     max_bytes: int
     max_depth: int
 
+    @classmethod
+    def of(cls, settings) -> SchemaLimits:
+        """The gateway's limits (GatewaySettings.max_schema_bytes / max_schema_depth)."""
+        return cls(settings.max_schema_bytes, settings.max_schema_depth)
+
 
 def checked_schema(schema, param: str, limits: SchemaLimits) -> str:
     """A JSON schema's compact text, after its type, depth, size and meta-schema checks."""
