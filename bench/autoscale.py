@@ -272,23 +272,12 @@ class KVOnlyHPA:
         return rec if rec >= current else max(r for _, r in recs)
 
     def decide(self, world: World, now: float) -> tuple[int, int]:
-        llm = self._one(
-            "llm",
-            world.llm.desired,
-            [p.kv_utilisation for p in world.llm_loads()],
-            self.target,
-            now,
-            8,
+        kv = [p.kv_utilisation for p in world.llm_loads()]
+        busy = [p.busy_ratio for p in world.enc_loads()]
+        return (
+            self._one("llm", world.llm.desired, kv, self.target, now, 8),
+            self._one("enc", world.enc.desired, busy, self.encoder_target, now, 8),
         )
-        enc = self._one(
-            "enc",
-            world.enc.desired,
-            [p.busy_ratio for p in world.enc_loads()],
-            self.encoder_target,
-            now,
-            8,
-        )
-        return llm, enc
 
 
 class StaticPeak:

@@ -142,16 +142,13 @@ class EncoderServer(GrpcService):
         )
         log.info("encoder serving on %s, metrics on %d", self.address, self.metrics_port)
 
-    async def stop(self, grace_s: float | None = None) -> None:
-        """Stop taking work, drain, fail leftovers in the cache, end the gRPC server."""
-        grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        await self.readiness.stop()
+    async def _drain(self, grace_s: float) -> None:
+        """Let admitted work finish for `grace_s`, fail leftovers in the cache, end the gRPC
+        server and the cache link."""
         if self.batcher is not None:
             await self.batcher.stop(grace_s)
         if self._server is not None:
             await self._server.stop(0.5)
-        if self._http is not None:
-            self._http.stop()
         if self._cache_client is not None:
             await self._cache_client.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import grpc
 from opentelemetry import trace
 
@@ -14,6 +16,7 @@ from iris.telemetry import extract_grpc_metadata
 RETRY_AFTER_KEY = "retry-after-ms"
 
 
+@dataclass(eq=False)
 class EncoderServicer(encoder_pb2_grpc.EncoderServicer):
     """`Encode` returns when every item is stored (embedding or failed entry).
 
@@ -23,34 +26,27 @@ class EncoderServicer(encoder_pb2_grpc.EncoderServicer):
     errors: they come back as results with ok=false (and are in the cache as failed).
     """
 
-    def __init__(
-        self,
-        batcher: Batcher,
-        fingerprint: bytes,
-        limits: RequestLimits,
-        tracer: trace.Tracer,
-    ) -> None:
-        self._batcher = batcher
-        self._fingerprint = fingerprint
-        self._limits = limits
-        self._tracer = tracer
+    batcher: Batcher
+    fingerprint: bytes
+    limits: RequestLimits
+    tracer: trace.Tracer
 
     async def Encode(  # noqa: N802 - gRPC method name
         self, request: encoder_pb2.EncodeRequest, context: grpc.aio.ServicerContext
     ) -> encoder_pb2.EncodeResponse:
         parent = extract_grpc_metadata(context.invocation_metadata())
-        with self._tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             "encoder.Encode", context=parent, kind=trace.SpanKind.SERVER
         ) as span:
             span.set_attribute("encoder.items", len(request.items))
             try:
-                jobs = jobs_from_request(request, self._fingerprint, self._limits)
+                jobs = jobs_from_request(request, self.fingerprint, self.limits)
             except InvalidRequest as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             except WrongModel as err:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
             try:
-                outcomes = await self._batcher.encode(jobs)
+                outcomes = await self.batcher.encode(jobs)
             except QueueFull as err:
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -7,8 +7,8 @@ readiness, and /metrics + /healthz over plain HTTP on `settings.metrics_port`.
 Both follow the service's `work_loop` (the encoder's batch loop, the pod's engine thread):
 /healthz is liveness, 200 while the loop runs; readiness (iris/health.py) is SERVING while
 the loop runs and has not held work without progress for longer than `stall_limit_s`. A
-subclass builds its own parts, sets `work_loop`, then calls `_listen()`; its `stop()` is its
-own, since each drains in its own order.
+subclass builds its own parts, sets `work_loop`, then calls `_listen()`; on `stop()` it drains
+in its own order (`_drain`).
 """
 
 from __future__ import annotations
@@ -115,6 +115,18 @@ class GrpcService:
         self._http.start()
         self.metrics_port = self._http.port
         await self.readiness.start()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """NOT_SERVING at once, then the subclass's `_drain` for `grace_s` (default the
+        settings' `shutdown_grace_s`), then the HTTP server (liveness answers until then)."""
+        await self.readiness.stop()
+        await self._drain(self.settings.shutdown_grace_s if grace_s is None else grace_s)
+        if self._http is not None:
+            self._http.stop()
+
+    async def _drain(self, grace_s: float) -> None:
+        """Finish or end the service's work within `grace_s` and close its gRPC server."""
+        raise NotImplementedError
 
     async def wait(self) -> None:
         assert self._server is not None, "start() first"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from gateway.errors import APIError
 from gateway.routing.inflight import InflightLedger, InflightView
@@ -71,24 +72,17 @@ class AdaptiveLimit:
         return self.value
 
 
+@dataclass
 class PodCapacity:
     """The per-pod bounds, each pod's adaptive limit, and the Retry-After limits (from
     GatewaySettings). Loop-thread only."""
 
-    def __init__(
-        self,
-        max_inflight: int = 0,
-        max_queued_prefill_tokens: int = 0,
-        wait_factor: float = 0.0,
-        default_retry_after_s: int = 1,
-        max_retry_after_s: int = 30,
-    ) -> None:
-        self.max_inflight = max_inflight
-        self.max_queued_prefill_tokens = max_queued_prefill_tokens
-        self.wait_factor = wait_factor
-        self.default_retry_after_s = default_retry_after_s
-        self.max_retry_after_s = max_retry_after_s
-        self._limits: dict[str, AdaptiveLimit] = {}
+    max_inflight: int = 0
+    max_queued_prefill_tokens: int = 0
+    wait_factor: float = 0.0
+    default_retry_after_s: int = 1
+    max_retry_after_s: int = 30
+    _limits: dict[str, AdaptiveLimit] = field(default_factory=dict, init=False, repr=False)
 
     def with_room(self, pods: Sequence[Pod]) -> list[Pod]:
         """The pods that may take one more request; 429 (Retry-After) when none may."""

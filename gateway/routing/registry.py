@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
@@ -30,24 +30,17 @@ class PodConnection:
     task: asyncio.Task
 
 
+@dataclass(eq=False)
 class PodRegistry:
     """Adds and removes pods as discovery reports addresses; routing reads `pods()`."""
 
-    def __init__(
-        self,
-        index: KVIndex,
-        fingerprint: bytes,
-        *,
-        poll_interval_s: float,
-        timeout_s: float,
-        tls: TLSFiles | None = None,
-    ) -> None:
-        self.index = index
-        self.tls = tls
-        self.fingerprint = fingerprint
-        self.poll_interval_s = poll_interval_s
-        self.timeout_s = timeout_s
-        self._connections: dict[str, PodConnection] = {}
+    index: KVIndex
+    fingerprint: bytes
+    _: KW_ONLY
+    poll_interval_s: float
+    timeout_s: float
+    tls: TLSFiles | None = None
+    _connections: dict[str, PodConnection] = field(default_factory=dict, init=False, repr=False)
 
     def pods(self) -> list[Pod]:
         return [connection.pod for connection in self._connections.values()]

@@ -33,21 +33,20 @@ class Decision:
             self.ticket.close()
 
 
+@dataclass(eq=False)
 class Router:
     """filter → capacity (pods with room, gateway/routing/capacity.py) → weighted scorers
-    (clamped to [0, 1]) → picker, each plugin call timed."""
+    (clamped to [0, 1]) → picker, each plugin call timed. Without `capacity`, pods are
+    unbounded and a 429's Retry-After is `retry_after_s`."""
 
-    def __init__(
-        self,
-        config: RouterConfig,
-        index: KVIndex,
-        retry_after_s: int = 1,
-        capacity: PodCapacity | None = None,
-    ) -> None:
-        self.config = config
-        self.index = index
-        self.retry_after_s = retry_after_s
-        self.capacity = capacity or PodCapacity(default_retry_after_s=retry_after_s)
+    config: RouterConfig
+    index: KVIndex
+    retry_after_s: int = 1
+    capacity: PodCapacity | None = None
+
+    def __post_init__(self) -> None:
+        if self.capacity is None:
+            self.capacity = PodCapacity(default_retry_after_s=self.retry_after_s)
 
     def route(
         self, request: RoutingRequest, pods: Iterable[Pod], exclude: frozenset[str] = frozenset()

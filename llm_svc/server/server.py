@@ -115,16 +115,12 @@ class LLMServer(GrpcService):
             self.metrics_port,
         )
 
-    async def stop(self, grace_s: float | None = None) -> None:
-        """NOT_SERVING, let open streams run for `grace_s`, then abort the rest and end."""
-        grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
-        await self.readiness.stop()
+    async def _drain(self, grace_s: float) -> None:
+        """Let open streams run for `grace_s`, then abort the rest and end the engine."""
         if self._server is not None:
             await self._server.stop(grace_s)
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
-        if self._http is not None:
-            self._http.stop()
 
     def _health_body(self) -> dict:
         return {**super()._health_body(), "pod": self.settings.pod_name}

@@ -14,6 +14,7 @@ import functools
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from opentelemetry import context as otel_context
@@ -57,27 +58,23 @@ class KVNotifier:
         changed.set()
 
 
+@dataclass(eq=False)
 class LLMServicer(llm_pb2_grpc.LLMServicer):
-    def __init__(
-        self,
-        worker: EngineWorker,
-        streams: StreamRegistry,
-        kv_log: KVEventLog,
-        kv_notifier: KVNotifier,
-        model_info: llm_pb2.ModelInfo,
-        limits: ServingLimits,
-        tokenizer,
-        tracer: trace.Tracer,
-    ) -> None:
-        self.worker = worker
-        self.streams = streams
-        self.kv_log = kv_log
-        self.kv_notifier = kv_notifier
-        self.model_info = model_info
-        self.limits = limits
-        self.tracer = tracer
+    """Generate, Abort, GetModelInfo, GetLoad and the KV event streams of one pod."""
+
+    worker: EngineWorker
+    streams: StreamRegistry
+    kv_log: KVEventLog
+    kv_notifier: KVNotifier
+    model_info: llm_pb2.ModelInfo
+    limits: ServingLimits
+    tokenizer: Any
+    tracer: trace.Tracer
+
+    def __post_init__(self) -> None:
+        # One token's text, for logprobs: the same few thousand tokens recur.
         self._token_text = functools.lru_cache(maxsize=65536)(
-            lambda token: tokenizer.decode([token])
+            lambda token: self.tokenizer.decode([token])
         )
 
     # --- Generate ----------------------------------------------------------------------
