@@ -38,6 +38,12 @@ def workload(stop_text: str) -> dict[str, tuple[list[int], SamplingParams]]:
 def run(engine, requests, abort_after: int = 3):
     """Step to the end; "aborted" is aborted once the host has seen `abort_after` of its
     tokens. Returns {id: (tokens, text, finish_reason, logprobs)} and the steps' counts."""
+    for _, params in requests.values():
+        if params.constraint is not None:
+            # Compiled before the run: a request is held out of the batch while its grammar
+            # compiles, so the step it joins at would follow the compile's speed, and with it
+            # the others' batches (and their logits, in the last bits).
+            engine.grammars.submit(params.constraint).result(timeout=120)
     for request_id, (ids, params) in requests.items():
         engine.add_request(request_id, ids, params.clone())
     seen: dict[str, list] = {request_id: [] for request_id in requests}
@@ -83,7 +89,7 @@ def test_overlap_gives_the_same_tokens_as_without(tiny_qwen2_vl_dir, stop_text, 
     # have shown a 4th: the tokens up to the abort are compared.
     on, off = results[True], results[False]
     assert on.pop("aborted")[0][:3] == off.pop("aborted")[0][:3]
-    assert on == off
+    assert_same(on, off)
     on, off = run_aborting(tiny_qwen2_vl_dir, num_pages)
     assert on == off and off[2] == "abort" and len(off[0]) == 3
     off = results[False]
@@ -91,6 +97,25 @@ def test_overlap_gives_the_same_tokens_as_without(tiny_qwen2_vl_dir, stop_text, 
     assert off["greedy"][2] == "length" and len(off["greedy"][0]) == 20
     if num_pages == 24:
         assert preemptions[True] > 0 and preemptions[False] > 0
+
+
+def assert_same(on: dict, off: dict) -> None:
+    """Tokens, text, finish reasons and logprob tokens equal; logprob values equal up to
+    float32 rounding. The values may differ in their last bits (5e-7 seen on one CPU): a
+    matmul can round differently when the two modes' steps batch different rows."""
+    assert on.keys() == off.keys()
+    for request_id in off:
+        *same_on, logprobs_on = on[request_id]
+        *same_off, logprobs_off = off[request_id]
+        assert same_on == same_off, request_id
+        assert len(logprobs_on) == len(logprobs_off), request_id
+        for (token, value, top), (token_off, value_off, top_off) in zip(
+            logprobs_on, logprobs_off, strict=True
+        ):
+            assert token == token_off and [t for t, _ in top] == [t for t, _ in top_off]
+            values = [value, *(v for _, v in top)]
+            values_off = [value_off, *(v for _, v in top_off)]
+            assert values == pytest.approx(values_off, abs=1e-4), request_id
 
 
 def run_aborting(model_dir, num_pages: int):
