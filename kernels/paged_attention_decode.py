@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.attention_tile import attend_tile, empty_state
 from kernels.backend import interpreting, jit, resolve_backend
 
 # The dtypes and head dims the kernels are written for (head dims: powers of two, so a
@@ -88,31 +89,19 @@ def _decode_split_kernel(
         q = q.to(tl.float32)
 
     # Online softmax in base 2 (scale_log2 folds log2(e) into the score scale).
-    top = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    total = tl.full([BLOCK_H], 0.0, tl.float32)
-    acc = tl.full([BLOCK_H, HEAD_DIM], 0.0, tl.float32)
+    acc, top, total = empty_state(BLOCK_H, HEAD_DIM)
+    table = tables_ptr + row * table_stride
+    k_head = k_ptr + kv_head * kv_stride_h
+    v_head = v_ptr + kv_head * kv_stride_h
     # Every tile the loop visits holds at least one position < end, so `top` turns finite
-    # at the first tile and no exp2(-inf - -inf) occurs.
+    # at the first tile. Every head of the group sees every position of its split.
     for tile in range(start, end, BLOCK_N):
         pos = tile + tl.arange(0, BLOCK_N)
         valid = pos < end
-        page = tl.load(tables_ptr + row * table_stride + pos // PAGE, mask=valid, other=0)
-        slots = page * PAGE + pos % PAGE
-        kv_offsets = slots[:, None] * kv_stride_s + kv_head * kv_stride_h + dims[None, :]
-        k = tl.load(k_ptr + kv_offsets, mask=valid[:, None], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
-        scores = tl.where(valid[None, :], scores, float("-inf"))
-        new_top = tl.maximum(top, tl.reduce(scores, 1, MAX_COMBINE))
-        alpha = tl.exp2(top - new_top)
-        p = tl.exp2(scores - new_top[:, None])
-        total = total * alpha + tl.reduce(p, 1, SUM_COMBINE)
-        v = tl.load(v_ptr + kv_offsets, mask=valid[:, None], other=0.0)
-        if UPCAST:
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        top = new_top
+        acc, top, total = attend_tile(
+            acc, top, total, q, pos, valid, valid[None, :], table, k_head, v_head,
+            kv_stride_s, scale_log2, PAGE, HEAD_DIM, PRECISION, UPCAST,
+        )  # fmt: skip
 
     # A split past the end of a short context saw nothing: weight 0 in the merge.
     seen = total > 0

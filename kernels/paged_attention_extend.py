@@ -17,6 +17,7 @@ import math
 import torch
 import triton.language as tl
 
+from kernels.attention_tile import attend_tile, empty_state
 from kernels.backend import jit, resolve_backend
 from kernels.paged_attention_decode import (
     LOG2E,
@@ -24,11 +25,6 @@ from kernels.paged_attention_decode import (
     dot_precision,
     upcast_dots,
 )
-
-# Inside the kernel these names are the combiners for the mode it was built in (see
-# kernels.backend.jit); the module-level values are never used.
-SUM_COMBINE = None
-MAX_COMBINE = None
 
 
 def extend_tiles(head_dim: int) -> tuple[int, int]:
@@ -38,7 +34,7 @@ def extend_tiles(head_dim: int) -> tuple[int, int]:
     return (64, 32) if head_dim <= 128 else (32, 32)
 
 
-@jit(sum_combine="SUM_COMBINE", max_combine="MAX_COMBINE")
+@jit
 def _extend_kernel(
     q_ptr,
     k_ptr,
@@ -87,33 +83,21 @@ def _extend_kernel(
         q = q.to(tl.float32)
     last = prefix + rows  # the last position each query row may see (causal)
 
-    top = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    total = tl.full([BLOCK_M], 0.0, tl.float32)
-    acc = tl.full([BLOCK_M, HEAD_DIM], 0.0, tl.float32)
+    acc, top, total = empty_state(BLOCK_M, HEAD_DIM)
+    table = tables_ptr + row * table_stride
+    k_head = k_ptr + kv_head * kv_stride_h
+    v_head = v_ptr + kv_head * kv_stride_h
     # Positions past the block's last row are never visible to it. Position 0 is visible
     # to every row, so `top` is finite after the first tile for every row.
     end = tl.minimum(context, prefix + first + BLOCK_M)
     for tile in range(0, end, BLOCK_N):
         pos = tile + tl.arange(0, BLOCK_N)
         in_context = pos < end
-        page = tl.load(tables_ptr + row * table_stride + pos // PAGE, mask=in_context, other=0)
-        slots = page * PAGE + pos % PAGE
-        kv_offsets = slots[:, None] * kv_stride_s + kv_head * kv_stride_h + dims[None, :]
-        k = tl.load(k_ptr + kv_offsets, mask=in_context[:, None], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
         visible = in_context[None, :] & (pos[None, :] <= last[:, None])
-        scores = tl.where(visible, scores, float("-inf"))
-        new_top = tl.maximum(top, tl.reduce(scores, 1, MAX_COMBINE))
-        alpha = tl.exp2(top - new_top)
-        p = tl.exp2(scores - new_top[:, None])
-        total = total * alpha + tl.reduce(p, 1, SUM_COMBINE)
-        v = tl.load(v_ptr + kv_offsets, mask=in_context[:, None], other=0.0)
-        if UPCAST:
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        top = new_top
+        acc, top, total = attend_tile(
+            acc, top, total, q, pos, in_context, visible, table, k_head, v_head,
+            kv_stride_s, scale_log2, PAGE, HEAD_DIM, PRECISION, UPCAST,
+        )  # fmt: skip
 
     result = acc / total[:, None]
     o_offsets = (q_start + rows)[:, None] * o_stride_t + head * o_stride_h + dims[None, :]

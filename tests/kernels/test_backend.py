@@ -64,3 +64,21 @@ print(dest.sum().item(), same)
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[0] == "9.0 True"
+
+
+@pytest.mark.parametrize("interpreted", [True, False])
+def test_attention_kernels_share_one_tile_step_built_for_their_mode(interpreted):
+    from triton.runtime import JITFunction
+
+    from kernels import attention_tile, backend
+    from kernels.paged_attention_decode import _decode_split_kernel
+    from kernels.paged_attention_extend import _extend_kernel
+
+    step = attention_tile.attend_tile.build(interpreted)
+    for kernel in (_decode_split_kernel, _extend_kernel):
+        assert kernel.build(interpreted).fn.__globals__["attend_tile"] is step
+    # Compiled: a JITFunction for the kernel's compiler to call; interpreted: the
+    # interpreter's Python function, run under the patch the kernel's launch put in place.
+    assert isinstance(step, JITFunction) is not interpreted
+    combiner = step.__globals__["SUM_COMBINE"]
+    assert (combiner is backend._compiled_add()) is not interpreted
