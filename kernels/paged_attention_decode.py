@@ -38,7 +38,7 @@ SUM_COMBINE = None
 MAX_COMBINE = None
 
 
-@jit(sum_combine="SUM_COMBINE", max_combine="MAX_COMBINE")
+@jit
 def _decode_split_kernel(
     q_ptr,
     k_ptr,
