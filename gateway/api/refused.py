@@ -1,6 +1,6 @@
 """OpenAI fields that would change what the model returns and that Iris does not honour:
 each is a 400 naming it, never silently dropped. Fields that change nothing about the
-output (user, metadata, store, service_tier, ...) are accepted and ignored; README.md keeps
+output (user, metadata, store, service_tier, ...) are accepted and ignored; docs/api-fields.md keeps
 the table."""
 
 from __future__ import annotations
