@@ -129,3 +129,28 @@ def test_fp8_layers_take_half_the_bytes_of_bf16(odd):
             fp8_bytes += sum(p.numel() * p.element_size() for p in module.parameters())
             bf16_bytes += module.weight.numel() * 2
     assert 0.5 <= fp8_bytes / bf16_bytes < 0.51
+
+
+def test_vision_tower_dequantized_at_load_gives_the_same_embeddings(tiny_idefics3_dir):
+    """The encoder and the offline LLM load an FP8 VLM (tower, connector and LM in FP8) and
+    embed an image as the dequantized checkpoint does."""
+    from PIL import Image
+
+    from encoder_svc.server import load_model
+    from encoder_svc.settings import EncoderSettings
+    from llm_svc.llm import LLM
+
+    quantized = quantize(tiny_idefics3_dir, "channel")
+    image = Image.frombytes("RGB", (48, 40), bytes(range(256)) * 22 + bytes(208))
+
+    def embeddings(runner) -> torch.Tensor:
+        return runner.encode([runner.preprocess(image)])[0]
+
+    expected = embeddings(load_model(EncoderSettings(model=str(dequantized(quantized)))).runner)
+    encoder = load_model(EncoderSettings(model=str(quantized))).runner
+    assert all(p.dtype == torch.float32 for p in encoder.tower.parameters())
+    torch.testing.assert_close(embeddings(encoder), expected, rtol=1e-5, atol=1e-6)
+    offline = LLM(quantized, page_size=4, num_pages=64, dtype="float32")
+    layers = offline.engine.runner.model.modules()
+    assert sum(isinstance(m, Fp8ScaledLinear) for m in layers) == 13
+    torch.testing.assert_close(embeddings(offline.vision.runner), expected, rtol=1e-5, atol=1e-6)
