@@ -154,3 +154,20 @@ def test_vision_tower_dequantized_at_load_gives_the_same_embeddings(tiny_idefics
     layers = offline.engine.runner.model.modules()
     assert sum(isinstance(m, Fp8ScaledLinear) for m in layers) == 13
     torch.testing.assert_close(embeddings(offline.vision.runner), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_config_and_weights_that_disagree_are_refused(odd, tmp_path):
+    """A layer the config leaves unquantized but the checkpoint stores with a scale."""
+    import json
+
+    from llm_svc.engine.models import load_model
+
+    quantized = quantize(odd, "channel")
+    for item in quantized.iterdir():
+        (tmp_path / item.name).symlink_to(item)
+    config = json.loads((quantized / "config.json").read_text())
+    config["quantization_config"]["ignore"].append("re:.*q_proj")
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="leaves unquantized have FP8 scales.*q_proj"):
+        load_model(tmp_path, torch.float32, torch.device("cpu"))

@@ -101,6 +101,8 @@ def load_weights(model: DecoderLM, model_dir: str | Path) -> None:
                 tensor = read(stored)
                 if tensor.dtype == FP8 and target.dtype != FP8:
                     tensor = _dequantized(stored, tensor, scheme, where, read)
+                elif target.dtype == FP8 and tensor.dtype != FP8:
+                    raise ValueError(f"{stored} has a scale but is stored as {tensor.dtype}")
                 elif (
                     tensor.shape != target.shape
                     and _is_scale(stored)
