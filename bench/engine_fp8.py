@@ -43,10 +43,17 @@ def weight_bytes(engine: LLMEngine) -> int:
 
 
 def layer_kinds(engine: LLMEngine) -> str:
-    modules = list(engine.runner.model.modules())
-    scaled = sum(isinstance(m, Fp8ScaledLinear) for m in modules)
-    weight_only = sum(isinstance(m, Fp8Linear) for m in modules) - scaled
-    return f"{scaled} W8A8 + {weight_only} weight-only FP8 layers" if scaled + weight_only else ""
+    """How many FP8 layers of each kind, and their bytes against the same layers in bf16."""
+    fp8 = [m for m in engine.runner.model.modules() if isinstance(m, Fp8Linear)]
+    if not fp8:
+        return ""
+    scaled = sum(isinstance(m, Fp8ScaledLinear) for m in fp8)
+    size = sum(p.numel() * p.element_size() for m in fp8 for p in m.parameters())
+    as_bf16 = sum(m.weight.numel() * 2 for m in fp8)
+    return (
+        f"{scaled} W8A8 + {len(fp8) - scaled} weight-only FP8 layers "
+        f"(x{size / as_bf16:.2f} of their bf16 bytes)"
+    )
 
 
 def bench_fp8(directory: Path, args) -> None:
