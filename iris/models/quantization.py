@@ -95,11 +95,15 @@ def _is_fp8(args: dict | None) -> bool:
 
 
 def _compressed_tensors(raw: dict) -> QuantScheme:
-    fmt = raw.get("format")
     groups = list((raw.get("config_groups") or {}).values())
-    if fmt not in ("float-quantized", "naive-quantized") or not groups:
-        raise _refuse(f"method 'compressed-tensors' with format {fmt!r}")
+    if not groups:
+        raise _refuse("method 'compressed-tensors' with no config_groups")
     first = groups[0]
+    # The format is top-level, or per group (then the top level may say "mixed-precision").
+    formats = {group.get("format") or raw.get("format") for group in groups}
+    if not formats <= {"float-quantized", "naive-quantized"}:
+        fmt = sorted(map(str, formats - {"float-quantized", "naive-quantized"}))[0]
+        raise _refuse(f"method 'compressed-tensors' with format {fmt!r}")
     if any(
         group.get("weights") != first.get("weights")
         or group.get("input_activations") != first.get("input_activations")

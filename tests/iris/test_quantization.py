@@ -45,6 +45,10 @@ def test_compressed_tensors_schemes():
     nested = {"text_config": {"quantization_config": _compressed()}}
     assert read_quantization(nested).method == "compressed-tensors"
     assert read_quantization({"architectures": ["X"]}) is None
+    # The format may sit in the group instead of the top level.
+    per_group = _compressed(fmt="mixed-precision")
+    per_group["config_groups"]["group_0"]["format"] = "float-quantized"
+    assert read_quantization({"quantization_config": per_group}).strategy == "channel"
 
 
 def test_ignore_and_modules_to_not_convert():
