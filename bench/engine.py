@@ -28,7 +28,8 @@ structured output's: half-constrained / unconstrained decode throughput, target 
 the peak memory. Run: .venv/bin/python bench/engine.py
 (`--only mm` runs part 3 alone, `--only structured` part 4, `--only sampler` part 5,
 `--only overlap` part 6; `--device cuda` runs the engine parts on a GPU; `--only attention
---device cuda` the Triton attention backend against SDPA, see bench/attention.py).
+--device cuda` the Triton attention backend against SDPA, see bench/attention.py; `--only
+fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py).
 """
 
 from __future__ import annotations
@@ -389,9 +390,12 @@ def main() -> None:
     parser.add_argument("--sampler-steps", type=int, default=20)
     parser.add_argument(
         "--only",
-        choices=["all", "mm", "structured", "sampler", "overlap", "attention"],
+        choices=["all", "mm", "structured", "sampler", "overlap", "attention", "fp8"],
         default="all",
     )
+    parser.add_argument("--fp8-batch", type=int, default=8, help="--only fp8: requests")
+    parser.add_argument("--fp8-prompt", type=int, default=32, help="--only fp8: prompt tokens")
+    parser.add_argument("--fp8-out", type=int, default=32, help="--only fp8: tokens decoded")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument(
         "--torch-threads", type=int, default=1,
@@ -407,6 +411,11 @@ def main() -> None:
         from bench.attention import bench_attention
 
         bench_attention(directory, args)
+        return
+    if args.only == "fp8":
+        from bench.engine_fp8 import bench_fp8
+
+        bench_fp8(directory, args)
         return
     from bench.cost_split import print_cost_split
 

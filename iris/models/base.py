@@ -22,6 +22,7 @@ from iris.models.checkpoint import (
 )
 from iris.models.contract import check_token_contract
 from iris.models.messages import flatten_content, to_template_messages
+from iris.models.quantization import QuantScheme, read_quantization
 from iris.models.tool_format import HERMES, ToolCallFormat, for_tool_template, with_tool_instruction
 from iris.multimodal import processor_fingerprint
 
@@ -89,6 +90,11 @@ class ModelAdapter(ABC):
         if self.tokenizer().eos_token_id is not None:
             ids.add(self.tokenizer().eos_token_id)
         return sorted(int(i) for i in ids)
+
+    @cached_property
+    def quantization(self) -> QuantScheme | None:
+        """The checkpoint's FP8 layout (None: unquantized); load_adapter has refused others."""
+        return read_quantization(self.config)
 
     @cached_property
     def weight_names(self) -> list[str]:

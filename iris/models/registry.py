@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iris.models.checkpoint import read_config
+from iris.models.quantization import check_quantization
 
 if TYPE_CHECKING:
     from iris.models.base import ModelAdapter
@@ -85,9 +86,12 @@ def adapter_class(architecture: str) -> type[ModelAdapter]:
 
 
 def load_adapter(model_dir: str | Path, *, allow_pad_equals_eos: bool = False) -> ModelAdapter:
-    """The adapter for a local HF model directory, its token contract already checked."""
+    """The adapter for a local HF model directory, its token contract and quantization
+    already checked (the gateway, the encoder and the engine all load models through here
+    or TextModelConfig, which make the same quantization check)."""
     model_dir = Path(model_dir)
     config = read_config(model_dir)
+    check_quantization(config)
     architectures = config.get("architectures") or []
     if not architectures:
         known = ", ".join(registered_architectures())

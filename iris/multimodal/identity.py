@@ -35,6 +35,8 @@ def fingerprint_document(config: dict, preprocessor: dict | None) -> dict:
         "vision_config": config.get("vision_config"),
         "image_token_id": image_token_id,
         "preprocessor": preprocessor,
+        # An FP8 and a bf16 variant of one model never share keys (absent when unquantized).
+        **({"quantization_config": q} if (q := config.get("quantization_config")) else {}),
     }
 
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from iris.models.checkpoint import find_prefix, load_tensors
+from iris.models.checkpoint import find_prefix
+from iris.models.fp8 import load_dense
 from iris.models.runner import PreparedImage, VisionRunner, processor_kwargs
 
 if TYPE_CHECKING:
@@ -59,9 +60,11 @@ class IdeficsVisionRunner(VisionRunner):
         connector_prefix = find_prefix(names, "modality_projection.proj.weight")
         if tower_prefix is None or connector_prefix is None:
             raise ValueError(f"no Idefics3 vision tower / connector weights in {adapter.model_dir}")
-        self.tower.load_state_dict(load_tensors(adapter.model_dir, tower_prefix), strict=True)
+        # FP8 layers of an FP8 checkpoint are dequantized here, once (iris/models/fp8.py).
+        scheme = adapter.quantization
+        self.tower.load_state_dict(load_dense(adapter.model_dir, tower_prefix, scheme), strict=True)
         self.connector.load_state_dict(
-            load_tensors(adapter.model_dir, connector_prefix), strict=True
+            load_dense(adapter.model_dir, connector_prefix, scheme), strict=True
         )
         for module in (self.tower, self.connector):
             module.to(device=self.device, dtype=self.dtype).eval()

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from iris.models.checkpoint import find_prefix, load_tensors
+from iris.models.checkpoint import find_prefix
+from iris.models.fp8 import load_dense
 from iris.models.runner import PreparedImage, VisionRunner, processor_kwargs
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ class QwenVisionRunner(VisionRunner):
         prefix = find_prefix(adapter.weight_names, "patch_embed.proj.weight")
         if prefix is None:
             raise ValueError(f"no vision patch_embed.proj.weight in {adapter.model_dir}")
-        self.tower.load_state_dict(load_tensors(adapter.model_dir, prefix), strict=True)
+        # FP8 layers of an FP8 checkpoint are dequantized here, once (iris/models/fp8.py).
+        tensors = load_dense(adapter.model_dir, prefix, adapter.quantization)
+        self.tower.load_state_dict(tensors, strict=True)
         self.tower.to(device=self.device, dtype=self.dtype).eval()
 
     def preprocess(self, image) -> PreparedImage:

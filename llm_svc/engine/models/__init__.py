@@ -10,7 +10,7 @@ import torch
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
 from llm_svc.engine.models.decoder import DecoderLM
 from llm_svc.engine.models.layers import RotaryEmbedding
-from llm_svc.engine.models.loader import find_text_prefix, load_weights
+from llm_svc.engine.models.loader import find_text_prefix, load_weights, swap_quantized_layers
 
 
 def load_model(
@@ -24,6 +24,8 @@ def load_model(
     # RoPE frequencies are computed, not loaded, and stay fp32 whatever the weights' dtype.
     model.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.mrope_section)
     model.rotary.to(device)
+    # After the cast: FP8 layers keep their FP8 weights and float32 scales.
+    swap_quantized_layers(model, model_dir, dtype)
     load_weights(model, model_dir)
     return model.eval(), config
 

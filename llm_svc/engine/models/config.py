@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris.models import text_family
+from iris.models.quantization import QuantScheme, read_quantization
 
 
 class UnsupportedModelError(ValueError):
@@ -33,6 +34,9 @@ class TextModelConfig:
     attention_bias: bool
     mrope_section: tuple[int, ...] | None
     eos_token_ids: tuple[int, ...]
+    # FP8 layout of the checkpoint's linear layers (None: unquantized); any other
+    # quantization is refused here, at load (iris/models/quantization.py).
+    quantization: QuantScheme | None = None
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> TextModelConfig:
@@ -71,6 +75,7 @@ class TextModelConfig:
             attention_bias=bool(text.get("attention_bias", family == "qwen2")),
             mrope_section=tuple(section) if section else None,
             eos_token_ids=_eos_ids(model_dir, raw, text),
+            quantization=read_quantization(raw),
         )
 
 

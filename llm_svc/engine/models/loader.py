@@ -7,12 +7,18 @@ The LM's prefix is found from where `embed_tokens.weight` sits (`model.` for a p
 
 from __future__ import annotations
 
+import logging
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
+from iris.models.fp8 import FP8, SCALE_NAMES, dequantize, quantized_modules
 from llm_svc.engine.models.decoder import DecoderLM
+from llm_svc.engine.models.quantization import swap_fp8_linears
+
+log = logging.getLogger(__name__)
 
 _EMBED = "embed_tokens.weight"
 
@@ -32,8 +38,33 @@ def find_text_prefix(names: list[str]) -> str:
     return min(candidates, key=len)
 
 
+def swap_quantized_layers(model: DecoderLM, model_dir: str | Path, dtype: torch.dtype) -> None:
+    """Before loading: make each decoder linear the checkpoint stores in FP8 an FP8 layer
+    (a no-op for an unquantized checkpoint)."""
+    scheme = model.config.quantization
+    if scheme is None:
+        return
+    names: list[str] = []
+    for path in _tensor_files(Path(model_dir)):
+        with safe_open(path, framework="pt") as handle:
+            names.extend(handle.keys())  # noqa: SIM118
+    prefix = find_text_prefix(names)
+    quantized = {
+        name[len(prefix) :]
+        for name in quantized_modules(names, scheme)
+        if name.startswith(prefix + "layers.")
+    }
+    device = model.embed_tokens.weight.device
+    counts = swap_fp8_linears(model, scheme, quantized, device, dtype)
+    log.info("FP8 (%s, %s scales): %s linear layers", scheme.method, scheme.strategy, counts)
+
+
 def load_weights(model: DecoderLM, model_dir: str | Path) -> None:
-    """Copy every parameter of `model` from the checkpoint; a missing one is an error."""
+    """Copy every parameter of `model` from the checkpoint; a missing one is an error.
+
+    An FP8 layer of `model` (llm_svc/engine/models/quantization.py) takes the FP8 weight and
+    its scales as stored; a plain parameter stored in FP8 with a scale (an lm_head, say) is
+    dequantized to the model's dtype; an FP8 tensor with no scale is an error."""
     model_dir = Path(model_dir)
     files = _tensor_files(model_dir)
     where: dict[str, Path] = {}
@@ -57,16 +88,45 @@ def load_weights(model: DecoderLM, model_dir: str | Path) -> None:
     missing = [name for name in wanted if name not in where]
     if missing:
         raise ValueError(f"{len(missing)} weights missing from {model_dir}, e.g. {missing[:3]}")
-    with torch.no_grad():
-        for path in files:
-            with safe_open(path, framework="pt") as handle:
-                for stored in handle.keys():  # noqa: SIM118
-                    if stored in wanted:
-                        target = params[wanted[stored]]
-                        tensor = handle.get_tensor(stored)
-                        if tensor.shape != target.shape:
-                            raise ValueError(
-                                f"{stored}: shape {tuple(tensor.shape)} in checkpoint, "
-                                f"model expects {tuple(target.shape)}"
-                            )
-                        target.copy_(tensor.to(target.dtype))
+    scheme = model.config.quantization
+    with ExitStack() as stack:
+        handles = {path: stack.enter_context(safe_open(path, framework="pt")) for path in files}
+
+        def read(name: str) -> torch.Tensor:
+            return handles[where[name]].get_tensor(name)
+
+        with torch.no_grad():
+            for stored, target_name in wanted.items():
+                target = params[target_name]
+                tensor = read(stored)
+                if tensor.dtype == FP8 and target.dtype != FP8:
+                    tensor = _dequantized(stored, tensor, scheme, where, read)
+                elif target.dtype == FP8 and tensor.dtype != FP8:
+                    raise ValueError(f"{stored} has a scale but is stored as {tensor.dtype}")
+                elif (
+                    tensor.shape != target.shape
+                    and _is_scale(stored)
+                    and tensor.numel() == target.numel()
+                ):
+                    # Scales are stored as [], [1], [out] or [out, 1]: same values.
+                    tensor = tensor.reshape(target.shape)
+                if tensor.shape != target.shape:
+                    raise ValueError(
+                        f"{stored}: shape {tuple(tensor.shape)} in checkpoint, "
+                        f"model expects {tuple(target.shape)}"
+                    )
+                target.copy_(tensor.to(target.dtype))
+
+
+def _is_scale(name: str) -> bool:
+    return name.rpartition(".")[2] in SCALE_NAMES
+
+
+def _dequantized(stored, tensor, scheme, where, read) -> torch.Tensor:
+    scale_name = None if scheme is None else stored[: -len("weight")] + scheme.scale_name
+    if scale_name is None or scale_name not in where or not stored.endswith(".weight"):
+        raise ValueError(
+            f"{stored} is stored in FP8 but the checkpoint has no quantization_config scale "
+            f"for it ({scale_name or 'no quantization_config'})"
+        )
+    return dequantize(tensor, read(scale_name), scheme)
