@@ -93,6 +93,13 @@ class GatewaySettings(GrpcServiceSettings):
     max_schema_bytes: int = Field(64 * 1024, gt=0)
     max_schema_depth: int = Field(32, gt=0)
     max_tools: int = Field(128, gt=0)
+    # The grammar's static check (gateway/api/grammar_limits.py), before any pod compiles
+    # it: one repetition bound ({m,n}, min/maxLength, min/maxItems...), the bounds nested
+    # and summed over the constraint, one enum's values, the constraint's bytes.
+    grammar_max_repeat: int = Field(1000, gt=0)
+    grammar_max_total_repeat: int = Field(100_000, gt=0)
+    grammar_max_enum: int = Field(1000, gt=0)
+    grammar_max_bytes: int = Field(256 * 1024, gt=0)
 
     # Leases and timing of the calls the gateway makes.
     lease_ms: int = Field(30_000, gt=0)

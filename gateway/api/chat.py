@@ -18,6 +18,7 @@ from gateway.api.generation import (
     respond,
     streamed,
 )
+from gateway.api.grammar_limits import GrammarLimits, check_grammar
 from gateway.api.refused import refuse_unhonoured
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
@@ -58,7 +59,10 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
 def _plan(body: ChatCompletionRequest, gateway) -> OutputPlan:
     limits = SchemaLimits.of(gateway.settings)
     fmt = gateway.prompts.adapter.tool_call_format
-    return plan_chat_output(body, limits, gateway.settings.max_tools, fmt)
+    plan = plan_chat_output(body, limits, gateway.settings.max_tools, fmt)
+    # Every constraint a chat request makes passes here, before any pod compiles it.
+    check_grammar(plan.constraint, GrammarLimits.of(gateway.settings), plan.constraint_param)
+    return plan
 
 
 @router.post("/v1/chat/completions", responses=ERROR_RESPONSES)

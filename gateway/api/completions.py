@@ -19,6 +19,7 @@ from gateway.api.generation import (
     respond,
     streamed,
 )
+from gateway.api.grammar_limits import GrammarLimits, check_grammar
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
 from gateway.api.structured import (
@@ -123,6 +124,7 @@ async def completions(
             "prompt",
         )
     constraint, _ = response_constraint(body.response_format, SchemaLimits.of(gateway.settings))
+    check_grammar(constraint, GrammarLimits.of(gateway.settings), "response_format")
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")
