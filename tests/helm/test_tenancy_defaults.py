@@ -71,3 +71,15 @@ def test_notes_guide_tenancy_and_warn_about_open_defaults(helm, tmp_path):
         "networkPolicy.kubeApi.cidrs={10.0.0.1/32}",
     )
     assert "WARNING" not in closed
+
+
+def test_the_operator_scales_only_the_release_deployments(render):
+    manifests = render()
+    operator = containers(workloads(manifests)["operator"], init=False)[0]
+    owner = env_of(operator)["IRIS_OPERATOR_OWNER_LABEL"]["value"]
+    key, value = owner.split("=")
+    deployments = by_kind(manifests, "Deployment")
+    for autoscaler in by_kind(manifests, "IrisAutoscaler").values():
+        for pool in ("llm", "encoder"):
+            target = deployments[autoscaler["spec"][pool]["deployment"]]
+            assert target["metadata"]["labels"][key] == value
