@@ -290,3 +290,15 @@ def test_json_strings_refuse_control_bytes_and_encoded_surrogates(engine, schema
     ):
         assert xgrammar.GrammarMatcher(compiled).accept_string(good)
         assert not xgrammar.GrammarMatcher(compiled).accept_string(bad)
+
+
+def test_failures_are_remembered_by_shape_and_only_larger_numbers_fail_at_once():
+    from llm_svc.engine.grammar.failures import FailureCache
+
+    cache = FailureCache(entries=2)
+    failed = InvalidRequestError("constraint", "regex", "did not compile within 4 s")
+    cache.record(Constraint(ConstraintKind.REGEX, "[a-z]{1,5000}x{2}"), failed)
+    assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-z]{1,7000}x{3}")) is failed
+    assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-z]{1,20}x{2}")) is None  # tried
+    assert cache.lookup(Constraint(ConstraintKind.EBNF, "[a-z]{1,7000}x{3}")) is None
+    assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-y]{1,7000}x{3}")) is None
