@@ -34,6 +34,7 @@ _SCHEMA_BOUNDS = (
     "maxContains",
 )
 _Kind = common_pb2.Constraint
+MAX_GROUP_DEPTH = 64  # regex / EBNF groups inside groups (the walk recurses per level)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class _Walk:
 
     def bound(self, value, where: str, outer: int) -> int:
         """Count one repetition bound nested in `outer`; the product it makes."""
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON Schema counts 12000.0 as an integer
         if isinstance(value, bool) or not isinstance(value, int):
             return outer
         if value > self.limits.max_repeat:
@@ -172,6 +175,12 @@ class _Walk:
             elif char == ")" and depth:
                 return i + 1, weight
             elif char == "(":
+                if depth >= MAX_GROUP_DEPTH:
+                    self.refuse(
+                        f"groups nest deeper than {MAX_GROUP_DEPTH}",
+                        "group depth",
+                        MAX_GROUP_DEPTH,
+                    )
                 i, inner = self.sequence(text, i + 1, depth + 1)
                 number, i = self.quantifier(text, i)
                 weight += number * (1 + inner) if number else inner

@@ -37,6 +37,8 @@ def schema(document: dict) -> str:
         (Kind.REGEX, '"[a-z]{1,12000}"', "grammar_max_repeat"),  # quotes hide nothing
         (Kind.REGEX, "(a{1,1000}b{3}){1,1000}", "grammar_max_total_repeat"),
         (Kind.REGEX, "|".join(f"w{i}" for i in range(1001)), "grammar_max_enum"),
+        (Kind.REGEX, "(" * 5000 + "a" + ")" * 5000, "group depth = 64"),
+        (Kind.JSON_SCHEMA, schema({"type": "string", "maxLength": 12000.0}), "maxLength"),
         (Kind.EBNF, 'root ::= [a-z]{0,5000} "x"', "grammar_max_repeat"),
         (Kind.JSON_SCHEMA, schema({"type": "string", "pattern": "[a-z]{1,20000}"}), "20000"),
         (Kind.JSON_SCHEMA, schema({"type": "string", "maxLength": 1001}), "maxLength = 1001"),
