@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -64,6 +64,7 @@ class Generation:
     call: grpc.aio.UnaryStreamCall
     ticket: Ticket | None = None
     idle_s: float | None = None  # the longest the pod may send nothing (None: no limit)
+    on_tokens: Callable[[int], None] | None = None  # called with each chunk's token count
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
         """Token chunks, then `finished`. A pod failure mid-stream raises APIError(503); a
@@ -84,8 +85,11 @@ class Generation:
                     ) from None
                 if message is grpc.aio.EOF:
                     return
-                if self.ticket is not None and message.HasField("tokens"):
-                    self.ticket.first_token()
+                if message.HasField("tokens"):
+                    if self.ticket is not None:
+                        self.ticket.first_token()
+                    if self.on_tokens is not None:
+                        self.on_tokens(len(message.tokens.token_ids))
                 yield message
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -1,13 +1,16 @@
-"""Per-key admission: a token bucket per API key for requests and for prompt tokens, so
-one key cannot take every slot of the gateway (the capacity-based overload check is a
-separate, gateway-wide matter).
+"""Per-key admission: a token bucket per API key for requests, prompt tokens and
+completion tokens, so one key cannot take every slot of the gateway (the capacity-based
+overload check is a separate, gateway-wide matter).
 
 Each bucket refills at its rate up to its burst. A request is admitted while its key's
-request bucket holds a whole request and its prompt-token bucket is out of debt; it takes
-one request at once and, once its prompt is tokenized, its prompt tokens — which may run
-the bucket into debt, so a prompt larger than the burst is still served once, and the key
-then waits until the debt is repaid. A refusal is a 429 whose Retry-After is when the
-bucket can admit again. A rate of 0 turns its bucket off.
+request bucket holds a whole request and its token buckets are out of debt; it takes one
+request at once; once its prompt is tokenized, n x its prompt tokens (each of the n
+choices is routed and prefilled on its own); and each completion token as the pods
+produce it. Token charges may run a bucket into debt, so a prompt or an answer larger than
+the burst is still served once, and the key then waits until the debt is repaid. A
+refusal is a 429 whose Retry-After is when the bucket can admit again. A rate of 0 turns
+its bucket off. Buckets live in one gateway process (the chart divides each rate by the
+number of gateway replicas).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class Bucket:
 
 
 class KeyLimits:
-    """Request and prompt-token buckets per key id (None: the anonymous caller)."""
+    """Request, prompt-token and completion-token buckets per key id (None: anonymous)."""
 
     def __init__(
         self,
@@ -45,10 +48,20 @@ class KeyLimits:
         request_burst: float,
         prompt_tokens_per_s: float,
         prompt_token_burst: float,
+        completion_tokens_per_s: float = 0.0,
+        completion_token_burst: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.rates = {"requests": requests_per_s, "prompt tokens": prompt_tokens_per_s}
-        self.bursts = {"requests": request_burst, "prompt tokens": prompt_token_burst}
+        self.rates = {
+            "requests": requests_per_s,
+            "prompt tokens": prompt_tokens_per_s,
+            "completion tokens": completion_tokens_per_s,
+        }
+        self.bursts = {
+            "requests": request_burst,
+            "prompt tokens": prompt_token_burst,
+            "completion tokens": completion_token_burst,
+        }
         self.clock = clock
         self._buckets: OrderedDict[tuple[str | None, str], Bucket] = OrderedDict()
 
@@ -74,7 +87,7 @@ class KeyLimits:
         active = [kind for kind, rate in self.rates.items() if rate > 0]
         buckets = {kind: self._bucket(key_id, kind, now) for kind in active}
         for kind, bucket in buckets.items():
-            # A request needs a whole token; prompt tokens only a bucket out of debt.
+            # A request needs a whole token; token buckets only to be out of debt.
             if kind == "requests":
                 refused, short = bucket.level < 1, 1 - bucket.level
             else:
@@ -92,6 +105,13 @@ class KeyLimits:
             buckets["requests"].level -= 1
 
     def charge_prompt_tokens(self, key_id: str | None, tokens: int) -> None:
-        """Take an admitted request's prompt tokens (the bucket may go into debt)."""
-        if self.rates["prompt tokens"] > 0:
-            self._bucket(key_id, "prompt tokens", self.clock()).level -= tokens
+        """Take an admitted request's prompt tokens, n x the prompt's (may go into debt)."""
+        self._charge(key_id, "prompt tokens", tokens)
+
+    def charge_completion_tokens(self, key_id: str | None, tokens: int) -> None:
+        """Take tokens a pod produced for the key, as they come (may go into debt)."""
+        self._charge(key_id, "completion tokens", tokens)
+
+    def _charge(self, key_id: str | None, kind: str, tokens: int) -> None:
+        if self.rates[kind] > 0:
+            self._bucket(key_id, kind, self.clock()).level -= tokens

@@ -107,6 +107,8 @@ class Gateway:
             request_burst=settings.key_request_burst,
             prompt_tokens_per_s=settings.key_prompt_tokens_per_s,
             prompt_token_burst=settings.key_prompt_token_burst,
+            completion_tokens_per_s=settings.key_completion_tokens_per_s,
+            completion_token_burst=settings.key_completion_tokens_burst,
         )
         # Set when open streams must end (the server is stopping): see begin_drain.
         self.streams_ending = asyncio.Event()

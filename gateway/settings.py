@@ -44,6 +44,8 @@ class GatewaySettings(GrpcServiceSettings):
     key_request_burst: int = Field(20, gt=0)
     key_prompt_tokens_per_s: float = Field(0.0, ge=0)
     key_prompt_token_burst: int = Field(100_000, gt=0)
+    key_completion_tokens_per_s: float = Field(0.0, ge=0)  # charged as tokens are produced
+    key_completion_tokens_burst: int = Field(100_000, gt=0)
     embedding_reuse: bool = True  # skip Reserve/Encode for images the pod's prefix covers
 
     # Tenant isolation (gateway/tenancy.py): `shared` salts only requests that send a
@@ -75,6 +77,9 @@ class GatewaySettings(GrpcServiceSettings):
     # Generation limits.
     max_model_len: int | None = Field(None, gt=0)  # default: the pods' (or the config's)
     max_n: int = Field(8, gt=0)
+    # What one whole (non-streamed) response may hold until it is sent: the sum over its
+    # choices of max_tokens x (1 + top_logprobs); over it, a 400 (a stream keeps nothing).
+    max_response_tokens: int = Field(1_000_000, gt=0)
     max_concurrent_requests: int = Field(256, gt=0)
     retry_after_s: int = Field(1, ge=1)
     # Capacity-based admission (gateway/routing/capacity.py): a pod takes a request while
@@ -93,6 +98,13 @@ class GatewaySettings(GrpcServiceSettings):
     max_schema_bytes: int = Field(64 * 1024, gt=0)
     max_schema_depth: int = Field(32, gt=0)
     max_tools: int = Field(128, gt=0)
+    # The grammar's static check (gateway/api/grammar_limits.py), before any pod compiles
+    # it: one repetition bound ({m,n}, min/maxLength, min/maxItems...), the bounds nested
+    # and summed over the constraint, one enum's values, the constraint's bytes.
+    grammar_max_repeat: int = Field(1000, gt=0)
+    grammar_max_total_repeat: int = Field(100_000, gt=0)
+    grammar_max_enum: int = Field(1000, gt=0)
+    grammar_max_bytes: int = Field(256 * 1024, gt=0)
 
     # Leases and timing of the calls the gateway makes.
     lease_ms: int = Field(30_000, gt=0)

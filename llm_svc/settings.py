@@ -64,11 +64,13 @@ class LLMSettings(GrpcServiceSettings):
     cache_timeout_s: float = Field(5.0, gt=0)
 
     # Structured output (constraints compiled with xgrammar, off the engine loop): the
-    # largest constraint text, its deepest JSON nesting, how long a request may wait for its
-    # grammar, compile threads, compiled grammars kept.
+    # largest constraint text, its deepest JSON nesting, how long one compile may run (its
+    # worker process is then killed and replaced), how long a request may wait for a free
+    # compile worker, compile workers, compiled grammars kept.
     grammar_max_bytes: int = Field(64 << 10, gt=0)
     grammar_max_depth: int = Field(32, gt=0)
-    grammar_compile_timeout_s: float = Field(10.0, gt=0)
+    grammar_compile_timeout_s: float = Field(4.0, gt=0)
+    grammar_queue_timeout_s: float = Field(4.0, gt=0)
     grammar_compile_threads: int = Field(2, gt=0)
     grammar_cache_entries: int = Field(256, gt=0)
 

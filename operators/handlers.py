@@ -19,6 +19,7 @@ import kopf
 from iris import metrics
 from operators import instruments
 from operators.kube import DeploymentMissing, make_apps_api, read_replicas, write_replicas
+from operators.ownership import NotOwned, check_owned
 from operators.pods import index_pod, select_pods
 from operators.policy import History, Loads, PoolDecision, PoolLoads, desired_replicas
 from operators.scrape import encoder_load, llm_load, scrape_pool
@@ -81,6 +82,12 @@ async def reconcile(
         raise
     api = memo.apps_api
     try:
+        deployments = [parsed.llm.deployment, parsed.encoder.deployment]
+        await check_owned(api, namespace, deployments, memo.settings.owner_label)
+    except NotOwned as err:
+        _write_not_ready(patch, status, now_iso, "NotOwned", str(err))
+        raise
+    try:
         llm_current = await read_replicas(api, namespace, parsed.llm.deployment)
         encoder_current = await read_replicas(api, namespace, parsed.encoder.deployment)
     except kopf.TemporaryError as err:
@@ -91,10 +98,10 @@ async def reconcile(
     index = kwargs[INDEX_ID]
     settings: OperatorSettings = memo.settings
     async with aiohttp.ClientSession() as session:
-        llm_pool, llm_ready = await _pool_loads(
+        llm_pool, llm_ready, llm_failures = await _pool_loads(
             session, index, namespace, parsed.llm, llm_current, llm_load, settings, logger
         )
-        encoder_pool, encoder_ready = await _pool_loads(
+        encoder_pool, encoder_ready, encoder_failures = await _pool_loads(
             session,
             index,
             namespace,
@@ -127,6 +134,7 @@ async def reconcile(
         len(llm_pool.pods),
         llm_pool.failed,
         scaled.get("llm"),
+        llm_failures,
     )
     patch.status["encoder"] = pool_status(
         parsed.encoder.deployment,
@@ -135,6 +143,7 @@ async def reconcile(
         len(encoder_pool.pods),
         encoder_pool.failed,
         scaled.get("encoder"),
+        encoder_failures,
     )
     if scaled:
         patch.status["lastScaleTime"] = max(scaled.values())
@@ -152,8 +161,9 @@ async def _pool_loads(
     read: Any,
     settings: OperatorSettings,
     logger: Any,
-) -> tuple[PoolLoads, int]:
-    """Scrape the ready pods of one pool; returns its loads and the number of ready pods."""
+) -> tuple[PoolLoads, int, dict[str, str]]:
+    """Scrape the ready pods of one pool: its loads, its ready pods, and why each failed
+    scrape failed (pod name -> reason)."""
     ready = [pod for pod in select_pods(index, namespace, pool_spec.match_labels) if pod.ready]
     loads, failures = await scrape_pool(
         session,
@@ -161,11 +171,13 @@ async def _pool_loads(
         pool_spec.metrics_port,
         settings.scrape_timeout_s,
         read,
+        settings.scrape_max_bytes,
     )
     for name, why in failures.items():
         instruments.SCRAPE_FAILURES.labels(**{metrics.LABEL_POD: name}).inc()
         logger.warning(f"scrape of pod {name} failed: {why}")
-    return PoolLoads(current=current, pods=tuple(loads), failed=len(failures)), len(ready)
+    pool = PoolLoads(current=current, pods=tuple(loads), failed=len(failures))
+    return pool, len(ready), failures
 
 
 async def _apply(

@@ -18,6 +18,11 @@ class OperatorSettings(ServiceSettings):
     metrics_port: int = Field(default=metrics.OPERATOR_METRICS_PORT, ge=0, le=65535)
     interval_s: float = Field(default=15.0, gt=0, le=3600)  # one reconcile per autoscaler
     scrape_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    # The most a pod's /metrics answer may be; a larger one is a failed scrape.
+    scrape_max_bytes: int = Field(default=1 << 20, gt=0)
+    # The label ("key=value") a Deployment must carry to be scaled: the release's. The
+    # chart sets app.kubernetes.io/instance=<release>.
+    owner_label: str = "app.kubernetes.io/part-of=iris"
     # Talk to this API server URL without credentials (``kubectl proxy``, tests); empty:
     # in-cluster service account, else the local kubeconfig.
     api_server: str | None = None

@@ -9,6 +9,8 @@ from typing import Any
 
 from operators.policy import PoolDecision
 
+_ERROR_CHARS = 300
+
 
 @dataclass(frozen=True)
 class Condition:
@@ -27,8 +29,10 @@ def pool_status(
     scraped: int,
     failed: int,
     last_scale_time: str | None,
+    failures: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The status block of one pool."""
+    """The status block of one pool; `failures` (pod -> why its scrape failed) shows as
+    `scrapeError`, the first pod's reason, bounded."""
     block: dict[str, Any] = {
         "deployment": deployment,
         "currentReplicas": decision.current,
@@ -41,6 +45,10 @@ def pool_status(
     }
     if last_scale_time:
         block["lastScaleTime"] = last_scale_time
+    if failures:
+        pod = min(failures)
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        block["scrapeError"] = f"{pod}: {failures[pod]}"[:_ERROR_CHARS] + more
     return block
 
 

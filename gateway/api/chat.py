@@ -13,11 +13,13 @@ from gateway.api.generation import (
     Choice,
     Job,
     StreamChunks,
+    check_whole_response,
     new_request_id,
     open_request,
     respond,
     streamed,
 )
+from gateway.api.grammar_limits import GrammarLimits, check_grammar
 from gateway.api.refused import refuse_unhonoured
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
@@ -58,7 +60,10 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
 def _plan(body: ChatCompletionRequest, gateway) -> OutputPlan:
     limits = SchemaLimits.of(gateway.settings)
     fmt = gateway.prompts.adapter.tool_call_format
-    return plan_chat_output(body, limits, gateway.settings.max_tools, fmt)
+    plan = plan_chat_output(body, limits, gateway.settings.max_tools, fmt)
+    # Every constraint a chat request makes passes here, before any pod compiles it.
+    check_grammar(plan.constraint, GrammarLimits.of(gateway.settings), plan.constraint_param)
+    return plan
 
 
 @router.post("/v1/chat/completions", responses=ERROR_RESPONSES)
@@ -76,7 +81,8 @@ async def chat_completions(
         with inference.span.use():
             messages = [message.model_dump(exclude_none=True) for message in body.messages]
             prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts, plan.tools)
-            gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens)
+            # Each of the n choices is routed and prefilled on its own: n x the prompt.
+            gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens * body.n)
             requested = body.max_completion_tokens or body.max_tokens
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             max_tokens = resolve_max_tokens(
@@ -99,6 +105,7 @@ async def chat_completions(
                 )
                 for i in range(body.n)
             ]
+            check_whole_response(jobs, body.stream, gateway.settings.max_response_tokens)
             # Routed last: a decision opens an in-flight ticket, which start_all now owns.
             jobs[0].decision = gateway.dispatcher.route(prompt)
     except BaseException as err:
@@ -111,6 +118,9 @@ async def chat_completions(
         ]
         return _stream(generations, inference, chunks, started, parsers)
 
+    def charge(tokens: int) -> None:
+        gateway.key_limits.charge_completion_tokens(caller.key_id, tokens)
+
     answer = Answer(
         ("chat.completion", "chat.completion.chunk"),
         [0] * len(jobs),
@@ -118,7 +128,9 @@ async def chat_completions(
         stream=stream,
     )
     try:
-        return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
+        return await respond(
+            request, gateway, body, inference, request_id, jobs, started, answer, charge
+        )
     except APIError as err:  # a pod's refusal of the constraint, named after its field
         raise name_constraint_error(err, plan.constraint_param) from None
 

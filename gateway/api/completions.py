@@ -13,12 +13,14 @@ from gateway.api.generation import (
     Choice,
     Job,
     StreamChunks,
+    check_whole_response,
     close_decisions,
     new_request_id,
     open_request,
     respond,
     streamed,
 )
+from gateway.api.grammar_limits import GrammarLimits, check_grammar
 from gateway.api.sampling import resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
 from gateway.api.structured import (
@@ -100,6 +102,7 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, 
             jobs.append(Job(len(jobs), prompt, sampling))
             prompt_of_choice.append(p)
         routed.append(jobs[-body.n])  # the prompt's first choice takes its decision
+    check_whole_response(jobs, body.stream, gateway.settings.max_response_tokens)
     try:
         for job in routed:
             job.decision = gateway.dispatcher.route(job.prompt)
@@ -123,6 +126,7 @@ async def completions(
             "prompt",
         )
     constraint, _ = response_constraint(body.response_format, SchemaLimits.of(gateway.settings))
+    check_grammar(constraint, GrammarLimits.of(gateway.settings), "response_format")
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")
@@ -131,7 +135,8 @@ async def completions(
             jobs, prompt_of_choice = await _jobs(
                 gateway, body, sources, want_logprobs, salts, constraint
             )
-            prompt_tokens = sum(job.prompt.prompt_tokens for job in jobs[:: body.n])
+            # Every choice is routed and prefilled on its own: each counts its prompt.
+            prompt_tokens = sum(job.prompt.prompt_tokens for job in jobs)
             gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt_tokens)
     except BaseException as err:
         inference.close(err)
@@ -140,6 +145,9 @@ async def completions(
     def stream(generations, chunks):
         return _stream(generations, prompt_of_choice, inference, chunks, started)
 
+    def charge(tokens: int) -> None:
+        gateway.key_limits.charge_completion_tokens(caller.key_id, tokens)
+
     answer = Answer(
         ("text_completion", "text_completion"),
         prompt_of_choice,
@@ -147,7 +155,9 @@ async def completions(
         stream=stream,
     )
     try:
-        return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
+        return await respond(
+            request, gateway, body, inference, request_id, jobs, started, answer, charge
+        )
     except APIError as err:  # a pod's refusal of the constraint, named after its field
         raise name_constraint_error(err, "response_format") from None
 

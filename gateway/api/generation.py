@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from gateway import metrics
 from gateway.api.streaming import event_stream
 from gateway.dispatch import Generation
-from gateway.errors import APIError
+from gateway.errors import APIError, bad_request
 from gateway.intake.prompt import PreparedPrompt
 from gateway.routing.router import Decision
 from gateway.service import Gateway
@@ -39,6 +39,7 @@ class Choice:
     logprobs: list[llm_pb2.TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     usage: llm_pb2.Usage | None = None
+    num_tokens: int = 0  # tokens produced (kept even when the tokens themselves are not)
 
 
 @dataclass
@@ -147,13 +148,16 @@ async def merged(
             generation.cancel()
 
 
-def apply(choice: Choice, message: llm_pb2.GenerateResponse) -> None:
-    """Fold one pod message into a choice."""
+def apply(choice: Choice, message: llm_pb2.GenerateResponse, keep: bool = True) -> None:
+    """Fold one pod message into a choice; without `keep` (a stream, which has sent them)
+    only the tokens' count is kept, not the tokens."""
     kind = message.WhichOneof("kind")
     if kind == "tokens":
-        choice.text.append(message.tokens.text)
-        choice.token_ids.extend(message.tokens.token_ids)
-        choice.logprobs.extend(message.tokens.logprobs)
+        choice.num_tokens += len(message.tokens.token_ids)
+        if keep:
+            choice.text.append(message.tokens.text)
+            choice.token_ids.extend(message.tokens.token_ids)
+            choice.logprobs.extend(message.tokens.logprobs)
     elif kind == "finished":
         choice.finish_reason = message.finished.finish_reason or "stop"
         choice.usage = message.finished.usage
@@ -201,7 +205,7 @@ async def streamed(
     first_token = True
     async with contextlib.aclosing(merged(generations)) as messages:
         async for index, message in messages:
-            apply(choices[index], message)
+            apply(choices[index], message, keep=False)
             kind = message.WhichOneof("kind")
             if kind == "tokens":
                 if first_token:
@@ -275,7 +279,7 @@ def usage_of(
                 generation.accepted.cached_tokens
             )
         usage.completion_tokens += (
-            final.completion_tokens if final and final.completion_tokens else len(choice.token_ids)
+            final.completion_tokens if final and final.completion_tokens else choice.num_tokens
         )
     return usage
 
@@ -313,10 +317,12 @@ async def respond(
     jobs: Sequence[Job],
     started: float,
     answer: Answer,
+    charge: Callable[[int], None] | None = None,
 ) -> Response:
     """Start the jobs (chat and completions alike), then answer: when `body.stream`, an SSE
     stream of `answer.stream`'s chunks; else, once every choice finished, one JSON body.
-    Any failure ends the request's telemetry (`inference`) with it."""
+    `charge(n)` is called with every chunk's tokens as they arrive (the caller's key's
+    completion-token bucket). Any failure ends the request's telemetry (`inference`)."""
     try:
         with inference.span.use():
             metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
@@ -324,6 +330,8 @@ async def respond(
     except BaseException as err:
         inference.close(err)
         raise
+    for generation in generations:
+        generation.on_tokens = charge
     created, model = int(time.time()), gateway.model_name
     headers = pod_header(gateway, generations)
     if body.stream:
@@ -351,6 +359,22 @@ async def respond(
         },
         headers=headers,
     )
+
+
+def check_whole_response(jobs: Sequence[Job], stream: bool, bound: int) -> None:
+    """A whole (non-streamed) response holds every choice's tokens and their top logprobs
+    until the last finishes: at most `bound` of them, n x max_tokens x (1 + top_logprobs)
+    summed over the choices, else a 400 (a stream keeps nothing it has sent)."""
+    if stream:
+        return
+    held = sum(job.sampling.max_tokens * (1 + job.sampling.top_logprobs) for job in jobs)
+    if held > bound:
+        raise bad_request(
+            f"n x max_tokens x (1 + top_logprobs) = {held} tokens for one whole response is "
+            f"over the limit of {bound} (max_response_tokens): lower them, or stream",
+            "max_tokens",
+            "response_too_large",
+        )
 
 
 def pod_header(gateway: Gateway, generations: Sequence[Generation]) -> dict[str, str]:

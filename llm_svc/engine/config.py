@@ -32,9 +32,11 @@ class EngineConfig:
     offline LLM's in-process vision tower) lets requests carry images.
 
     Constraints (structured output): a constraint's text is at most `grammar_max_bytes`,
-    its JSON nests at most `grammar_max_depth` levels, and a request waits at most
-    `grammar_compile_timeout_s` for its grammar; `grammar_compile_threads` compile off the
-    engine loop, and `grammar_cache_entries` compiled grammars are kept.
+    its JSON nests at most `grammar_max_depth` levels; `grammar_compile_threads` worker
+    processes (`grammar_worker_module`) compile off the engine's process, a compile is
+    killed with its worker `grammar_compile_timeout_s` after it starts, a request waits at
+    most `grammar_queue_timeout_s` for a free worker, and `grammar_cache_entries` compiled
+    grammars are kept.
 
     `overlap_scheduling`: schedule and prepare step k+1 while step k runs on the device
     (LLMEngine.step); None = on for CUDA, off for CPU, where the device is the host's own
@@ -62,16 +64,23 @@ class EngineConfig:
     embedding_fetch_workers: int = 4
     grammar_max_bytes: int = 64 << 10
     grammar_max_depth: int = 32
-    grammar_compile_timeout_s: float = 10.0
+    grammar_compile_timeout_s: float = 4.0
+    grammar_queue_timeout_s: float = 4.0
     grammar_compile_threads: int = 2
     grammar_cache_entries: int = 256
+    grammar_worker_module: str = "llm_svc.engine.grammar.worker"
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise ValueError(f"model_dir {self.model_dir} has no config.json")
         self.tokenizer_dir = Path(self.tokenizer_dir or self.model_dir)
-        for name in ("embedding_wait_s", "cache_timeout_s", "grammar_compile_timeout_s"):
+        for name in (
+            "embedding_wait_s",
+            "cache_timeout_s",
+            "grammar_compile_timeout_s",
+            "grammar_queue_timeout_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in (

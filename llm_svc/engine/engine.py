@@ -164,7 +164,10 @@ class LLMEngine:
     def _make_grammars(self) -> GrammarCompilerPool:
         config = self.config
         limits = GrammarLimits(
-            config.grammar_max_bytes, config.grammar_max_depth, config.grammar_compile_timeout_s
+            config.grammar_max_bytes,
+            config.grammar_max_depth,
+            config.grammar_compile_timeout_s,
+            config.grammar_queue_timeout_s,
         )
         return GrammarCompilerPool(
             self.tokenizer,
@@ -173,6 +176,7 @@ class LLMEngine:
             limits,
             threads=config.grammar_compile_threads,
             cache_entries=config.grammar_cache_entries,
+            worker_module=config.grammar_worker_module,
         )
 
     def close(self) -> None:
@@ -247,8 +251,10 @@ class LLMEngine:
         if params.constraint is not None:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
             future = self.grammars.submit(params.constraint)
-            limit = self.config.grammar_compile_timeout_s
-            seq.grammar = RequestGrammar(params.constraint, future, limit)
+            limit = self.config.grammar_queue_timeout_s
+            seq.grammar = RequestGrammar(
+                params.constraint, future, limit, lambda: self.grammars.ready_since
+            )
             self.compiling.add(seq)
         else:
             self.scheduler.add(seq)

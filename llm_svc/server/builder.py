@@ -35,6 +35,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         grammar_max_bytes=settings.grammar_max_bytes,
         grammar_max_depth=settings.grammar_max_depth,
         grammar_compile_timeout_s=settings.grammar_compile_timeout_s,
+        grammar_queue_timeout_s=settings.grammar_queue_timeout_s,
         grammar_compile_threads=settings.grammar_compile_threads,
         grammar_cache_entries=settings.grammar_cache_entries,
     )
@@ -48,4 +49,6 @@ def build_engine(settings: LLMSettings) -> LLMEngine:
         torch.set_num_threads(settings.torch_threads)
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("IRIS_LLM_DEVICE=cuda but no CUDA device is available")
-    return LLMEngine(engine_config(settings))
+    engine = LLMEngine(engine_config(settings))
+    engine.grammars.warm()  # compile workers start with the pod, not with its first schema
+    return engine

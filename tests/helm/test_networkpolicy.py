@@ -136,7 +136,10 @@ def test_redis_talks_to_nobody(render):
 
 def test_dns_and_otlp_egress(case):
     manifests, values, policies = case
-    dns = Endpoint("kube-system", {"k8s-app": "kube-dns"}, {"name": "kube-system"})
+    # Every namespace carries kubernetes.io/metadata.name (Kubernetes >= 1.22).
+    dns = Endpoint(
+        "kube-system", {"k8s-app": "kube-dns"}, {"kubernetes.io/metadata.name": "kube-system"}
+    )
     endpoint = values["telemetry"]["otlpEndpoint"]
     tempo = Endpoint(
         "monitoring",

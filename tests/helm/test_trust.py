@@ -40,8 +40,9 @@ def test_the_default_release_requires_a_generated_api_key(render):
 def test_per_key_rate_limits_reach_the_gateway(render):
     gateway = containers(workloads(render())["gateway"], init=False)[0]
     env = {name: entry.get("value") for name, entry in env_of(gateway).items()}
-    assert env["IRIS_GATEWAY_KEY_REQUESTS_PER_S"] == "20"
-    assert env["IRIS_GATEWAY_KEY_PROMPT_TOKENS_PER_S"] == "50000"
+    # Per deployment; the default's two replicas each enforce half.
+    assert env["IRIS_GATEWAY_KEY_REQUESTS_PER_S"] == "10"
+    assert env["IRIS_GATEWAY_KEY_PROMPT_TOKENS_PER_S"] == "25000"
 
 
 def test_an_open_gateway_must_be_asked_for(render):

@@ -4,7 +4,7 @@ Qwen2-VL checkpoint: a random model, so only the grammar keeps its output valid.
 from __future__ import annotations
 
 import json
-import threading
+import os
 
 import jsonschema
 import pytest
@@ -13,6 +13,7 @@ from llm_svc.engine import InvalidRequestError, SamplingParams
 from llm_svc.engine.grammar import Constraint, ConstraintKind
 from tests.fixtures.schemas import SCHEMAS
 from tests.llm_svc.conftest import make_engine, run_all, token_ids
+from tests.llm_svc.stalling_grammar_worker import STALL
 
 PROMPT = list(range(20, 32))
 
@@ -207,42 +208,68 @@ def test_an_uncompilable_constraint_fails_its_request_alone(engine, constraint):
     assert len(token_ids(outputs["good"])) == 4
 
 
-def test_a_compile_past_its_deadline_fails_without_stalling_others(tiny_qwen2_vl_dir):
+@pytest.fixture(scope="module")
+def stalling_engine(tiny_qwen2_vl_dir):
+    """One compile worker that never finishes a STALL constraint (a test-only constraint,
+    tests/llm_svc/stalling_grammar_worker.py) and is killed 2 s into any compile."""
     engine = make_engine(
-        tiny_qwen2_vl_dir, grammar_compile_threads=1, grammar_compile_timeout_s=0.05
+        tiny_qwen2_vl_dir,
+        grammar_compile_threads=1,
+        grammar_compile_timeout_s=2.0,
+        grammar_queue_timeout_s=600.0,
+        grammar_worker_module="tests.llm_svc.stalling_grammar_worker",
     )
-    release = threading.Event()
-    engine.grammars._pool.submit(release.wait)  # the one compile thread is busy until released
-    try:
-        constraint = schema_constraint(SCHEMAS["flat_object"])
-        engine.add_request("slow", PROMPT, params(constraint))
-        engine.add_request("free", PROMPT, params(max_tokens=5))
-        outputs = {}
-        while engine.has_unfinished():
-            for out in engine.step():
-                outputs.setdefault(out.request_id, []).append(out)
-        assert len(token_ids(outputs["free"])) == 5
-        slow = outputs["slow"][-1]
-        assert slow.finish_reason == "error" and "did not compile within" in str(slow.error)
-    finally:
-        release.set()
-        engine.close()
+    yield engine
+    engine.close()
 
 
-def test_abort_while_compiling_frees_the_request(tiny_qwen2_vl_dir):
-    engine = make_engine(tiny_qwen2_vl_dir, grammar_compile_threads=1)
-    release = threading.Event()
-    engine.grammars._pool.submit(release.wait)
-    try:
-        engine.add_request("c", PROMPT, params(schema_constraint(SCHEMAS["invoice"])))
-        assert engine.stats().waiting == 1
-        engine.abort("c")
-        outs = engine.step()
-        assert [out.finish_reason for out in outs] == ["abort"]
-        assert not engine.has_unfinished() and len(engine.compiling) == 0
-    finally:
-        release.set()
-        engine.close()
+def run_stepping(engine) -> dict[str, list]:
+    outputs = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            outputs.setdefault(out.request_id, []).append(out)
+    return outputs
+
+
+def test_abort_while_compiling_frees_the_request(stalling_engine):
+    engine = stalling_engine
+    engine.add_request("c", PROMPT, params(Constraint(ConstraintKind.REGEX, STALL + "abort")))
+    assert engine.stats().waiting == 1
+    engine.abort("c")
+    outs = engine.step()
+    assert [out.finish_reason for out in outs] == ["abort"]
+    assert not engine.has_unfinished() and len(engine.compiling) == 0
+
+
+def test_a_compile_past_its_timeout_is_killed_and_the_next_compiles_in_a_fresh_worker(
+    stalling_engine,
+):
+    engine = stalling_engine
+    pool = engine.grammars
+    killed_before = len(pool.killed_pids)
+    slow = Constraint(ConstraintKind.REGEX, STALL + "a{1,500}")
+    engine.add_request("slow", PROMPT, params(slow))
+    # Queued behind the stalled compile on the one slot: it runs once that worker is killed.
+    engine.add_request("next", PROMPT, params(schema_constraint(SCHEMAS["flat_object"])))
+    engine.add_request("free", PROMPT, params(max_tokens=5))
+    outputs = run_stepping(engine)
+    assert len(token_ids(outputs["free"])) == 5
+    failed = outputs["slow"][-1]
+    assert failed.finish_reason == "error" and "did not compile within the limit of 2 s" in str(
+        failed.error
+    )
+    assert outputs["next"][-1].finish_reason == "stop"
+    jsonschema.validate(json.loads(text_of(outputs["next"])), SCHEMAS["flat_object"])
+    killed = pool.killed_pids[killed_before:]
+    assert len(killed) >= 1 and pool.workers[0].pid not in killed
+    for pid in killed:  # killed and reaped
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    # Varying the numbers does not buy another compile; a smaller variant would be tried.
+    compiles = pool.num_compiled
+    again = pool.submit(Constraint(ConstraintKind.REGEX, STALL + "a{1,900}"))
+    assert again.done() and "did not compile within" in str(again.exception())
+    assert pool.num_compiled == compiles and len(pool.killed_pids) == killed_before + len(killed)
 
 
 @pytest.mark.parametrize(
@@ -263,3 +290,15 @@ def test_json_strings_refuse_control_bytes_and_encoded_surrogates(engine, schema
     ):
         assert xgrammar.GrammarMatcher(compiled).accept_string(good)
         assert not xgrammar.GrammarMatcher(compiled).accept_string(bad)
+
+
+def test_failures_are_remembered_by_shape_and_only_larger_numbers_fail_at_once():
+    from llm_svc.engine.grammar.failures import FailureCache
+
+    cache = FailureCache(entries=2)
+    failed = InvalidRequestError("constraint", "regex", "did not compile within 4 s")
+    cache.record(Constraint(ConstraintKind.REGEX, "[a-z]{1,5000}x{2}"), failed)
+    assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-z]{1,7000}x{3}")) is failed
+    assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-z]{1,20}x{2}")) is None  # tried
+    assert cache.lookup(Constraint(ConstraintKind.EBNF, "[a-z]{1,7000}x{3}")) is None
+    assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-y]{1,7000}x{3}")) is None

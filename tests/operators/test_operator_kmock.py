@@ -83,11 +83,13 @@ def _pod(name: str, ip: str, component: str, ready: bool = True) -> dict:
     }
 
 
-def _deployment(name: str, replicas: int) -> dict:
+def _deployment(name: str, replicas: int, owned: bool = True) -> dict:
+    # The operator's default owner label (OperatorSettings.owner_label).
+    labels = {"app.kubernetes.io/part-of": "iris"} if owned else {"app": "payments"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
         "spec": {"replicas": replicas},
         "status": {"replicas": replicas},
     }
@@ -253,6 +255,7 @@ async def test_operator_scales_both_deployments_and_writes_status(kmock, pods_ht
     assert status["llm"]["readyPods"] == 3
     assert status["llm"]["scrapedPods"] == 2
     assert status["llm"]["failedScrapes"] == 1
+    assert status["llm"]["scrapeError"].startswith("llm-c: ")  # why, in the status
     assert status["llm"]["desiredReplicas"] == 6
     assert status["encoder"]["summary"] == "1/1"
     assert status["lastScaleTime"].endswith("Z")
@@ -298,3 +301,23 @@ async def test_missing_deployment_is_reported(kmock):
     assert ready["status"] == "False"
     assert ready["reason"] == "DeploymentNotFound"
     assert "iris-encoder" in ready["message"]
+
+
+async def test_a_deployment_without_the_release_label_is_refused_and_not_scaled(kmock):
+    """An autoscaler naming a Deployment that is not the release's (here a foreign
+    workload) is refused with a NotOwned condition; neither Deployment is scaled."""
+    _declare_resources(kmock)
+    kmock.objects[DEPLOYMENTS, NS, "payments"] = _deployment("payments", 2, owned=False)
+    kmock.objects[DEPLOYMENTS, NS, "iris-encoder"] = _deployment("iris-encoder", 3)
+    autoscaler = _autoscaler(9103, 9101)
+    autoscaler["spec"]["llm"]["deployment"] = "payments"
+    kmock.objects[AUTOSCALERS, NS, "pair"] = autoscaler
+
+    async with _operator(kmock):
+        await _until(lambda: "conditions" in _status(kmock), "a condition")
+
+    ready = _condition(_status(kmock), "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "NotOwned"
+    assert "payments" in ready["message"] and "app.kubernetes.io/part-of=iris" in ready["message"]
+    assert _scale_patches(kmock, "payments") == [] and _scale_patches(kmock, "iris-encoder") == []
+    assert _replicas(kmock, "payments") == 2 and _replicas(kmock, "iris-encoder") == 3

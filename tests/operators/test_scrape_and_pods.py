@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import aiohttp
@@ -78,6 +79,74 @@ async def test_scrape_pool_over_http_counts_failures():
     assert [load.requests_waiting for load in loads] == [3.0]
     assert sorted(failures) == ["down", "http500"]
     assert "HTTP 500" in failures["http500"]
+
+
+async def test_redirects_oversized_malformed_and_silent_pages_are_failed_scrapes():
+    """None of these counts as load: a redirect (to a page that would be valid) is not
+    followed, a page over the byte bound is not read whole, a malformed page, a NaN gauge
+    and a pod that never answers (bounded by the timeout) are failed scrapes."""
+    port = _free_port()
+    never = asyncio.Event()
+    padding = "# " + "x" * 4000 + "\n"
+
+    async def good(_):
+        return web.Response(text=LLM_PAGE)
+
+    async def redirect(_):
+        raise web.HTTPFound(f"http://127.0.0.41:{port}/metrics")
+
+    async def oversized(_):
+        return web.Response(text=padding + LLM_PAGE)
+
+    async def oversized_chunked(request):
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(3):
+            await response.write(padding.encode())
+        await response.write(LLM_PAGE.encode())
+        return response
+
+    async def malformed(_):
+        return web.Response(text="this is { not prometheus\n")
+
+    async def not_a_number(_):
+        return web.Response(text=LLM_PAGE.replace(" 3", " NaN", 1))
+
+    async def silent(_):
+        await never.wait()
+
+    handlers = {
+        "127.0.0.41": good,
+        "127.0.0.42": redirect,
+        "127.0.0.43": oversized,
+        "127.0.0.44": oversized_chunked,
+        "127.0.0.45": malformed,
+        "127.0.0.46": not_a_number,
+        "127.0.0.47": silent,
+    }
+    runners = []
+    for ip, handler in handlers.items():
+        app = web.Application()
+        app.router.add_get("/metrics", handler)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, ip, port).start()
+        runners.append(runner)
+    names = ["good", "redirect", "oversized", "chunked", "malformed", "nan", "silent"]
+    pods = dict(zip(names, handlers, strict=True))
+    try:
+        async with aiohttp.ClientSession() as session:
+            loads, failures = await scrape_pool(session, pods, port, 1.0, llm_load, 2000)
+    finally:
+        never.set()
+        for runner in runners:
+            await runner.cleanup()
+    assert [load.requests_waiting for load in loads] == [3.0]
+    assert sorted(failures) == sorted(names[1:])
+    assert "HTTP 302" in failures["redirect"]
+    assert "over 2000" in failures["oversized"] and "more than 2000" in failures["chunked"]
+    assert "unparsable" in failures["malformed"] and "finite" in failures["nan"]
+    assert "Timeout" in failures["silent"]
 
 
 def _pod_fields(name, labels, ip="10.0.0.1", ready=True, deleting=False):

@@ -7,6 +7,10 @@
       protocol: UDP
     - port: 53
       protocol: TCP
+  {{- with .Values.networkPolicy.dns.peers }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- with .Values.telemetry.otlpEndpoint }}
 - ports:
     - port: {{ include "iris.urlPort" (list . "4317") }}

@@ -1,18 +1,21 @@
-"""Checks constraints and compiles them with xgrammar on a small thread pool, once each.
+"""Checks constraints and compiles them in worker processes, once each.
 
-Compilation never runs on the engine thread: `submit` returns a future at once, shared by
-every request with the same constraint (the cache is keyed by `Constraint.key`, bounded
-LRU; a constraint that failed to compile stays cached as failed, so a repeat fails fast).
-A compile cannot be interrupted, so a slow one is bounded from outside: the request waiting
-on it gives up at its deadline (`GrammarLimits.compile_timeout_s`), and the size and depth
-limits keep such inputs rare.
+Compilation never runs on the engine thread nor in the engine's process: `submit` returns a
+future at once, shared by every request with the same constraint (bounded LRU keyed by
+`Constraint.key`), and one of `threads` slots compiles it in its worker process
+(workers.py). A compile that outlives `compile_timeout_s` (counted from when its worker
+starts it) is ended by killing that worker; the slot starts a fresh one, so a slot is free
+again within the timeout whatever the constraint. Failures are remembered by the
+constraint's shape (failures.py), so varying a failed constraint's numbers fails at once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,37 +23,32 @@ from typing import Any
 
 from iris.json_depth import json_depth
 from llm_svc.engine.errors import InvalidRequestError
+from llm_svc.engine.grammar.failures import FailureCache
 from llm_svc.engine.grammar.spec import Constraint, ConstraintKind
+from llm_svc.engine.grammar.workers import WORKER_MODULE, CompileWorker, WorkerDied, WorkerTimeout
 
 FIELD = "constraint"  # the name the engine's errors give the field (the gateway maps it)
 _MESSAGE_CHARS = 300  # of xgrammar's error message, in ours
 _JSON_KINDS = (ConstraintKind.JSON_SCHEMA, ConstraintKind.STRUCTURAL_TAG)
-_ANY_OBJECT = '{"type": "object"}'
-# xgrammar 0.2.9 lets two kinds of bytes into JSON strings that are not JSON: raw control
-# characters in length-bounded strings ([^"\\\r\n]), and UTF-8-encoded surrogates
-# (ED A0 80 ...) everywhere. Its JSON grammars' string classes are swapped for strict ones.
-_SURROGATES = "\\uD800-\\uDFFF"
-_STRICT_STRING_CLASSES = {
-    '[^\\"\\\\\\r\\n]': f'[^\\"\\\\\\0-\\x1f{_SURROGATES}]',
-    '[^\\0-\\x1f\\"\\\\\\r\\n]': f'[^\\0-\\x1f\\"\\\\\\r\\n{_SURROGATES}]',
-    '[^\\"\\\\\\0-\\x1f]': f'[^\\"\\\\\\0-\\x1f{_SURROGATES}]',
-}
 
 
 @dataclass(frozen=True)
 class GrammarLimits:
-    """Bounds on one constraint: its text's size, its JSON nesting depth, its compile time."""
+    """Bounds on one constraint: its text's size, its JSON nesting depth, its compile time
+    (from when a worker starts it), and how long it may wait for a compile slot."""
 
     max_bytes: int = 64 << 10
     max_depth: int = 32
-    compile_timeout_s: float = 10.0
+    compile_timeout_s: float = 4.0
+    queue_timeout_s: float = 4.0
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"grammar {name} must be >= 1, got {getattr(self, name)}")
-        if not self.compile_timeout_s > 0:
-            raise ValueError(f"grammar compile_timeout_s must be > 0, got {self.compile_timeout_s}")
+        for name in ("compile_timeout_s", "queue_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"grammar {name} must be > 0, got {getattr(self, name)}")
 
 
 def check_constraint(constraint: Constraint, limits: GrammarLimits) -> None:
@@ -82,10 +80,12 @@ def check_constraint(constraint: Constraint, limits: GrammarLimits) -> None:
 
 class GrammarCompilerPool:
     """Compiles constraints for one tokenizer / vocabulary. xgrammar's tokenizer info is
-    built on the pool's thread with the first constraint (it reads the whole vocabulary).
+    built once, on the first slot's thread (it reads the whole vocabulary), and handed to
+    every worker serialised.
 
     `stop_token_ids` are the tokens that end a constrained request (the engine's EOS set):
-    the grammar allows them once its text is complete."""
+    the grammar allows them once its text is complete. `worker_module` is the module a
+    worker runs (tests substitute one that stalls on a test-only constraint)."""
 
     def __init__(
         self,
@@ -95,86 +95,168 @@ class GrammarCompilerPool:
         limits: GrammarLimits,
         threads: int = 2,
         cache_entries: int = 256,
+        worker_module: str = WORKER_MODULE,
     ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.stop_token_ids = sorted(set(stop_token_ids))
         self.limits = limits
         self.cache_entries = cache_entries
-        self._pool = cf.ThreadPoolExecutor(max(1, threads), thread_name_prefix="grammar-compile")
+        self.worker_module = worker_module
         self._cache: OrderedDict[str, cf.Future] = OrderedDict()
-        self._lock = threading.Lock()  # the cache (the engine thread takes it too)
-        self._compiler_lock = threading.Lock()
-        self._compiler = None
+        self._failures = FailureCache(cache_entries)
+        self._lock = threading.Lock()  # the caches (the engine thread takes it too)
+        self._info_lock = threading.Lock()
+        self._info = None
+        self._info_json = ""
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self.workers: list[CompileWorker | None] = [None] * max(1, threads)
         self.num_compiled = 0  # compiles started (cache misses), for tests and metrics
+        self.ready_since: float | None = None  # when a worker first answered ready
+        self.killed_pids: list[int] = []  # workers killed at the compile timeout
+        self._spare: queue.SimpleQueue = queue.SimpleQueue()  # a warm worker for a killed one
+        self._threads: list[threading.Thread] = []
+
+    def warm(self) -> None:
+        """Start the slots, their workers and a spare worker (once; the pod calls it at
+        start, a bare engine at its first constraint). Workers start on the slot threads."""
+        with self._lock:
+            if self._threads or self._closed:
+                return
+            self._threads = [
+                threading.Thread(
+                    target=self._serve, args=(slot,), name=f"grammar-compile-{slot}", daemon=True
+                )
+                for slot in range(len(self.workers))
+            ]
+            for thread in self._threads:
+                thread.start()
+        threading.Thread(target=self._make_spare, name="grammar-spare", daemon=True).start()
 
     def check(self, constraint: Constraint) -> None:
         check_constraint(constraint, self.limits)
 
     def submit(self, constraint: Constraint) -> cf.Future:
-        """The compiled grammar's future (xgrammar.CompiledGrammar, or InvalidRequestError)."""
+        """The compiled grammar's future (xgrammar.CompiledGrammar, or InvalidRequestError).
+        It is `running()` once a worker has the job."""
         key = constraint.key
+        self.warm()
         with self._lock:
             future = self._cache.get(key)
             if future is not None:
                 self._cache.move_to_end(key)
                 return future
-            future = self._pool.submit(self._compile, constraint)
-            self.num_compiled += 1
+            future = cf.Future()
+            failed = self._failures.lookup(constraint)
+            if failed is not None:
+                future.set_exception(failed)
+            else:
+                self._jobs.put((constraint, future))
+                self.num_compiled += 1
             self._cache[key] = future
             while len(self._cache) > self.cache_entries:
                 self._cache.popitem(last=False)
             return future
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(None)
+        for worker in self.workers:
+            if worker is not None:
+                worker.kill()
+        while not self._spare.empty():
+            self._spare.get().kill()
 
-    # --- pool threads ------------------------------------------------------------------
-    def _compile(self, constraint: Constraint):
+    # --- slot threads ------------------------------------------------------------------
+    def _serve(self, slot: int) -> None:
+        """One compile slot: its worker (started now, so that the first job finds it warm)
+        and the jobs it takes from the queue."""
+        try:
+            self.workers[slot] = self._new_worker()
+        except Exception:  # noqa: BLE001 - the slot starts one when a job comes
+            self.workers[slot] = None
+        while True:
+            job = self._jobs.get()
+            if job is None or self._closed:
+                return
+            constraint, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self._compile(slot, constraint))
+            except InvalidRequestError as err:
+                with self._lock:
+                    self._failures.record(constraint, err)
+                future.set_exception(err)
+            except Exception as err:  # noqa: BLE001 - the request must end, not hang
+                future.set_exception(err)
+
+    def _compile(self, slot: int, constraint: Constraint):
         import xgrammar
 
-        compiler = self._compiler_once()
-        kind, value = constraint.kind, constraint.value
+        worker = self.workers[slot]
+        if worker is None:
+            worker = self.workers[slot] = self._new_worker()
+            if self._closed:
+                worker.kill()
+        name = constraint.describe()
         try:
-            if kind is ConstraintKind.REGEX:
-                return compiler.compile_regex(value)
-            if kind is ConstraintKind.EBNF:
-                return compiler.compile_grammar(value)
-            if kind is ConstraintKind.STRUCTURAL_TAG:
-                grammar = xgrammar.Grammar.from_structural_tag(value)
-            else:
-                # Compact JSON: with free whitespace a model could emit blanks forever.
-                schema = value if kind is ConstraintKind.JSON_SCHEMA else _ANY_OBJECT
-                grammar = xgrammar.Grammar.from_json_schema(schema, any_whitespace=False)
-            return compiler.compile_grammar(_json_strings(grammar))
-        except Exception as err:  # xgrammar's RuntimeError / InvalidJSONError / ValueError
-            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            if not worker.ready:
+                worker.wait_ready()
+                if self.ready_since is None:
+                    self.ready_since = time.monotonic()
+            reply = worker.compile(
+                constraint.kind.value, constraint.value, self.limits.compile_timeout_s
+            )
+        except WorkerTimeout:
+            self.killed_pids.append(worker.pid)
+            self.workers[slot] = None if self._closed else self._replacement()
             raise InvalidRequestError(
-                FIELD, constraint.describe(), f"cannot be compiled: {message[:_MESSAGE_CHARS]}"
+                FIELD,
+                name,
+                f"did not compile within the limit of {self.limits.compile_timeout_s:g} s "
+                "(too large or complex)",
             ) from None
+        except WorkerDied as err:
+            self.workers[slot] = None if self._closed else self._replacement()
+            raise RuntimeError(f"grammar compile failed: {err}") from None
+        if "error" in reply:
+            message = reply["error"][:_MESSAGE_CHARS]
+            raise InvalidRequestError(FIELD, name, f"cannot be compiled: {message}")
+        return xgrammar.CompiledGrammar.deserialize_json(reply["compiled"], self._tokenizer_info())
 
-    def _compiler_once(self):
-        """xgrammar's compiler, built on first use (on a pool thread)."""
-        with self._compiler_lock:
-            if self._compiler is None:
+    def _replacement(self) -> CompileWorker:
+        """A killed worker's successor: the spare, warm already (another spare starts)."""
+        try:
+            worker = self._spare.get_nowait()
+        except queue.Empty:
+            worker = None
+        threading.Thread(target=self._make_spare, name="grammar-spare", daemon=True).start()
+        return worker or self._new_worker()
+
+    def _make_spare(self) -> None:
+        try:
+            worker = self._new_worker()
+        except Exception:  # noqa: BLE001 - a slot then starts its own when it needs one
+            return
+        self._spare.put(worker)
+        if self._closed:
+            worker.kill()
+
+    def _new_worker(self) -> CompileWorker:
+        self._tokenizer_info()
+        return CompileWorker(self._info_json, self.worker_module)
+
+    def _tokenizer_info(self):
+        """xgrammar's tokenizer info, built on first use (on a slot thread)."""
+        with self._info_lock:
+            if self._info is None:
                 import xgrammar
 
-                info = xgrammar.TokenizerInfo.from_huggingface(
+                self._info = xgrammar.TokenizerInfo.from_huggingface(
                     self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
                 )
-                self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
-            return self._compiler
-
-
-def _json_strings(grammar):
-    """`grammar` with JSON strings that hold neither raw control characters nor encoded
-    surrogates (both would make the output invalid JSON / invalid UTF-8)."""
-    import xgrammar
-
-    text = str(grammar)
-    patched = text
-    for loose, strict in _STRICT_STRING_CLASSES.items():
-        patched = patched.replace(loose, strict)
-    if patched == text:
-        return grammar
-    return xgrammar.Grammar.from_ebnf(patched)
+                self._info_json = self._info.serialize_json()
+            return self._info

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
+from collections.abc import Callable
 
 from llm_svc.engine.errors import InvalidRequestError
 from llm_svc.engine.grammar.compiler import FIELD
@@ -16,30 +17,46 @@ class GrammarViolation(RuntimeError):
 
 
 class RequestGrammar:
-    """`ready()` once compiled (then `start()`); `expired()` past the compile deadline.
+    """`ready()` once compiled (then `start()`); `expired()` once it has waited past
+    `timeout_s` for a compile slot. (A compile that has started is bounded by the pool,
+    which kills its worker at the compile timeout and fails the future.)
 
     The matcher only ever advances: preemption keeps a sequence's output tokens and
     recomputes their KV, so the grammar state stays valid and needs neither rollback nor
     replay."""
 
-    def __init__(self, constraint: Constraint, future: cf.Future, timeout_s: float) -> None:
+    def __init__(
+        self,
+        constraint: Constraint,
+        future: cf.Future,
+        timeout_s: float,
+        workers_since: Callable[[], float | None] = time.monotonic,
+    ) -> None:
         self.constraint = constraint
         self.future = future
         self.timeout_s = timeout_s
-        self.deadline = time.monotonic() + timeout_s
+        self.submitted = time.monotonic()
+        # When the pool's first worker was ready (None: still starting): the wait for a
+        # slot is counted from then, so a pod's cold start fails no request.
+        self.workers_since = workers_since
         self.matcher = None
 
     def ready(self) -> bool:
         return self.future.done()
 
     def expired(self) -> bool:
-        return not self.future.done() and time.monotonic() > self.deadline
+        future = self.future
+        if future.running() or future.done():
+            return False
+        since = self.workers_since()
+        return since is not None and time.monotonic() > max(self.submitted, since) + self.timeout_s
 
     def timeout_error(self) -> InvalidRequestError:
         return InvalidRequestError(
             FIELD,
             self.constraint.describe(),
-            f"did not compile within the limit of {self.timeout_s:g} s (too large or complex)",
+            f"found no free compile slot within the limit of {self.timeout_s:g} s "
+            "(the pod's grammar compilers are busy)",
         )
 
     def start(self) -> None:

@@ -1,0 +1,86 @@
+"""The pool's side of one compile worker process (its loop: worker.py).
+
+A compile cannot be interrupted inside xgrammar, so it runs in a process of its own, and a
+compile that outlives its timeout is ended by killing that process; the slot then gets a
+fresh worker. Workers are forked by multiprocessing's fork server, which imports xgrammar
+(and torch, which xgrammar imports) once, so a new worker is ready in milliseconds. The
+timeout counts from when the job is sent to a ready worker."""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+
+WORKER_MODULE = "llm_svc.engine.grammar.worker"
+START_TIMEOUT_S = 300.0  # the fork server's first start imports torch and xgrammar
+
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload([WORKER_MODULE])
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer in time (it has been killed)."""
+
+
+class WorkerDied(Exception):
+    """The worker exited or broke the protocol (it has been killed)."""
+
+
+def _run(module: str, conn) -> None:
+    importlib.import_module(module).serve(conn)
+
+
+class CompileWorker:
+    """One worker process, started and sent its tokenizer at once; ready once it answers,
+    which `compile` waits for first. `module` has a `serve(conn)` (worker.py's)."""
+
+    def __init__(self, tokenizer_info_json: str, module: str = WORKER_MODULE) -> None:
+        self._conn, child = _CONTEXT.Pipe()
+        self.process = _CONTEXT.Process(target=_run, args=(module, child), daemon=True)
+        self.process.start()
+        child.close()
+        self.ready = False
+        self._send(tokenizer_info_json)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_ready(self) -> None:
+        """Wait for the worker's start (the fork server's first start imports torch)."""
+        if not self.ready:
+            self._receive(START_TIMEOUT_S)
+            self.ready = True
+
+    def compile(self, kind: str, value: str, timeout_s: float) -> dict:
+        """The worker's reply to one job; WorkerTimeout / WorkerDied (worker killed)."""
+        self.wait_ready()
+        self._send((kind, value))
+        return self._receive(timeout_s)
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self._conn.close()
+
+    def _send(self, message) -> None:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError) as err:
+            self.kill()
+            raise WorkerDied(f"compile worker {self.pid} exited ({err})") from None
+
+    def _receive(self, timeout_s: float) -> dict:
+        try:
+            if not self._conn.poll(timeout_s):
+                self.kill()
+                raise WorkerTimeout(f"no answer within {timeout_s:g} s")
+            reply = self._conn.recv()
+        except (EOFError, OSError) as err:
+            self.kill()
+            raise WorkerDied(f"compile worker {self.pid} exited ({err})") from None
+        if not isinstance(reply, dict):
+            self.kill()
+            raise WorkerDied(f"compile worker {self.pid} sent a malformed answer")
+        return reply
