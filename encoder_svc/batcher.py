@@ -330,7 +330,7 @@ class Batcher:
     async def _fail(self, entry: _Entry, kind: str, reason: str) -> None:
         reason = reason[:MAX_REASON_CHARS]
         try:
-            await self._sink.fail(entry.job.key, reason)
+            await self._sink.fail(entry.job.key, reason, entry.job.token_count)
         except Exception as err:
             log.warning("cache fail of %s failed: %s", entry.job.key.hex(), err)
         self.metrics.failed.labels(kind).inc()

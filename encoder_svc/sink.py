@@ -19,8 +19,8 @@ class EmbeddingSink(Protocol):
     async def put(self, key: bytes, tensor: Any, token_count: int) -> None:
         """Store one embedding [token_count, hidden] (ends any lease on the key)."""
 
-    async def fail(self, key: bytes, reason: str) -> None:
-        """Store failed(reason) for the key (ends any lease on the key)."""
+    async def fail(self, key: bytes, reason: str, token_count: int) -> None:
+        """Store failed(reason) for (key, token_count) (ends any lease on the key)."""
 
 
 class CacheSink:
@@ -43,8 +43,8 @@ class CacheSink:
             tensor = tensor.to(self._dtype)
         await self._client.put(key, tensor, token_count)
 
-    async def fail(self, key: bytes, reason: str) -> None:
-        await self._client.fail(key, reason)
+    async def fail(self, key: bytes, reason: str, token_count: int) -> None:
+        await self._client.fail(key, reason, token_count)
 
 
 def _status(state: Any) -> int:

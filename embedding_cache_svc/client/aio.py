@@ -64,8 +64,8 @@ class AsyncCacheClient(ClientBase):
             assembler = Assembler(plan)
             async for message in stream:
                 assembler.feed(message)
-        if assembler.corrupt:
-            await self.delete(assembler.corrupt, timeout_s=timeout_s)
+        for key in assembler.corrupt:  # the cache checks it and drops it
+            await self.report_corrupt(key, "checksum mismatch after transfer", timeout_s)
         return self.core.finish_get(plan, assembler)
 
     def release(self, keys: Sequence[bytes]) -> None:
@@ -91,9 +91,22 @@ class AsyncCacheClient(ClientBase):
         reply = await self._call("reserve", self._stub.Reserve, request, timeout_s)
         return parse_states(reply)
 
-    async def fail(self, key: bytes, reason: str, timeout_s: float | None = None) -> None:
-        """Record that `key` cannot be produced; ends its lease and releases waiters."""
-        await self._call("fail", self._stub.Fail, self.core.fail_request(key, reason), timeout_s)
+    async def fail(
+        self, key: bytes, reason: str, token_count: int, timeout_s: float | None = None
+    ) -> None:
+        """Record that `key` cannot be produced with `token_count` rows; ends its lease and
+        releases waiters. Callers expecting another count are not affected."""
+        request = self.core.fail_request(key, reason, token_count)
+        await self._call("fail", self._stub.Fail, request, timeout_s)
+
+    async def report_corrupt(
+        self, key: bytes, reason: str, timeout_s: float | None = None
+    ) -> cache_pb2.ReportCorruptReply:
+        """Tell the cache the entry under `key` is damaged (`reason`: what was seen). The
+        cache checks the entry itself and drops it if the check fails there too."""
+        request = self.core.report_request(key, reason)
+        self.core.forget(key)
+        return await self._call("report_corrupt", self._stub.ReportCorrupt, request, timeout_s)
 
     async def wait(
         self, items: Sequence[Request], deadline_s: float, timeout_s: float | None = None

@@ -46,6 +46,8 @@ POLICY: dict[str, frozenset[str]] = {
     _CACHE + "Wait": frozenset({"llm", "gateway"}),
     _CACHE + "Exists": frozenset({"llm", "gateway", "encoder"}),
     _CACHE + "Delete": frozenset({"admin"}),
+    # A reader that finds an entry damaged reports it; the cache checks it and decides.
+    _CACHE + "ReportCorrupt": frozenset({"llm", "gateway"}),
     _CACHE + "Stats": frozenset({"gateway", "encoder", "llm", "admin"}),
     # Encoding and generation are asked for by gateways only.
     _ENCODER + "Encode": frozenset({"gateway"}),
