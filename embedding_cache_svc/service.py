@@ -234,7 +234,7 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
                 f"lease_ms {request.lease_ms} is outside 1..{self.settings.max_lease_ms}"
             )
         states = await self.store.reserve(
-            self._items(request.fingerprint, request.items), request.lease_ms
+            self._items(request.fingerprint, request.items), request.lease_ms, request.take_over
         )
         for state in states:
             self.metrics.reserved(state.status)

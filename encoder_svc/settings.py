@@ -42,7 +42,9 @@ class EncoderSettings(GrpcServiceSettings):
     max_queue_vision_tokens: int = Field(65536, gt=0)
     # Decode + resize threads beside the tower thread; raise it on many-core GPU nodes.
     preprocess_workers: int = Field(2, gt=0)
-    lease_ms: int = Field(60_000, gt=0)  # how long this encoder's cache reservations live
+    # How long this encoder's cache leases live; it extends them every third of this while
+    # it works, so it bounds how long a dead encoder blocks an image, not an encode's time.
+    lease_ms: int = Field(60_000, gt=0)
     shutdown_grace_s: float = Field(5.0, ge=0)  # drain time before in-flight items fail
     # Readiness (gRPC health): NOT_SERVING while the batch loop is dead or one batch has
     # run for `batch_stall_s`; checked every interval.

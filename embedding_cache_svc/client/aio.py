@@ -83,13 +83,23 @@ class AsyncCacheClient(ClientBase):
         return reply.deleted
 
     async def reserve(
-        self, items: Sequence[Request], lease_ms: int, timeout_s: float | None = None
+        self,
+        items: Sequence[Request],
+        lease_ms: int,
+        timeout_s: float | None = None,
+        *,
+        take_over: bool = False,
     ) -> list[Status | Failed]:
         """Per (key, token_count): PRESENT, PENDING, RESERVED (produce it, then put or
-        fail), or Failed(reason)."""
-        request = self.core.reserve_request(items, lease_ms)
+        fail), or Failed(reason). `take_over`: a live lease is taken over (or extended)."""
+        request = self.core.reserve_request(items, lease_ms, take_over)
         reply = await self._call("reserve", self._stub.Reserve, request, timeout_s)
         return parse_states(reply)
+
+    async def abandon(self, keys: Sequence[bytes], timeout_s: float | None = None) -> int:
+        """End the leases on `keys` (their work will not be done); entries are kept."""
+        request = self.core.keys_request(keys)
+        return (await self._call("abandon", self._stub.Abandon, request, timeout_s)).deleted
 
     async def fail(
         self, key: bytes, reason: str, token_count: int, timeout_s: float | None = None

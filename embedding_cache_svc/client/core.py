@@ -220,11 +220,16 @@ class ClientCore:
             _checked(self.fingerprint, key)
         return cache_pb2.KeysRequest(fingerprint=self.fingerprint, keys=list(keys))
 
-    def reserve_request(self, items: Sequence[Request], lease_ms: int) -> cache_pb2.ReserveRequest:
+    def reserve_request(
+        self, items: Sequence[Request], lease_ms: int, take_over: bool = False
+    ) -> cache_pb2.ReserveRequest:
         if lease_ms <= 0:
             raise CacheInvalidArgument(f"lease_ms must be > 0, got {lease_ms}")
         return cache_pb2.ReserveRequest(
-            fingerprint=self.fingerprint, items=self._items(items), lease_ms=int(lease_ms)
+            fingerprint=self.fingerprint,
+            items=self._items(items),
+            lease_ms=int(lease_ms),
+            take_over=take_over,
         )
 
     def wait_request(self, items: Sequence[Request], deadline_s: float) -> cache_pb2.WaitRequest:

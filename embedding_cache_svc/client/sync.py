@@ -90,11 +90,16 @@ class CacheClient(ClientBase):
         return self._call("delete", self._stub.Delete, request, timeout_s).deleted
 
     def reserve(
-        self, items: Sequence[Request], lease_ms: int, timeout_s: float | None = None
+        self,
+        items: Sequence[Request],
+        lease_ms: int,
+        timeout_s: float | None = None,
+        *,
+        take_over: bool = False,
     ) -> list[Status | Failed]:
         """Per (key, token_count): PRESENT, PENDING, RESERVED (produce it, then put or
-        fail), or Failed(reason)."""
-        request = self.core.reserve_request(items, lease_ms)
+        fail), or Failed(reason). `take_over`: a live lease is taken over (or extended)."""
+        request = self.core.reserve_request(items, lease_ms, take_over)
         return parse_states(self._call("reserve", self._stub.Reserve, request, timeout_s))
 
     def abandon(self, keys: Sequence[bytes], timeout_s: float | None = None) -> int:

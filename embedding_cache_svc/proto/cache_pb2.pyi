@@ -110,14 +110,16 @@ class DeleteReply(_message.Message):
     def __init__(self, deleted: _Optional[int] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("fingerprint", "items", "lease_ms")
+    __slots__ = ("fingerprint", "items", "lease_ms", "take_over")
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    TAKE_OVER_FIELD_NUMBER: _ClassVar[int]
     fingerprint: bytes
     items: _containers.RepeatedCompositeFieldContainer[ItemRequest]
     lease_ms: int
-    def __init__(self, fingerprint: _Optional[bytes] = ..., items: _Optional[_Iterable[_Union[ItemRequest, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    take_over: bool
+    def __init__(self, fingerprint: _Optional[bytes] = ..., items: _Optional[_Iterable[_Union[ItemRequest, _Mapping]]] = ..., lease_ms: _Optional[int] = ..., take_over: _Optional[bool] = ...) -> None: ...
 
 class ItemState(_message.Message):
     __slots__ = ("status", "reason")

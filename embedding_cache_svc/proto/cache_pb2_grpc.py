@@ -127,7 +127,8 @@ class EmbeddingCacheServicer:
 
     def Abandon(self, request, context):
         """End the leases on these keys: whoever held them will not produce the entries (the
-        encode was abandoned), so the next Reserve grants a lease at once. Entries are kept.
+        encode was abandoned, or its Put failed), so the next Reserve grants a lease at once.
+        Entries are kept.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -91,11 +91,14 @@ class Store(abc.ABC):
         """Whether an embedding (not a failure) is stored under each key."""
 
     @abc.abstractmethod
-    async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
+    async def reserve(
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool = False
+    ) -> list[ItemState]:
         """Per (key, expected token_count), atomically: PRESENT (an embedding with that
         count), FAILED (a failure for that count), PENDING (a live lease exists) or
         RESERVED (lease granted now). An embedding with another count is no answer for
-        this caller, and it is kept."""
+        this caller, and it is kept. With `take_over`, a live lease is no obstacle: it is
+        set to `lease_ms` from now and the item is RESERVED."""
 
     @abc.abstractmethod
     async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:

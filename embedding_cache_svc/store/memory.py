@@ -153,22 +153,26 @@ class MemoryStore(Store):
             out.append(slot is not None and not isinstance(slot.value, Failed))
         return out
 
-    async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
-        return self._states(items, lease_ms)
+    async def reserve(
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool = False
+    ) -> list[ItemState]:
+        return self._states(items, lease_ms, take_over)
 
     async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
         return self._states(items, None)
 
-    def _states(self, items: Sequence[tuple[bytes, int]], lease_ms: int | None) -> list[ItemState]:
-        """Each item's state; with `lease_ms`, an item neither stored nor leased is leased
-        to the caller (RESERVED), else it is FREE."""
+    def _states(
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int | None, take_over: bool = False
+    ) -> list[ItemState]:
+        """Each item's state; with `lease_ms`, an item neither stored nor leased (with
+        `take_over`: leased or not) is leased to the caller (RESERVED), else it is FREE."""
         now = time.monotonic()
         out = []
         for key, token_count in items:
             state = self._state(key, token_count)
             if state is not None:
                 out.append(state)
-            elif self._lease_live(key, now):
+            elif self._lease_live(key, now) and not (take_over and lease_ms is not None):
                 out.append(ItemState(Status.PENDING))
             elif lease_ms is None:
                 out.append(ItemState(Status.FREE))

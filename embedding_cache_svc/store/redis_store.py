@@ -46,8 +46,9 @@ from embedding_cache_svc.store.redis_connect import connect, connect_cluster, di
 
 log = logging.getLogger(__name__)
 
-# ARGV[1]: lease ms ("0" = probe only, take no lease); ARGV[2]: lease owner; ARGV[3]: the
-# number of items n; ARGV[3+i]: item i's expected token count as 4 little-endian bytes, or
+# ARGV[1]: lease ms ("0" = probe only, take no lease); ARGV[2]: lease owner; ARGV[3]: "1"
+# to take over (or extend) a live lease, else "0"; ARGV[4]: the number of items n;
+# ARGV[4+i]: item i's expected token count as 4 little-endian bytes, or
 # "" for unchecked. KEYS: entry, lease and failure key of each item, in threes, when they
 # share one slot (one node, or one item). A cluster node's batch spans several of its
 # slots, which Redis refuses as declared keys: then KEYS is empty and the names follow
@@ -57,16 +58,17 @@ log = logging.getLogger(__name__)
 # (probe only). An embedding with another count is no answer for this caller and is kept.
 _STATE_SCRIPT = """#!lua flags=allow-cross-slot-keys
 local lease_ms = tonumber(ARGV[1])
-local n = tonumber(ARGV[3])
+local take_over = ARGV[3] == '1'
+local n = tonumber(ARGV[4])
 local names, base = KEYS, 0
 if #KEYS == 0 then
-  names, base = ARGV, 3 + n
+  names, base = ARGV, 4 + n
 end
 local out = {}
 for i = 1, n do
   local entry = names[base + 3 * i - 2]
   local lease, failure = names[base + 3 * i - 1], names[base + 3 * i]
-  local want = ARGV[3 + i]
+  local want = ARGV[4 + i]
   local head = redis.call('GETRANGE', entry, 0, 15)
   local state = ''
   if #head == 16 and string.sub(head, 1, 4) == 'IRE1' and string.byte(head, 5) == 0
@@ -79,7 +81,10 @@ for i = 1, n do
     end
   end
   if state == '' then
-    if lease_ms > 0 then
+    if lease_ms > 0 and take_over then
+      redis.call('SET', lease, ARGV[2], 'PX', lease_ms)
+      state = 'R'
+    elseif lease_ms > 0 then
       if redis.call('SET', lease, ARGV[2], 'NX', 'PX', lease_ms) then
         state = 'R'
       else
@@ -411,7 +416,7 @@ class RedisStore(Store):
         return present
 
     async def _run_script(
-        self, items: Sequence[tuple[bytes, int]], lease_ms: int
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool = False
     ) -> list[ItemState]:
         if not items:
             return []
@@ -421,14 +426,14 @@ class RedisStore(Store):
             if len(indexes) == 1:
                 node = None  # declared keys of one slot: the client follows redirects
             try:
-                return await self._script(node, [items[i] for i in indexes], lease_ms)
+                return await self._script(node, [items[i] for i in indexes], lease_ms, take_over)
             except (*_REDIRECTS, ResponseError) as err:
                 moved = isinstance(err, _REDIRECTS) or _NOT_LOCAL in str(err)
                 if node is None or not moved:
                     raise
             # A slot moved off the node since the map was read: one routed call per item,
             # whose redirects the cluster client follows.
-            return [(await self._script(None, [items[i]], lease_ms))[0] for i in indexes]
+            return [(await self._script(None, [items[i]], lease_ms, take_over))[0] for i in indexes]
 
         states, failure = await self._per_node(names, run)
         if failure is not None:
@@ -444,12 +449,12 @@ class RedisStore(Store):
         return states
 
     async def _script(
-        self, node: Node, items: Sequence[tuple[bytes, int]], lease_ms: int
+        self, node: Node, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool
     ) -> list[ItemState]:
         """The state script over `items`: declared keys routed by their slot when `node`
         is None (one node, or one item), else names in ARGV on that node."""
         names: list[bytes] = []
-        args: list[bytes | int] = [lease_ms, self._owner, len(items)]
+        args: list[bytes | int] = [lease_ms, self._owner, int(take_over), len(items)]
         for key, token_count in items:
             names += [self._entry(key), self._lease(key), self._failure(key, token_count)]
             args.append(fmt.token_count_bytes(token_count) if token_count else b"")
@@ -459,8 +464,10 @@ class RedisStore(Store):
             replies = await self._on_node(node, "EVAL", _STATE_SCRIPT, 0, *args, *names)
         return [_decode_state(reply) for reply in replies]
 
-    async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
-        return await self._run_script(items, max(1, lease_ms))
+    async def reserve(
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool = False
+    ) -> list[ItemState]:
+        return await self._run_script(items, max(1, lease_ms), take_over)
 
     async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
         return await self._run_script(items, 0)

@@ -159,3 +159,16 @@ def test_wait_without_token_count_check(service):
         client.put(key, torch.ones(2, 4), 2)
         assert client.wait([(key, 0)], 1) == {key: Status.PRESENT}
         assert client.wait([(key, 3)], 1) == {key: Status.FREE}  # stale: discarded
+
+
+def test_take_over_leases_a_leased_item_to_the_caller(service):
+    with CacheClient(service.address, FINGERPRINT) as gateway:
+        key, stored = new_key(), new_key()
+        gateway.put(stored, torch.ones(2, 4), 2)
+        assert gateway.reserve([(key, 2)], 50) == [Status.RESERVED]
+        # The encoder takes the gateway's short lease over with its own, longer one.
+        taken = gateway.reserve([(key, 2), (stored, 2)], 30_000, take_over=True)
+        assert taken == [Status.RESERVED, Status.PRESENT]
+        assert gateway.reserve([(key, 2)], 1000) == [Status.PENDING]
+        assert gateway.abandon([key]) == 1
+        assert gateway.reserve([(key, 2)], 1000) == [Status.RESERVED]

@@ -63,7 +63,7 @@ def test_each_role_does_its_part(tls_cache, role_certs):
         ("gateway", lambda c, key: c.put(key, torch.zeros(2, HIDDEN), 2)),
         ("gateway", lambda c, key: c.fail(key, "poison", 1)),
         ("llm", lambda c, key: c.reserve([(key, 2)], lease_ms=1000)),
-        ("encoder", lambda c, key: c.abandon([key])),
+        ("llm", lambda c, key: c.abandon([key])),
         ("encoder", lambda c, key: c.get_many([(key, 2)], HIDDEN, torch.float32)),
         ("gateway", lambda c, key: c.delete([key])),
         ("llm", lambda c, key: c.delete([key])),
