@@ -29,6 +29,10 @@ class EncoderSettings(GrpcServiceSettings):
     )
 
     model: str = ""  # local HF model directory (required to serve)
+    # The weights' name (an HF commit hash, or any version the deployer gives; chart
+    # `model.revision`): part of the fingerprint, so caches never mix two fine-tunes. Empty:
+    # a BLAKE3 digest of the weight files stands for it (computed once per directory).
+    model_revision: str = ""
     cache_address: str = f"127.0.0.1:{CACHE_GRPC_PORT}"
     device: Literal["cpu", "cuda"] = "cpu"  # cuda runs the tower in bfloat16
     # The dtype embeddings are stored in; auto: the tower's own. Readers convert on read.

@@ -44,11 +44,13 @@ class ModelAdapter(ABC):
     # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
     tool_call_format: ClassVar[ToolCallFormat] = HERMES
 
-    def __init__(self, model_dir: str | Path, config: dict | None = None) -> None:
+    def __init__(
+        self, model_dir: str | Path, config: dict | None = None, revision: str = ""
+    ) -> None:
         self.model_dir = Path(model_dir)
         self.config = config if config is not None else read_config(self.model_dir)
         self.preprocessor = read_preprocessor(self.model_dir)
-        self.fingerprint: bytes = processor_fingerprint(self.model_dir)
+        self.fingerprint: bytes = processor_fingerprint(self.model_dir, revision)
 
     # -- model facts -------------------------------------------------------------------------
 
