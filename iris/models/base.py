@@ -196,7 +196,7 @@ class ModelAdapter(ABC):
         """Token ids of a rendered prompt (the template already holds the special tokens)."""
         return self.tokenizer()(prompt, add_special_tokens=False)["input_ids"]
 
-    def check_token_contract(self, allow_pad_equals_eos: bool = False) -> None:
+    def check_token_contract(self) -> None:
         """Fail fast (TokenContractError / ValueError) if tokenizer and config disagree."""
         check_token_contract(
             tokenizer=self.tokenizer(),
@@ -204,7 +204,6 @@ class ModelAdapter(ABC):
             image_token=self.image_token,
             image_token_id=self.image_token_id,
             vocab_size=self.vocab_size,
-            allow_pad_equals_eos=allow_pad_equals_eos,
         )
 
     def _placeholder_positions(self, input_ids: Sequence[int], grids: Sequence[Grid]) -> list[int]:

@@ -84,9 +84,7 @@ def adapter_class(architecture: str) -> type[ModelAdapter]:
         ) from None
 
 
-def load_adapter(
-    model_dir: str | Path, *, allow_pad_equals_eos: bool = False, revision: str = ""
-) -> ModelAdapter:
+def load_adapter(model_dir: str | Path, *, revision: str = "") -> ModelAdapter:
     """The adapter for a local HF model directory, its token contract already checked.
     `revision` names the weights for the fingerprint ("" = their digest)."""
     model_dir = Path(model_dir)
@@ -96,5 +94,5 @@ def load_adapter(
         known = ", ".join(registered_architectures())
         raise ValueError(f"{model_dir}/config.json has no 'architectures' (registered: {known})")
     adapter = adapter_class(architectures[0])(model_dir, config, revision=revision)
-    adapter.check_token_contract(allow_pad_equals_eos=allow_pad_equals_eos)
+    adapter.check_token_contract()
     return adapter

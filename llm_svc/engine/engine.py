@@ -78,7 +78,7 @@ def load_vlm_adapter(model_dir, architecture: str, revision: str = ""):
 
     if not has_adapter(architecture):
         return None
-    return load_adapter(model_dir, allow_pad_equals_eos=True, revision=revision)
+    return load_adapter(model_dir, revision=revision)
 
 
 def positions_salt(salt: bytes, positions: np.ndarray) -> bytes:
