@@ -197,3 +197,14 @@ def test_other_calls_refuse_bad_input(service):
         with pytest.raises(grpc.RpcError) as info:
             list(stub.BatchGet(request, timeout=5))
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_drop_keeps_an_entry_replaced_since_it_was_checked(service):
+    key = FINGERPRINT + new_key()
+    checked, fresh = torch.ones(2, 8), torch.zeros(2, 8)
+    service.call(service.store.put(key, _header(fresh), fresh.numpy().tobytes()))
+    # The entry found damaged was `checked`; a Put replaced it meanwhile: it stays.
+    assert service.call(service.store.discard(key, _header(checked))) is False
+    assert service.call(service.store.exists([key])) == [True]
+    assert service.call(service.store.discard(key, _header(fresh))) is True
+    assert service.call(service.store.exists([key])) == [False]
