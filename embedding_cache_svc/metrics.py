@@ -28,7 +28,9 @@ class CacheMetrics:
         self.hits = counter(names.CACHE_HITS, "BatchGet items answered")
         self.misses = counter(names.CACHE_MISSES, "BatchGet items not answered")
         self.discards = counter(
-            names.CACHE_DISCARDS, "Entries deleted on failed validation", [names.LABEL_REASON]
+            names.CACHE_DISCARDS,
+            "Damaged entries the cache dropped (truncated, checksum, nonfinite)",
+            [names.LABEL_REASON],
         )
         self.evictions = counter(names.CACHE_EVICTIONS, "Entries evicted by the store")
         self.bytes = gauge(names.CACHE_BYTES, "Bytes held by the store")

@@ -2,8 +2,10 @@
 
 Validation of what callers send happens here (via entry.py) and fails with
 INVALID_ARGUMENT naming the value and the limit; a store that cannot be reached gives
-UNAVAILABLE. Every read checks token count, hidden size and dtype against the request and
-deletes an entry that does not match (counted as a validation discard).
+UNAVAILABLE. Every read checks token count and hidden size against the request: an entry
+that does not match is a miss for that caller and stays. An entry is dropped only when the
+cache itself finds it damaged: bytes that do not add up to its header, or a reader's
+ReportCorrupt that the cache's own check (checksum, NaN) confirms.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from opentelemetry import trace
 
-from embedding_cache_svc import entry
+from embedding_cache_svc import entry, integrity
 from embedding_cache_svc.dtypes import ITEM_SIZES
 from embedding_cache_svc.entry import Failed, InvalidRequest, Status
 from embedding_cache_svc.metrics import CacheMetrics
@@ -25,6 +27,7 @@ from embedding_cache_svc.notifier import FIRST_POLL_S, Notifier, next_poll
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from embedding_cache_svc.settings import CacheSettings
 from embedding_cache_svc.store import EntryVanished, Store, StoreUnavailable
+from embedding_cache_svc.store.base import Reading
 from iris.telemetry import extract_grpc_metadata
 
 log = logging.getLogger(__name__)
@@ -85,11 +88,6 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
                 f"{len(request.keys)} keys in one call, limit {self.settings.max_batch_items}"
             )
         return [entry.cache_key(request.fingerprint, key) for key in request.keys]
-
-    def _discarded(self, states) -> None:
-        for state in states:
-            if state.discarded:
-                self.metrics.discard(state.discarded)
 
     # --- Put -------------------------------------------------------------------------
     async def Put(self, request_iterator, context):
@@ -167,7 +165,7 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
             span.end()
 
     async def _get_one(self, index: int, key: bytes, token_count: int, request):
-        opened = await self.store.open(key, self.settings.chunk_bytes)
+        opened = await self.store.open(key, self.settings.chunk_bytes, token_count)
         if opened is None:
             self.metrics.miss()
             yield cache_pb2.GetChunk(index=index, status=cache_pb2.MISS)
@@ -176,9 +174,10 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
             self.metrics.miss()
             yield cache_pb2.GetChunk(index=index, status=cache_pb2.FAILED, reason=opened.reason)
             return
-        why = opened.header.mismatch(token_count, request.hidden)
-        if why is not None:
-            await self._discard(key, why)
+        if opened.header.mismatch(token_count, request.hidden) is not None:
+            # Another caller's count or size: a miss for this one, the entry stays.
+            await opened.chunks.aclose()
+            self.metrics.miss()
             yield cache_pb2.GetChunk(index=index, status=cache_pb2.MISS)
             return
         yield cache_pb2.GetChunk(
@@ -201,14 +200,14 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
             return
         # The bytes do not add up to the header (truncated or replaced mid-read): the
         # caller drops what it got for this index, and the entry goes.
-        await self._discard(key, "truncated")
+        await self._discard(key, opened.header, "truncated")
         yield cache_pb2.GetChunk(index=index, status=cache_pb2.MISS)
 
-    async def _discard(self, key: bytes, reason: str) -> None:
+    async def _discard(self, key: bytes, header: entry.Header, reason: str) -> None:
         log.warning("discarding cache entry %s: %s", key[entry.FINGERPRINT_BYTES :].hex(), reason)
         self.metrics.discard(reason)
         self.metrics.miss()
-        await self.store.delete([key])
+        await self.store.discard(key, header)
         self.notifier.changed()
 
     # --- small unary calls -----------------------------------------------------------
@@ -235,9 +234,8 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
                 f"lease_ms {request.lease_ms} is outside 1..{self.settings.max_lease_ms}"
             )
         states = await self.store.reserve(
-            self._items(request.fingerprint, request.items), request.lease_ms
+            self._items(request.fingerprint, request.items), request.lease_ms, request.take_over
         )
-        self._discarded(states)
         for state in states:
             self.metrics.reserved(state.status)
         return _states_reply(states)
@@ -245,9 +243,42 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
     @_rpc("fail")
     async def Fail(self, request, context):
         key = entry.cache_key(request.fingerprint, request.key)
-        await self.store.fail(key, entry.check_reason(request.reason))
+        if request.token_count <= 0:
+            raise InvalidRequest(
+                f"token_count {request.token_count}: a failure is recorded for a count > 0"
+            )
+        await self.store.fail(key, request.token_count, entry.check_reason(request.reason))
         self.notifier.changed()
         return cache_pb2.FailReply()
+
+    @_rpc("report_corrupt")
+    async def ReportCorrupt(self, request, context):
+        """Check the stored entry; drop it only if the check fails here too."""
+        key = entry.cache_key(request.fingerprint, request.key)
+        reported = entry.check_reason(request.reason or "unspecified")
+        opened = await self.store.open(key, self.settings.chunk_bytes)
+        if not isinstance(opened, Reading):
+            return cache_pb2.ReportCorruptReply(dropped=False, finding="absent")
+        data = bytearray()
+        try:
+            async for piece in opened.chunks:
+                data += piece
+        except EntryVanished:
+            return cache_pb2.ReportCorruptReply(dropped=False, finding="absent")
+        header = opened.header
+        if len(data) != header.nbytes:
+            finding = "truncated"
+        else:
+            finding = integrity.finding(data, header.dtype, header.checksum)
+        if finding == "intact":
+            log.info("entry %s reported corrupt (%s) is intact", request.key.hex(), reported)
+            return cache_pb2.ReportCorruptReply(dropped=False, finding=finding)
+        dropped = await self.store.discard(key, header)
+        if dropped:
+            log.warning("dropped entry %s: %s (reported: %s)", request.key.hex(), finding, reported)
+            self.metrics.discard(finding)
+            self.notifier.changed()
+        return cache_pb2.ReportCorruptReply(dropped=dropped, finding=finding)
 
     @_rpc("wait")
     async def Wait(self, request, context):
@@ -265,7 +296,6 @@ class CacheServicer(cache_pb2_grpc.EmbeddingCacheServicer):
             while True:
                 generation = self.notifier.generation()
                 states = await self.store.probe(items)
-                self._discarded(states)
                 left = deadline - loop.time()
                 if left <= 0 or all(state.status in SETTLED for state in states):
                     return _states_reply(states)

@@ -5,7 +5,11 @@ A job's life: `encode` admits it (or joins the identical job already in flight: 
 worker pool, waits in the ready queue, runs in one tower call with the rest of its batch,
 and is stored in the cache as its own tensor — or as failed(reason), alone. Every caller
 waiting on it gets the same `Outcome`. The work belongs to the batcher, not to a caller:
-a caller that goes away stops waiting, nothing else.
+a caller that goes away stops waiting, nothing else. From its claim until it is stored the
+job's cache lease is the batcher's: it takes it over from the gateway that leased it and
+extends it every third of `lease_ms` (`_hold_leases`), so a slow encode never looks
+abandoned to a pod waiting on it. A put the cache refuses abandons the lease (nothing is
+stored) and the outcome is `retryable`: the next request may try again at once.
 """
 
 from __future__ import annotations
@@ -98,6 +102,11 @@ class Batcher:
         self._loop_task: asyncio.Task | None = None
         self._closing = False
         self._batch_started: float | None = None  # the batch running now began then
+        # Jobs whose lease this encoder holds (claimed, not yet stored, failed or given up),
+        # and a lock that keeps a renewal from re-taking a lease just abandoned.
+        self._leased: dict[JobKey, EncodeJob] = {}
+        self._lease_lock = asyncio.Lock()
+        self.lease_renewals = 0  # renewal calls made (tests wait on it)
 
     # --- admission -----------------------------------------------------------------------
 
@@ -117,6 +126,23 @@ class Batcher:
 
     def start(self) -> None:
         self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
+        self._spawn(self._hold_leases())
+
+    async def _hold_leases(self) -> None:
+        """Extend the leases of the work in hand every third of the lease, so no lease
+        runs out while its encode is still on the way."""
+        interval_s = self._limits.lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval_s)
+            async with self._lease_lock:
+                items = [(job.key, job.token_count) for job in self._leased.values()]
+                if not items:
+                    continue
+                try:
+                    await self._sink.claim(items, self._limits.lease_ms)
+                    self.lease_renewals += 1
+                except Exception as err:  # the next renewal tries again
+                    log.warning("renewing %d lease(s) failed: %s", len(items), err)
 
     async def encode(self, jobs: Sequence[EncodeJob]) -> list[Outcome]:
         """Encode and store every job; return one outcome per job, in order.
@@ -178,6 +204,8 @@ class Batcher:
                 self._preparing -= 1
                 self._resolve(entry, Outcome(entry.job.key, True))
             else:
+                if self._entries.get(entry.job.job_key) is entry:
+                    self._leased[entry.job.job_key] = entry.job
                 self._stage_done(entry, "claim")
                 self._spawn(self._prepare(entry))
         if cached:
@@ -311,8 +339,17 @@ class Batcher:
         try:
             await self._sink.put(job.key, output, job.token_count)
         except Exception as err:
+            # Nothing is stored: give the lease up, so the next request may try again at
+            # once instead of waiting it out (a failed entry would refuse the image).
             log.warning("cache put of %s failed: %s", job.key.hex(), err)
-            self._resolve(entry, Outcome(job.key, False, f"cache put failed: {err}"))
+            self._resolve(
+                entry, Outcome(job.key, False, f"cache put failed: {err}", retryable=True)
+            )
+            async with self._lease_lock:
+                try:
+                    await self._sink.abandon([job.key])
+                except Exception as abandon_err:
+                    log.warning("abandoning %s failed: %s", job.key.hex(), abandon_err)
             return
         self.metrics.stored(job.token_count)
         self._stage_done(entry, "store")
@@ -330,7 +367,7 @@ class Batcher:
     async def _fail(self, entry: _Entry, kind: str, reason: str) -> None:
         reason = reason[:MAX_REASON_CHARS]
         try:
-            await self._sink.fail(entry.job.key, reason)
+            await self._sink.fail(entry.job.key, reason, entry.job.token_count)
         except Exception as err:
             log.warning("cache fail of %s failed: %s", entry.job.key.hex(), err)
         self.metrics.failed.labels(kind).inc()
@@ -340,6 +377,7 @@ class Batcher:
         key = entry.job.job_key
         if self._entries.get(key) is entry:
             del self._entries[key]
+            self._leased.pop(key, None)
             self._queued_tokens -= entry.job.token_count
             if not self._entries:
                 self._drained.set()

@@ -27,11 +27,13 @@ class EncodeJob:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of a job: stored as an embedding (ok) or as failed(error)."""
+    """What became of a job: stored as an embedding (ok), as failed(error), or, when
+    `retryable`, not stored at all (the cache refused the put; the lease was abandoned)."""
 
     key: bytes
     ok: bool
     error: str = ""
+    retryable: bool = False
 
 
 @dataclass

@@ -53,7 +53,7 @@ def load_model(settings: EncoderSettings) -> LoadedModel:
         torch.set_num_threads(settings.torch_threads)
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("IRIS_ENCODER_DEVICE=cuda but no CUDA device is available")
-    adapter = load_adapter(settings.model)
+    adapter = load_adapter(settings.model, revision=settings.model_revision)
     dtype = torch.bfloat16 if settings.device == "cuda" else torch.float32
     runner = adapter.vision_runner(device=settings.device, dtype=dtype)
     return LoadedModel(runner, adapter.fingerprint)

@@ -58,7 +58,12 @@ class EncoderServicer(encoder_pb2_grpc.EncoderServicer):
             failed = sum(not outcome.ok for outcome in outcomes)
             span.set_attribute("encoder.failed_items", failed)
             results = [
-                encoder_pb2.EncodeResult(key=outcome.key, ok=outcome.ok, error=outcome.error)
+                encoder_pb2.EncodeResult(
+                    key=outcome.key,
+                    ok=outcome.ok,
+                    error=outcome.error,
+                    retryable=outcome.retryable,
+                )
                 for outcome in outcomes
             ]
             return encoder_pb2.EncodeResponse(results=results)

@@ -29,6 +29,10 @@ class EncoderSettings(GrpcServiceSettings):
     )
 
     model: str = ""  # local HF model directory (required to serve)
+    # The weights' name (an HF commit hash, or any version the deployer gives; chart
+    # `model.revision`): part of the fingerprint, so caches never mix two fine-tunes. Empty:
+    # a BLAKE3 digest of the weight files stands for it (computed once per directory).
+    model_revision: str = ""
     cache_address: str = f"127.0.0.1:{CACHE_GRPC_PORT}"
     device: Literal["cpu", "cuda"] = "cpu"  # cuda runs the tower in bfloat16
     # The dtype embeddings are stored in; auto: the tower's own. Readers convert on read.
@@ -42,7 +46,9 @@ class EncoderSettings(GrpcServiceSettings):
     max_queue_vision_tokens: int = Field(65536, gt=0)
     # Decode + resize threads beside the tower thread; raise it on many-core GPU nodes.
     preprocess_workers: int = Field(2, gt=0)
-    lease_ms: int = Field(60_000, gt=0)  # how long this encoder's cache reservations live
+    # How long this encoder's cache leases live; it extends them every third of this while
+    # it works, so it bounds how long a dead encoder blocks an image, not an encode's time.
+    lease_ms: int = Field(60_000, gt=0)
     shutdown_grace_s: float = Field(5.0, ge=0)  # drain time before in-flight items fail
     # Readiness (gRPC health): NOT_SERVING while the batch loop is dead or one batch has
     # run for `batch_stall_s`; checked every interval.

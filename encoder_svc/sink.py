@@ -11,16 +11,20 @@ class EmbeddingSink(Protocol):
     """The encoder's view of the embedding cache (all keys under the model's fingerprint)."""
 
     async def claim(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[bool]:
-        """Take this encoder's lease on each (key, token_count) that is not stored yet and
-        return, per item, whether an embedding is already stored (then nothing is to do).
-        An item leased by someone else (the gateway that sent it here) is still ours to
-        encode: our put or fail ends that lease."""
+        """Take over the lease on each (key, token_count) that is not stored yet, for
+        `lease_ms` from now, and return, per item, whether an embedding is already stored
+        (then nothing is to do). A lease held by someone else (the gateway that sent the
+        item here) is taken over: the item is ours to encode, and our put or fail ends
+        the lease. Called again while the work runs, it extends the leases."""
 
     async def put(self, key: bytes, tensor: Any, token_count: int) -> None:
         """Store one embedding [token_count, hidden] (ends any lease on the key)."""
 
-    async def fail(self, key: bytes, reason: str) -> None:
-        """Store failed(reason) for the key (ends any lease on the key)."""
+    async def fail(self, key: bytes, reason: str, token_count: int) -> None:
+        """Store failed(reason) for (key, token_count) (ends any lease on the key)."""
+
+    async def abandon(self, keys: Sequence[bytes]) -> None:
+        """End the leases on `keys` without storing anything (a put that failed)."""
 
 
 class CacheSink:
@@ -35,7 +39,7 @@ class CacheSink:
     async def claim(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[bool]:
         from embedding_cache_svc.proto import cache_pb2
 
-        states = await self._client.reserve(list(items), lease_ms)
+        states = await self._client.reserve(list(items), lease_ms, take_over=True)
         return [_status(state) == cache_pb2.PRESENT for state in states]
 
     async def put(self, key: bytes, tensor: Any, token_count: int) -> None:
@@ -43,8 +47,11 @@ class CacheSink:
             tensor = tensor.to(self._dtype)
         await self._client.put(key, tensor, token_count)
 
-    async def fail(self, key: bytes, reason: str) -> None:
-        await self._client.fail(key, reason)
+    async def fail(self, key: bytes, reason: str, token_count: int) -> None:
+        await self._client.fail(key, reason, token_count)
+
+    async def abandon(self, keys: Sequence[bytes]) -> None:
+        await self._client.abandon(list(keys))
 
 
 def _status(state: Any) -> int:

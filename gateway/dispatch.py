@@ -5,8 +5,9 @@ for the RESERVED ones without awaiting it; call Generate and wait for `accepted`
 acceptance: "embedding missing" → reserve + encode every image and retry once; a pod that
 is unavailable or full → the next pod; a pod that cannot reach the cache → 503 at once
 (every pod shares it); an encoder that is full or unavailable → the next encoder; every
-encoder full → 429 with their retry hint, all unavailable → 503; an image that failed to
-encode → 400. After acceptance the caller streams the pod's chunks.
+encoder full → 429 with their retry hint, all unavailable → 503; an embedding the cache
+would not store → 503 + Retry-After; an image that failed to encode → 400. After
+acceptance the caller streams the pod's chunks.
 """
 
 from __future__ import annotations
@@ -394,8 +395,9 @@ class Dispatcher:
 
 def _raise_for_encode(task: asyncio.Task, request_id: str) -> None:
     """An encode outcome that dooms the request: every encoder full (429 with their retry
-    hint), no encoder (503) or a bad image (400). A refusal of the image itself keeps its
-    reason; an encoder fault is told without it."""
+    hint), no encoder (503), a put the cache refused (503 + Retry-After) or a bad image
+    (400). A refusal of the image itself keeps its reason; an encoder fault is told
+    without it."""
     error = task.exception()
     if isinstance(error, EncodersFull):
         full = upstream_failure(
@@ -430,6 +432,18 @@ def _raise_for_encode(task: asyncio.Task, request_id: str) -> None:
     if error is not None:
         raise error
     for result in task.result().results:
+        if not result.ok and result.retryable:
+            # The image is fine; the cache could not take its embedding (the encoder gave
+            # the lease up): the same request may succeed at once.
+            stored = upstream_failure(
+                503,
+                "the embedding could not be stored; retry",
+                code="cache_unavailable",
+                request_id=request_id,
+                detail=result.error,
+            )
+            stored.retry_after = 1
+            raise stored
         if not result.ok:
             raise bad_request(
                 f"image could not be encoded: {result.error}", "messages", "invalid_image"

@@ -66,7 +66,7 @@ class Gateway:
         if adapter is None:
             from iris.models import load_adapter
 
-            adapter = load_adapter(settings.model)
+            adapter = load_adapter(settings.model, revision=settings.model_revision)
         self.settings = settings
         self.adapter = adapter
         self.fingerprint: bytes = adapter.fingerprint

@@ -24,6 +24,10 @@ class GatewaySettings(GrpcServiceSettings):
     metrics_port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535)
 
     model: str  # local HF model directory: tokenizer, chat template, processor config
+    # The weights' name (an HF commit hash, or any version the deployer gives; chart
+    # `model.revision`): part of the fingerprint, so caches never mix two fine-tunes. Empty:
+    # a BLAKE3 digest of the weight files stands for it (computed once per directory).
+    model_revision: str = ""
     served_model_name: str | None = None  # the id clients send; default: the directory name
 
     llm_addresses: AddressList = Field(default_factory=list)

@@ -29,6 +29,10 @@ class LLMSettings(GrpcServiceSettings):
     )
 
     model: str = ""  # local HF model directory (required to serve)
+    # The weights' name (an HF commit hash, or any version the deployer gives; chart
+    # `model.revision`): part of the fingerprint, so caches never mix two fine-tunes. Empty:
+    # a BLAKE3 digest of the weight files stands for it (computed once per directory).
+    model_revision: str = ""
     model_id: str = ""  # the name GetModelInfo reports; default: the directory's name
     cache_address: str = f"127.0.0.1:{CACHE_GRPC_PORT}"  # embedding cache (multimodal path)
     device: Literal["auto", "cpu", "cuda"] = "auto"

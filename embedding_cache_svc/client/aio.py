@@ -64,8 +64,8 @@ class AsyncCacheClient(ClientBase):
             assembler = Assembler(plan)
             async for message in stream:
                 assembler.feed(message)
-        if assembler.corrupt:
-            await self.delete(assembler.corrupt, timeout_s=timeout_s)
+        for key in assembler.corrupt:  # the cache checks it and drops it
+            await self.report_corrupt(key, "checksum mismatch after transfer", timeout_s)
         return self.core.finish_get(plan, assembler)
 
     def release(self, keys: Sequence[bytes]) -> None:
@@ -83,17 +83,40 @@ class AsyncCacheClient(ClientBase):
         return reply.deleted
 
     async def reserve(
-        self, items: Sequence[Request], lease_ms: int, timeout_s: float | None = None
+        self,
+        items: Sequence[Request],
+        lease_ms: int,
+        timeout_s: float | None = None,
+        *,
+        take_over: bool = False,
     ) -> list[Status | Failed]:
         """Per (key, token_count): PRESENT, PENDING, RESERVED (produce it, then put or
-        fail), or Failed(reason)."""
-        request = self.core.reserve_request(items, lease_ms)
+        fail), or Failed(reason). `take_over`: a live lease is taken over (or extended)."""
+        request = self.core.reserve_request(items, lease_ms, take_over)
         reply = await self._call("reserve", self._stub.Reserve, request, timeout_s)
         return parse_states(reply)
 
-    async def fail(self, key: bytes, reason: str, timeout_s: float | None = None) -> None:
-        """Record that `key` cannot be produced; ends its lease and releases waiters."""
-        await self._call("fail", self._stub.Fail, self.core.fail_request(key, reason), timeout_s)
+    async def abandon(self, keys: Sequence[bytes], timeout_s: float | None = None) -> int:
+        """End the leases on `keys` (their work will not be done); entries are kept."""
+        request = self.core.keys_request(keys)
+        return (await self._call("abandon", self._stub.Abandon, request, timeout_s)).deleted
+
+    async def fail(
+        self, key: bytes, reason: str, token_count: int, timeout_s: float | None = None
+    ) -> None:
+        """Record that `key` cannot be produced with `token_count` rows; ends its lease and
+        releases waiters. Callers expecting another count are not affected."""
+        request = self.core.fail_request(key, reason, token_count)
+        await self._call("fail", self._stub.Fail, request, timeout_s)
+
+    async def report_corrupt(
+        self, key: bytes, reason: str, timeout_s: float | None = None
+    ) -> cache_pb2.ReportCorruptReply:
+        """Tell the cache the entry under `key` is damaged (`reason`: what was seen). The
+        cache checks the entry itself and drops it if the check fails there too."""
+        request = self.core.report_request(key, reason)
+        self.core.forget(key)
+        return await self._call("report_corrupt", self._stub.ReportCorrupt, request, timeout_s)
 
     async def wait(
         self, items: Sequence[Request], deadline_s: float, timeout_s: float | None = None

@@ -56,7 +56,7 @@ class Assembler:
 
     def __init__(self, plan: GetPlan) -> None:
         self.plan = plan
-        self.corrupt: list[bytes] = []  # keys whose bytes failed the checksum
+        self.corrupt: list[bytes] = []  # keys whose bytes failed the checksum (reported)
         self.fetched: dict[bytes, object] = {}  # key -> tensor, for the L1
         self._index = -1
         self._header: cache_pb2.EntryHeader | None = None
@@ -145,6 +145,11 @@ class ClientCore:
     def _l1_key(self, key: bytes) -> bytes:
         return self.fingerprint + key
 
+    def forget(self, key: bytes) -> None:
+        """Drop the L1's copy of `key` (unless held): it was found damaged."""
+        if self.l1 is not None:
+            self.l1.drop(self._l1_key(key))
+
     # --- put -------------------------------------------------------------------------
     def put_messages(self, key: bytes, tensor, token_count: int) -> Iterator[cache_pb2.PutChunk]:
         """Header first, then the bytes in chunks (encoded before the first yield, so a bad
@@ -215,11 +220,16 @@ class ClientCore:
             _checked(self.fingerprint, key)
         return cache_pb2.KeysRequest(fingerprint=self.fingerprint, keys=list(keys))
 
-    def reserve_request(self, items: Sequence[Request], lease_ms: int) -> cache_pb2.ReserveRequest:
+    def reserve_request(
+        self, items: Sequence[Request], lease_ms: int, take_over: bool = False
+    ) -> cache_pb2.ReserveRequest:
         if lease_ms <= 0:
             raise CacheInvalidArgument(f"lease_ms must be > 0, got {lease_ms}")
         return cache_pb2.ReserveRequest(
-            fingerprint=self.fingerprint, items=self._items(items), lease_ms=int(lease_ms)
+            fingerprint=self.fingerprint,
+            items=self._items(items),
+            lease_ms=int(lease_ms),
+            take_over=take_over,
         )
 
     def wait_request(self, items: Sequence[Request], deadline_s: float) -> cache_pb2.WaitRequest:
@@ -231,9 +241,19 @@ class ClientCore:
             deadline_ms=int(deadline_s * 1000),
         )
 
-    def fail_request(self, key: bytes, reason: str) -> cache_pb2.FailRequest:
+    def fail_request(self, key: bytes, reason: str, token_count: int) -> cache_pb2.FailRequest:
         _checked(self.fingerprint, key)
-        return cache_pb2.FailRequest(fingerprint=self.fingerprint, key=key, reason=reason)
+        if token_count <= 0:
+            raise CacheInvalidArgument(f"token_count must be > 0, got {token_count}")
+        return cache_pb2.FailRequest(
+            fingerprint=self.fingerprint, key=key, reason=reason, token_count=token_count
+        )
+
+    def report_request(self, key: bytes, reason: str) -> cache_pb2.ReportCorruptRequest:
+        _checked(self.fingerprint, key)
+        return cache_pb2.ReportCorruptRequest(
+            fingerprint=self.fingerprint, key=key, reason=reason[:1024]
+        )
 
     def _items(self, items: Sequence[Request]) -> list[cache_pb2.ItemRequest]:
         for key, _ in items:

@@ -73,8 +73,8 @@ class CacheClient(ClientBase):
             assembler = Assembler(plan)
             for message in stream:
                 assembler.feed(message)
-        if assembler.corrupt:
-            self.delete(assembler.corrupt, timeout_s=timeout_s)
+        for key in assembler.corrupt:  # the cache checks it and drops it
+            self.report_corrupt(key, "checksum mismatch after transfer", timeout_s)
         return self.core.finish_get(plan, assembler)
 
     def release(self, keys: Sequence[bytes]) -> None:
@@ -90,11 +90,16 @@ class CacheClient(ClientBase):
         return self._call("delete", self._stub.Delete, request, timeout_s).deleted
 
     def reserve(
-        self, items: Sequence[Request], lease_ms: int, timeout_s: float | None = None
+        self,
+        items: Sequence[Request],
+        lease_ms: int,
+        timeout_s: float | None = None,
+        *,
+        take_over: bool = False,
     ) -> list[Status | Failed]:
         """Per (key, token_count): PRESENT, PENDING, RESERVED (produce it, then put or
-        fail), or Failed(reason)."""
-        request = self.core.reserve_request(items, lease_ms)
+        fail), or Failed(reason). `take_over`: a live lease is taken over (or extended)."""
+        request = self.core.reserve_request(items, lease_ms, take_over)
         return parse_states(self._call("reserve", self._stub.Reserve, request, timeout_s))
 
     def abandon(self, keys: Sequence[bytes], timeout_s: float | None = None) -> int:
@@ -102,9 +107,22 @@ class CacheClient(ClientBase):
         request = self.core.keys_request(keys)
         return self._call("abandon", self._stub.Abandon, request, timeout_s).deleted
 
-    def fail(self, key: bytes, reason: str, timeout_s: float | None = None) -> None:
-        """Record that `key` cannot be produced; ends its lease and releases waiters."""
-        self._call("fail", self._stub.Fail, self.core.fail_request(key, reason), timeout_s)
+    def fail(
+        self, key: bytes, reason: str, token_count: int, timeout_s: float | None = None
+    ) -> None:
+        """Record that `key` cannot be produced with `token_count` rows; ends its lease and
+        releases waiters. Callers expecting another count are not affected."""
+        request = self.core.fail_request(key, reason, token_count)
+        self._call("fail", self._stub.Fail, request, timeout_s)
+
+    def report_corrupt(
+        self, key: bytes, reason: str, timeout_s: float | None = None
+    ) -> cache_pb2.ReportCorruptReply:
+        """Tell the cache the entry under `key` is damaged (`reason`: what was seen). The
+        cache checks the entry itself and drops it if the check fails there too."""
+        request = self.core.report_request(key, reason)
+        self.core.forget(key)
+        return self._call("report_corrupt", self._stub.ReportCorrupt, request, timeout_s)
 
     def wait(
         self, items: Sequence[Request], deadline_s: float, timeout_s: float | None = None

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from iris.proto import common_pb2 as iris_dot_proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%embedding_cache_svc/proto/cache.proto\x12\niris.cache\x1a\x17iris/proto/common.proto\"r\n\x0b\x45ntryHeader\x12\x13\n\x0btoken_count\x18\x01 \x01(\r\x12\x0e\n\x06hidden\x18\x02 \x01(\r\x12)\n\x06tensor\x18\x03 \x01(\x0b\x32\x19.iris.common.TensorHeader\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\x0c\"c\n\x08PutChunk\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\'\n\x06header\x18\x03 \x01(\x0b\x32\x17.iris.cache.EntryHeader\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\" \n\x08PutReply\x12\x14\n\x0c\x62ytes_stored\x18\x01 \x01(\x04\"/\n\x0bItemRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\"m\n\x0f\x42\x61tchGetRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.iris.cache.ItemRequest\x12\x0e\n\x06hidden\x18\x03 \x01(\r\x12\r\n\x05\x64type\x18\x04 \x01(\t\"\x84\x01\n\x08GetChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\"\n\x06status\x18\x02 \x01(\x0e\x32\x12.iris.cache.Status\x12\'\n\x06header\x18\x03 \x01(\x0b\x32\x17.iris.cache.EntryHeader\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06reason\x18\x05 \x01(\t\"0\n\x0bKeysRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12\x0c\n\x04keys\x18\x02 \x03(\x0c\"\x1e\n\x0b\x45xistsReply\x12\x0f\n\x07present\x18\x01 \x03(\x08\"\x1e\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\r\"_\n\x0eReserveRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.iris.cache.ItemRequest\x12\x10\n\x08lease_ms\x18\x03 \x01(\r\"?\n\tItemState\x12\"\n\x06status\x18\x01 \x01(\x0e\x32\x12.iris.cache.Status\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x0bStatesReply\x12%\n\x06states\x18\x01 \x03(\x0b\x32\x15.iris.cache.ItemState\"?\n\x0b\x46\x61ilRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x0b\n\tFailReply\"_\n\x0bWaitRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.iris.cache.ItemRequest\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\r\"\x0e\n\x0cStatsRequest\"\xac\x01\n\nStatsReply\x12\r\n\x05store\x18\x01 \x01(\t\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04hits\x18\x05 \x01(\x04\x12\x0e\n\x06misses\x18\x06 \x01(\x04\x12\x10\n\x08\x64iscards\x18\x07 \x01(\x04\x12\x11\n\tevictions\x18\x08 \x01(\x04\x12\x14\n\x0creservations\x18\t \x01(\x04*h\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07PRESENT\x10\x01\x12\x0b\n\x07PENDING\x10\x02\x12\x0c\n\x08RESERVED\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04\x12\x08\n\x04\x46REE\x10\x05\x12\x08\n\x04MISS\x10\x06\x32\xa8\x04\n\x0e\x45mbeddingCache\x12\x33\n\x03Put\x12\x14.iris.cache.PutChunk\x1a\x14.iris.cache.PutReply(\x01\x12?\n\x08\x42\x61tchGet\x12\x1b.iris.cache.BatchGetRequest\x1a\x14.iris.cache.GetChunk0\x01\x12:\n\x06\x45xists\x12\x17.iris.cache.KeysRequest\x1a\x17.iris.cache.ExistsReply\x12:\n\x06\x44\x65lete\x12\x17.iris.cache.KeysRequest\x1a\x17.iris.cache.DeleteReply\x12>\n\x07Reserve\x12\x1a.iris.cache.ReserveRequest\x1a\x17.iris.cache.StatesReply\x12\x36\n\x04\x46\x61il\x12\x17.iris.cache.FailRequest\x1a\x15.iris.cache.FailReply\x12;\n\x07\x41\x62\x61ndon\x12\x17.iris.cache.KeysRequest\x1a\x17.iris.cache.DeleteReply\x12\x38\n\x04Wait\x12\x17.iris.cache.WaitRequest\x1a\x17.iris.cache.StatesReply\x12\x39\n\x05Stats\x12\x18.iris.cache.StatsRequest\x1a\x16.iris.cache.StatsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%embedding_cache_svc/proto/cache.proto\x12\niris.cache\x1a\x17iris/proto/common.proto\"r\n\x0b\x45ntryHeader\x12\x13\n\x0btoken_count\x18\x01 \x01(\r\x12\x0e\n\x06hidden\x18\x02 \x01(\r\x12)\n\x06tensor\x18\x03 \x01(\x0b\x32\x19.iris.common.TensorHeader\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\x0c\"c\n\x08PutChunk\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\'\n\x06header\x18\x03 \x01(\x0b\x32\x17.iris.cache.EntryHeader\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\" \n\x08PutReply\x12\x14\n\x0c\x62ytes_stored\x18\x01 \x01(\x04\"/\n\x0bItemRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x13\n\x0btoken_count\x18\x02 \x01(\r\"m\n\x0f\x42\x61tchGetRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.iris.cache.ItemRequest\x12\x0e\n\x06hidden\x18\x03 \x01(\r\x12\r\n\x05\x64type\x18\x04 \x01(\t\"\x84\x01\n\x08GetChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\"\n\x06status\x18\x02 \x01(\x0e\x32\x12.iris.cache.Status\x12\'\n\x06header\x18\x03 \x01(\x0b\x32\x17.iris.cache.EntryHeader\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06reason\x18\x05 \x01(\t\"0\n\x0bKeysRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12\x0c\n\x04keys\x18\x02 \x03(\x0c\"\x1e\n\x0b\x45xistsReply\x12\x0f\n\x07present\x18\x01 \x03(\x08\"\x1e\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\r\"r\n\x0eReserveRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.iris.cache.ItemRequest\x12\x10\n\x08lease_ms\x18\x03 \x01(\r\x12\x11\n\ttake_over\x18\x04 \x01(\x08\"?\n\tItemState\x12\"\n\x06status\x18\x01 \x01(\x0e\x32\x12.iris.cache.Status\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x0bStatesReply\x12%\n\x06states\x18\x01 \x03(\x0b\x32\x15.iris.cache.ItemState\"T\n\x0b\x46\x61ilRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x13\n\x0btoken_count\x18\x04 \x01(\r\"\x0b\n\tFailReply\"_\n\x0bWaitRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.iris.cache.ItemRequest\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\r\"H\n\x14ReportCorruptRequest\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\x0c\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0e\n\x06reason\x18\x03 \x01(\t\"6\n\x12ReportCorruptReply\x12\x0f\n\x07\x64ropped\x18\x01 \x01(\x08\x12\x0f\n\x07\x66inding\x18\x02 \x01(\t\"\x0e\n\x0cStatsRequest\"\xac\x01\n\nStatsReply\x12\r\n\x05store\x18\x01 \x01(\t\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04hits\x18\x05 \x01(\x04\x12\x0e\n\x06misses\x18\x06 \x01(\x04\x12\x10\n\x08\x64iscards\x18\x07 \x01(\x04\x12\x11\n\tevictions\x18\x08 \x01(\x04\x12\x14\n\x0creservations\x18\t \x01(\x04*h\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07PRESENT\x10\x01\x12\x0b\n\x07PENDING\x10\x02\x12\x0c\n\x08RESERVED\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04\x12\x08\n\x04\x46REE\x10\x05\x12\x08\n\x04MISS\x10\x06\x32\xfb\x04\n\x0e\x45mbeddingCache\x12\x33\n\x03Put\x12\x14.iris.cache.PutChunk\x1a\x14.iris.cache.PutReply(\x01\x12?\n\x08\x42\x61tchGet\x12\x1b.iris.cache.BatchGetRequest\x1a\x14.iris.cache.GetChunk0\x01\x12:\n\x06\x45xists\x12\x17.iris.cache.KeysRequest\x1a\x17.iris.cache.ExistsReply\x12:\n\x06\x44\x65lete\x12\x17.iris.cache.KeysRequest\x1a\x17.iris.cache.DeleteReply\x12>\n\x07Reserve\x12\x1a.iris.cache.ReserveRequest\x1a\x17.iris.cache.StatesReply\x12\x36\n\x04\x46\x61il\x12\x17.iris.cache.FailRequest\x1a\x15.iris.cache.FailReply\x12;\n\x07\x41\x62\x61ndon\x12\x17.iris.cache.KeysRequest\x1a\x17.iris.cache.DeleteReply\x12\x38\n\x04Wait\x12\x17.iris.cache.WaitRequest\x1a\x17.iris.cache.StatesReply\x12Q\n\rReportCorrupt\x12 .iris.cache.ReportCorruptRequest\x1a\x1e.iris.cache.ReportCorruptReply\x12\x39\n\x05Stats\x12\x18.iris.cache.StatsRequest\x1a\x16.iris.cache.StatsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'embedding_cache_svc.proto.cache_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=1320
-  _globals['_STATUS']._serialized_end=1424
+  _globals['_STATUS']._serialized_start=1490
+  _globals['_STATUS']._serialized_end=1594
   _globals['_ENTRYHEADER']._serialized_start=78
   _globals['_ENTRYHEADER']._serialized_end=192
   _globals['_PUTCHUNK']._serialized_start=194
@@ -53,21 +53,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELETEREPLY']._serialized_start=706
   _globals['_DELETEREPLY']._serialized_end=736
   _globals['_RESERVEREQUEST']._serialized_start=738
-  _globals['_RESERVEREQUEST']._serialized_end=833
-  _globals['_ITEMSTATE']._serialized_start=835
-  _globals['_ITEMSTATE']._serialized_end=898
-  _globals['_STATESREPLY']._serialized_start=900
-  _globals['_STATESREPLY']._serialized_end=952
-  _globals['_FAILREQUEST']._serialized_start=954
-  _globals['_FAILREQUEST']._serialized_end=1017
-  _globals['_FAILREPLY']._serialized_start=1019
-  _globals['_FAILREPLY']._serialized_end=1030
-  _globals['_WAITREQUEST']._serialized_start=1032
-  _globals['_WAITREQUEST']._serialized_end=1127
-  _globals['_STATSREQUEST']._serialized_start=1129
-  _globals['_STATSREQUEST']._serialized_end=1143
-  _globals['_STATSREPLY']._serialized_start=1146
-  _globals['_STATSREPLY']._serialized_end=1318
-  _globals['_EMBEDDINGCACHE']._serialized_start=1427
-  _globals['_EMBEDDINGCACHE']._serialized_end=1979
+  _globals['_RESERVEREQUEST']._serialized_end=852
+  _globals['_ITEMSTATE']._serialized_start=854
+  _globals['_ITEMSTATE']._serialized_end=917
+  _globals['_STATESREPLY']._serialized_start=919
+  _globals['_STATESREPLY']._serialized_end=971
+  _globals['_FAILREQUEST']._serialized_start=973
+  _globals['_FAILREQUEST']._serialized_end=1057
+  _globals['_FAILREPLY']._serialized_start=1059
+  _globals['_FAILREPLY']._serialized_end=1070
+  _globals['_WAITREQUEST']._serialized_start=1072
+  _globals['_WAITREQUEST']._serialized_end=1167
+  _globals['_REPORTCORRUPTREQUEST']._serialized_start=1169
+  _globals['_REPORTCORRUPTREQUEST']._serialized_end=1241
+  _globals['_REPORTCORRUPTREPLY']._serialized_start=1243
+  _globals['_REPORTCORRUPTREPLY']._serialized_end=1297
+  _globals['_STATSREQUEST']._serialized_start=1299
+  _globals['_STATSREQUEST']._serialized_end=1313
+  _globals['_STATSREPLY']._serialized_start=1316
+  _globals['_STATSREPLY']._serialized_end=1488
+  _globals['_EMBEDDINGCACHE']._serialized_start=1597
+  _globals['_EMBEDDINGCACHE']._serialized_end=2232
 # @@protoc_insertion_point(module_scope)

@@ -110,14 +110,16 @@ class DeleteReply(_message.Message):
     def __init__(self, deleted: _Optional[int] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("fingerprint", "items", "lease_ms")
+    __slots__ = ("fingerprint", "items", "lease_ms", "take_over")
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    TAKE_OVER_FIELD_NUMBER: _ClassVar[int]
     fingerprint: bytes
     items: _containers.RepeatedCompositeFieldContainer[ItemRequest]
     lease_ms: int
-    def __init__(self, fingerprint: _Optional[bytes] = ..., items: _Optional[_Iterable[_Union[ItemRequest, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    take_over: bool
+    def __init__(self, fingerprint: _Optional[bytes] = ..., items: _Optional[_Iterable[_Union[ItemRequest, _Mapping]]] = ..., lease_ms: _Optional[int] = ..., take_over: _Optional[bool] = ...) -> None: ...
 
 class ItemState(_message.Message):
     __slots__ = ("status", "reason")
@@ -134,14 +136,16 @@ class StatesReply(_message.Message):
     def __init__(self, states: _Optional[_Iterable[_Union[ItemState, _Mapping]]] = ...) -> None: ...
 
 class FailRequest(_message.Message):
-    __slots__ = ("fingerprint", "key", "reason")
+    __slots__ = ("fingerprint", "key", "reason", "token_count")
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     fingerprint: bytes
     key: bytes
     reason: str
-    def __init__(self, fingerprint: _Optional[bytes] = ..., key: _Optional[bytes] = ..., reason: _Optional[str] = ...) -> None: ...
+    token_count: int
+    def __init__(self, fingerprint: _Optional[bytes] = ..., key: _Optional[bytes] = ..., reason: _Optional[str] = ..., token_count: _Optional[int] = ...) -> None: ...
 
 class FailReply(_message.Message):
     __slots__ = ()
@@ -156,6 +160,24 @@ class WaitRequest(_message.Message):
     items: _containers.RepeatedCompositeFieldContainer[ItemRequest]
     deadline_ms: int
     def __init__(self, fingerprint: _Optional[bytes] = ..., items: _Optional[_Iterable[_Union[ItemRequest, _Mapping]]] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class ReportCorruptRequest(_message.Message):
+    __slots__ = ("fingerprint", "key", "reason")
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    fingerprint: bytes
+    key: bytes
+    reason: str
+    def __init__(self, fingerprint: _Optional[bytes] = ..., key: _Optional[bytes] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReportCorruptReply(_message.Message):
+    __slots__ = ("dropped", "finding")
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    FINDING_FIELD_NUMBER: _ClassVar[int]
+    dropped: bool
+    finding: str
+    def __init__(self, dropped: _Optional[bool] = ..., finding: _Optional[str] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ()

@@ -74,6 +74,11 @@ class EmbeddingCacheStub:
                 request_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.WaitRequest.SerializeToString,
                 response_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.StatesReply.FromString,
                 _registered_method=True)
+        self.ReportCorrupt = channel.unary_unary(
+                '/iris.cache.EmbeddingCache/ReportCorrupt',
+                request_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.ReportCorruptRequest.SerializeToString,
+                response_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.ReportCorruptReply.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/iris.cache.EmbeddingCache/Stats',
                 request_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.StatsRequest.SerializeToString,
@@ -122,7 +127,8 @@ class EmbeddingCacheServicer:
 
     def Abandon(self, request, context):
         """End the leases on these keys: whoever held them will not produce the entries (the
-        encode was abandoned), so the next Reserve grants a lease at once. Entries are kept.
+        encode was abandoned, or its Put failed), so the next Reserve grants a lease at once.
+        Entries are kept.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,6 +136,13 @@ class EmbeddingCacheServicer:
 
     def Wait(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportCorrupt(self, request, context):
+        """Readers (pods, gateway) call it instead of Delete, which is admin-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -182,6 +195,11 @@ def add_EmbeddingCacheServicer_to_server(servicer, server):
                     servicer.Wait,
                     request_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.WaitRequest.FromString,
                     response_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.StatesReply.SerializeToString,
+            ),
+            'ReportCorrupt': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportCorrupt,
+                    request_deserializer=embedding__cache__svc_dot_proto_dot_cache__pb2.ReportCorruptRequest.FromString,
+                    response_serializer=embedding__cache__svc_dot_proto_dot_cache__pb2.ReportCorruptReply.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -405,6 +423,33 @@ class EmbeddingCache:
             '/iris.cache.EmbeddingCache/Wait',
             embedding__cache__svc_dot_proto_dot_cache__pb2.WaitRequest.SerializeToString,
             embedding__cache__svc_dot_proto_dot_cache__pb2.StatesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportCorrupt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/iris.cache.EmbeddingCache/ReportCorrupt',
+            embedding__cache__svc_dot_proto_dot_cache__pb2.ReportCorruptRequest.SerializeToString,
+            embedding__cache__svc_dot_proto_dot_cache__pb2.ReportCorruptReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,11 +1,13 @@
 """The embedded store: an LRU of entries under a byte budget, plus leases, in this process.
 
 Everything runs on the service's event loop, so each method is atomic without locks.
-Expiry (entry TTL, failed TTL, leases) is checked lazily when a key is touched.
+Expiry (entry TTL, failed TTL, leases) is checked lazily when a key is touched. Failures
+live in the same LRU under `_failure_key(key, token_count)`.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -25,6 +27,11 @@ class _Slot:
     value: tuple[Header, bytes | bytearray] | Failed
     size: int
     expires_at: float  # monotonic seconds; 0 = never
+
+
+def _failure_key(key: bytes, token_count: int) -> bytes:
+    # Cache keys are 40 or 64 bytes, so a 45- or 69-byte failure key never equals one.
+    return key + b"#" + struct.pack("<I", token_count)
 
 
 class MemoryStore(Store):
@@ -80,19 +87,26 @@ class MemoryStore(Store):
             return False
         return True
 
-    def _state(self, key: bytes, token_count: int) -> ItemState | None:
-        """PRESENT / FAILED for a stored key (dropping a stale one), else None."""
+    def _embedding(self, key: bytes, token_count: int) -> tuple[Header, bytes | bytearray] | None:
+        """The embedding under `key` if it has `token_count` rows (0: any)."""
         slot = self._live(key)
-        if slot is None:
+        if slot is None or isinstance(slot.value, Failed):
             return None
-        if isinstance(slot.value, Failed):
-            return ItemState(Status.FAILED, slot.value.reason)
-        header = slot.value[0]
-        if token_count and header.token_count != token_count:
-            self._remove(key)
-            return ItemState(Status.FREE, discarded="token_count")
+        if token_count and slot.value[0].token_count != token_count:
+            return None  # another count: no answer for this caller, kept for the others
         self._slots.move_to_end(key)
-        return ItemState(Status.PRESENT)
+        return slot.value
+
+    def _failure(self, key: bytes, token_count: int) -> Failed | None:
+        slot = self._live(_failure_key(key, token_count))
+        return slot.value if slot is not None and isinstance(slot.value, Failed) else None
+
+    def _state(self, key: bytes, token_count: int) -> ItemState | None:
+        """PRESENT / FAILED for what is stored for (key, token_count), else None."""
+        if self._embedding(key, token_count) is not None:
+            return ItemState(Status.PRESENT)
+        failure = self._failure(key, token_count)
+        return None if failure is None else ItemState(Status.FAILED, failure.reason)
 
     @staticmethod
     def _expiry(ttl_s: float) -> float:
@@ -101,23 +115,29 @@ class MemoryStore(Store):
     # --- Store -----------------------------------------------------------------------
     async def put(self, key: bytes, header: Header, data: bytes | bytearray) -> None:
         self._insert(key, _Slot((header, data), len(data), self._expiry(self._ttl_s)))
+        self._remove(_failure_key(key, header.token_count))
 
-    async def fail(self, key: bytes, reason: str) -> None:
+    async def fail(self, key: bytes, token_count: int, reason: str) -> None:
         size = len(reason.encode())
-        self._insert(key, _Slot(Failed(reason), size, self._expiry(self._failed_ttl_s)))
+        slot = _Slot(Failed(reason), size, self._expiry(self._failed_ttl_s))
+        self._insert(_failure_key(key, token_count), slot)
+        self._leases.pop(key, None)
 
-    async def open(self, key: bytes, chunk_bytes: int) -> Reading | Failed | None:
-        slot = self._live(key)
-        if slot is None:
-            return None
-        if isinstance(slot.value, Failed):
-            return slot.value
-        self._slots.move_to_end(key)
-        header, data = slot.value
+    async def open(
+        self, key: bytes, chunk_bytes: int, token_count: int = 0
+    ) -> Reading | Failed | None:
+        value = self._embedding(key, token_count)
+        if value is None:
+            return self._failure(key, token_count)
+        header, data = value
         return Reading(header, _chunks(data, chunk_bytes))
 
     async def delete(self, keys: Sequence[bytes]) -> int:
         return sum(self._remove(key) for key in keys)
+
+    async def discard(self, key: bytes, header: Header) -> bool:
+        value = self._embedding(key, 0)
+        return value is not None and value[0] == header and self._remove(key)
 
     async def abandon(self, keys: Sequence[bytes]) -> int:
         now = time.monotonic()
@@ -133,30 +153,32 @@ class MemoryStore(Store):
             out.append(slot is not None and not isinstance(slot.value, Failed))
         return out
 
-    async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
-        return self._states(items, lease_ms)
+    async def reserve(
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool = False
+    ) -> list[ItemState]:
+        return self._states(items, lease_ms, take_over)
 
     async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
         return self._states(items, None)
 
-    def _states(self, items: Sequence[tuple[bytes, int]], lease_ms: int | None) -> list[ItemState]:
-        """Each item's state; with `lease_ms`, an item neither stored nor leased is leased
-        to the caller (RESERVED), else it is FREE."""
+    def _states(
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int | None, take_over: bool = False
+    ) -> list[ItemState]:
+        """Each item's state; with `lease_ms`, an item neither stored nor leased (with
+        `take_over`: leased or not) is leased to the caller (RESERVED), else it is FREE."""
         now = time.monotonic()
         out = []
         for key, token_count in items:
             state = self._state(key, token_count)
-            if state is not None and state.status != Status.FREE:
+            if state is not None:
                 out.append(state)
-                continue
-            discarded = state and state.discarded
-            if self._lease_live(key, now):
-                out.append(ItemState(Status.PENDING, discarded=discarded))
+            elif self._lease_live(key, now) and not (take_over and lease_ms is not None):
+                out.append(ItemState(Status.PENDING))
             elif lease_ms is None:
-                out.append(ItemState(Status.FREE, discarded=discarded))
+                out.append(ItemState(Status.FREE))
             else:
                 self._leases[key] = now + lease_ms / 1000
-                out.append(ItemState(Status.RESERVED, discarded=discarded))
+                out.append(ItemState(Status.RESERVED))
         return out
 
     async def stats(self) -> StoreStats:

@@ -7,7 +7,10 @@ and token count with one GETRANGE and a reader can stream it with further GETRAN
     8..11  token_count, uint32 little-endian (0 for a failure)
     12..15 length of the next part, uint32 little-endian
     16..   embedding: EntryHeader protobuf, then the raw tensor bytes
-           failure: the reason, UTF-8
+           failure (earlier versions only): the reason, UTF-8
+
+Failures are no longer entries of this layout: each is the reason alone, under its own key
+per (item key, token count) (redis_store.py).
 """
 
 from __future__ import annotations
@@ -28,11 +31,6 @@ def pack_embedding_prefix(header: Header) -> bytes:
     """Preamble and header; the tensor bytes follow (appended separately, not copied)."""
     encoded = header.to_proto().SerializeToString()
     return PREAMBLE.pack(MAGIC, KIND_EMBEDDING, header.token_count, len(encoded)) + encoded
-
-
-def pack_failure(reason: str) -> bytes:
-    encoded = reason.encode()
-    return PREAMBLE.pack(MAGIC, KIND_FAILED, 0, len(encoded)) + encoded
 
 
 def token_count_bytes(token_count: int) -> bytes:

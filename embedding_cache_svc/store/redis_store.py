@@ -46,52 +46,66 @@ from embedding_cache_svc.store.redis_connect import connect, connect_cluster, di
 
 log = logging.getLogger(__name__)
 
-# ARGV[1]: lease ms ("0" = probe only, take no lease); ARGV[2]: lease owner; ARGV[3]: the
-# number of items n; ARGV[3+i]: item i's expected token count as 4 little-endian bytes, or
-# "" for unchecked. KEYS: entry key and lease key of each item, interleaved, when they
+# ARGV[1]: lease ms ("0" = probe only, take no lease); ARGV[2]: lease owner; ARGV[3]: "1"
+# to take over (or extend) a live lease, else "0"; ARGV[4]: the number of items n;
+# ARGV[4+i]: item i's expected token count as 4 little-endian bytes, or
+# "" for unchecked. KEYS: entry, lease and failure key of each item, in threes, when they
 # share one slot (one node, or one item). A cluster node's batch spans several of its
 # slots, which Redis refuses as declared keys: then KEYS is empty and the names follow
 # the counts in ARGV, and the flag lets the script touch those keys of this node.
-# Returns one string per item:
-#   "P" present, "F<reason>" failed, then for absent (or "D"-discarded stale) entries
-#   "R" reserved now, "W" leased by someone else, "" free (probe only).
+# Returns one string per item: "P" an embedding with the expected count, "F<reason>" a
+# failure for that count, else "R" reserved now, "W" leased by someone else, "" free
+# (probe only). An embedding with another count is no answer for this caller and is kept.
 _STATE_SCRIPT = """#!lua flags=allow-cross-slot-keys
 local lease_ms = tonumber(ARGV[1])
-local n = tonumber(ARGV[3])
+local take_over = ARGV[3] == '1'
+local n = tonumber(ARGV[4])
 local names, base = KEYS, 0
 if #KEYS == 0 then
-  names, base = ARGV, 3 + n
+  names, base = ARGV, 4 + n
 end
 local out = {}
 for i = 1, n do
-  local entry, lease = names[base + 2 * i - 1], names[base + 2 * i]
-  local want = ARGV[3 + i]
+  local entry = names[base + 3 * i - 2]
+  local lease, failure = names[base + 3 * i - 1], names[base + 3 * i]
+  local want = ARGV[4 + i]
   local head = redis.call('GETRANGE', entry, 0, 15)
   local state = ''
-  if #head == 16 and string.sub(head, 1, 4) == 'IRE1' then
-    if string.byte(head, 5) == 1 then
-      state = 'F' .. redis.call('GETRANGE', entry, 16, -1)
-    elseif want ~= '' and string.sub(head, 9, 12) ~= want then
-      redis.call('DEL', entry)
-      state = 'D'
-    else
-      state = 'P'
+  if #head == 16 and string.sub(head, 1, 4) == 'IRE1' and string.byte(head, 5) == 0
+      and (want == '' or string.sub(head, 9, 12) == want) then
+    state = 'P'
+  else
+    local reason = redis.call('GET', failure)
+    if reason then
+      state = 'F' .. reason
     end
   end
-  if state == '' or state == 'D' then
-    if lease_ms > 0 then
+  if state == '' then
+    if lease_ms > 0 and take_over then
+      redis.call('SET', lease, ARGV[2], 'PX', lease_ms)
+      state = 'R'
+    elseif lease_ms > 0 then
       if redis.call('SET', lease, ARGV[2], 'NX', 'PX', lease_ms) then
-        state = state .. 'R'
+        state = 'R'
       else
-        state = state .. 'W'
+        state = 'W'
       end
     elseif redis.call('EXISTS', lease) == 1 then
-      state = state .. 'W'
+      state = 'W'
     end
   end
   out[i] = state
 end
 return out
+"""
+
+# Delete the entry KEYS[1] only if it still starts with ARGV[1] (preamble and header of
+# the entry that was checked): a fresh Put since then is kept.
+_DISCARD_SCRIPT = """
+if redis.call('GETRANGE', KEYS[1], 0, #ARGV[1] - 1) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 """
 
 FIRST_READ_SLACK = 4096  # bytes beyond one read fetched up front: preamble + header fit
@@ -127,7 +141,8 @@ def _connection_dropped_mid_command(err: AttributeError) -> bool:
 
 
 class RedisStore(Store):
-    """Entries under ``<prefix>e:{<hex key>}``, leases under ``<prefix>l:{<hex key>}``.
+    """Entries under ``<prefix>e:{<hex key>}``, leases under ``<prefix>l:{<hex key>}``,
+    failures under ``<prefix>f:{<hex key>}:<token count>`` (one hash tag: one slot).
 
     `client` is a `redis.asyncio.Redis` (store name "redis") or a `RedisCluster`
     ("redis-cluster"); only the grouping of batches by node differs between the two."""
@@ -149,6 +164,7 @@ class RedisStore(Store):
         self._failed_ttl_ms = max(1, int(failed_ttl_s * 1000))
         self._entry_prefix = key_prefix.encode() + b"e:{"
         self._lease_prefix = key_prefix.encode() + b"l:{"
+        self._failure_prefix = key_prefix.encode() + b"f:{"
         self._url = url
         self._prefetch = prefetch
         self._read_bytes = read_bytes
@@ -178,6 +194,9 @@ class RedisStore(Store):
 
     def _lease(self, key: bytes) -> bytes:
         return self._lease_prefix + key.hex().encode() + b"}"
+
+    def _failure(self, key: bytes, token_count: int) -> bytes:
+        return self._failure_prefix + key.hex().encode() + b"}:" + str(token_count).encode()
 
     @contextlib.contextmanager
     def _guard(self, name: bytes | None = None) -> Iterator[None]:
@@ -271,48 +290,68 @@ class RedisStore(Store):
         return await self._redis.execute_command(*command, target_nodes=node)
 
     # --- writes and reads ------------------------------------------------------------
-    async def _write(self, key: bytes, parts: Sequence[bytes | bytearray], ttl_ms: int) -> None:
+    async def put(self, key: bytes, header: Header, data: bytes | bytearray) -> None:
         name = self._entry(key)
         with self._guard(name):
             # One slot (shared hash tag), so MULTI works on a cluster too.
             async with self._redis.pipeline(transaction=True) as pipe:
                 # SET then APPEND inside MULTI: the tensor bytes go to the socket as they
                 # are, without being joined to the prefix in Python first.
-                pipe.set(name, parts[0], px=ttl_ms or None)
-                for part in parts[1:]:
-                    pipe.append(name, part)
+                pipe.set(name, fmt.pack_embedding_prefix(header), px=self._ttl_ms or None)
+                pipe.append(name, data)
+                pipe.delete(self._lease(key), self._failure(key, header.token_count))
+                await pipe.execute()
+
+    async def fail(self, key: bytes, token_count: int, reason: str) -> None:
+        name = self._failure(key, token_count)
+        with self._guard(name):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(name, reason.encode(), px=self._failed_ttl_ms)
                 pipe.delete(self._lease(key))
                 await pipe.execute()
 
-    async def put(self, key: bytes, header: Header, data: bytes | bytearray) -> None:
-        await self._write(key, [fmt.pack_embedding_prefix(header), data], self._ttl_ms)
-
-    async def fail(self, key: bytes, reason: str) -> None:
-        await self._write(key, [fmt.pack_failure(reason)], self._failed_ttl_ms)
-
-    async def open(self, key: bytes, chunk_bytes: int) -> Reading | Failed | None:
+    async def open(
+        self, key: bytes, chunk_bytes: int, token_count: int = 0
+    ) -> Reading | Failed | None:
         name = self._entry(key)
         with self._guard(name):
             # The first read covers preamble, header and one whole read of data, so an
             # entry of up to `read_bytes` costs a single round trip.
             first = await self._redis.getrange(name, 0, self._read_bytes + FIRST_READ_SLACK - 1)
-        if not first:
-            return None
+        reading = None
+        if first:
+            reading = await self._reading(key, name, first, chunk_bytes)
+        if reading is not None and token_count and reading.header.token_count != token_count:
+            reading = None  # another count: no answer for this caller, kept for the others
+        if reading is not None:
+            return reading
+        failure = self._failure(key, token_count)
+        with self._guard(failure):
+            reason = await self._redis.get(failure)
+        return None if reason is None else Failed(reason.decode(errors="replace"))
+
+    async def _reading(self, key: bytes, name: bytes, first: bytes, chunk_bytes: int):
         try:
             kind, _, length = fmt.unpack_prefix(first)
         except fmt.CorruptEntry:
             await self.delete([key])
             return None
         body = fmt.PREAMBLE_BYTES + length
-        if kind == fmt.KIND_FAILED:
-            with self._guard(name):
-                whole = first if len(first) >= body else await self._redis.get(name) or b""
-            return Failed(whole[fmt.PREAMBLE_BYTES : body].decode(errors="replace"))
+        if kind != fmt.KIND_EMBEDDING:
+            return None  # a failure in the entry key: the layout of an older version
         if len(first) < body:  # a header longer than the slack cannot be written by put
             await self.delete([key])
             return None
         header = header_from_stored(fmt.parse_header(first[fmt.PREAMBLE_BYTES : body]))
         return Reading(header, self._chunks(name, first, body, header.nbytes, chunk_bytes))
+
+    async def discard(self, key: bytes, header: Header) -> bool:
+        name = self._entry(key)
+        with self._guard(name):
+            deleted = await self._redis.execute_command(
+                "EVAL", _DISCARD_SCRIPT, 1, name, fmt.pack_embedding_prefix(header)
+            )
+        return bool(deleted)
 
     async def _chunks(
         self, name: bytes, first: bytes, start: int, nbytes: int, chunk_bytes: int
@@ -377,7 +416,7 @@ class RedisStore(Store):
         return present
 
     async def _run_script(
-        self, items: Sequence[tuple[bytes, int]], lease_ms: int
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool = False
     ) -> list[ItemState]:
         if not items:
             return []
@@ -387,14 +426,14 @@ class RedisStore(Store):
             if len(indexes) == 1:
                 node = None  # declared keys of one slot: the client follows redirects
             try:
-                return await self._script(node, [items[i] for i in indexes], lease_ms)
+                return await self._script(node, [items[i] for i in indexes], lease_ms, take_over)
             except (*_REDIRECTS, ResponseError) as err:
                 moved = isinstance(err, _REDIRECTS) or _NOT_LOCAL in str(err)
                 if node is None or not moved:
                     raise
             # A slot moved off the node since the map was read: one routed call per item,
             # whose redirects the cluster client follows.
-            return [(await self._script(None, [items[i]], lease_ms))[0] for i in indexes]
+            return [(await self._script(None, [items[i]], lease_ms, take_over))[0] for i in indexes]
 
         states, failure = await self._per_node(names, run)
         if failure is not None:
@@ -410,14 +449,14 @@ class RedisStore(Store):
         return states
 
     async def _script(
-        self, node: Node, items: Sequence[tuple[bytes, int]], lease_ms: int
+        self, node: Node, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool
     ) -> list[ItemState]:
         """The state script over `items`: declared keys routed by their slot when `node`
         is None (one node, or one item), else names in ARGV on that node."""
         names: list[bytes] = []
-        args: list[bytes | int] = [lease_ms, self._owner, len(items)]
+        args: list[bytes | int] = [lease_ms, self._owner, int(take_over), len(items)]
         for key, token_count in items:
-            names += [self._entry(key), self._lease(key)]
+            names += [self._entry(key), self._lease(key), self._failure(key, token_count)]
             args.append(fmt.token_count_bytes(token_count) if token_count else b"")
         if node is None:
             replies = await self._on_node(None, "EVAL", _STATE_SCRIPT, len(names), *names, *args)
@@ -425,8 +464,10 @@ class RedisStore(Store):
             replies = await self._on_node(node, "EVAL", _STATE_SCRIPT, 0, *args, *names)
         return [_decode_state(reply) for reply in replies]
 
-    async def reserve(self, items: Sequence[tuple[bytes, int]], lease_ms: int) -> list[ItemState]:
-        return await self._run_script(items, max(1, lease_ms))
+    async def reserve(
+        self, items: Sequence[tuple[bytes, int]], lease_ms: int, take_over: bool = False
+    ) -> list[ItemState]:
+        return await self._run_script(items, max(1, lease_ms), take_over)
 
     async def probe(self, items: Sequence[tuple[bytes, int]]) -> list[ItemState]:
         return await self._run_script(items, 0)
@@ -498,10 +539,8 @@ def _decode_state(reply: bytes) -> ItemState:
         return ItemState(Status.PRESENT)
     if reply.startswith(b"F"):
         return ItemState(Status.FAILED, reply[1:].decode(errors="replace"))
-    discarded = "token_count" if reply.startswith(b"D") else None
-    tail = reply[1:] if discarded else reply
-    if tail == b"R":
-        return ItemState(Status.RESERVED, discarded=discarded)
-    if tail == b"W":
-        return ItemState(Status.PENDING, discarded=discarded)
-    return ItemState(Status.FREE, discarded=discarded)
+    if reply == b"R":
+        return ItemState(Status.RESERVED)
+    if reply == b"W":
+        return ItemState(Status.PENDING)
+    return ItemState(Status.FREE)

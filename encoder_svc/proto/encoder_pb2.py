@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from iris.proto import common_pb2 as iris_dot_proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ncoder_svc/proto/encoder.proto\x12\x0ciris.encoder\x1a\x17iris/proto/common.proto\"F\n\nEncodeItem\x12\r\n\x05image\x18\x01 \x01(\x0c\x12)\n\x04item\x18\x02 \x01(\x0b\x32\x1b.iris.common.MultimodalItem\"d\n\rEncodeRequest\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.iris.encoder.EncodeItem\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x0c\x12\x15\n\ridentity_salt\x18\x03 \x01(\x0c\"6\n\x0c\x45ncodeResult\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"=\n\x0e\x45ncodeResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.iris.encoder.EncodeResult2N\n\x07\x45ncoder\x12\x43\n\x06\x45ncode\x12\x1b.iris.encoder.EncodeRequest\x1a\x1c.iris.encoder.EncodeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ncoder_svc/proto/encoder.proto\x12\x0ciris.encoder\x1a\x17iris/proto/common.proto\"F\n\nEncodeItem\x12\r\n\x05image\x18\x01 \x01(\x0c\x12)\n\x04item\x18\x02 \x01(\x0b\x32\x1b.iris.common.MultimodalItem\"d\n\rEncodeRequest\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.iris.encoder.EncodeItem\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x0c\x12\x15\n\ridentity_salt\x18\x03 \x01(\x0c\"I\n\x0c\x45ncodeResult\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x11\n\tretryable\x18\x04 \x01(\x08\"=\n\x0e\x45ncodeResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.iris.encoder.EncodeResult2N\n\x07\x45ncoder\x12\x43\n\x06\x45ncode\x12\x1b.iris.encoder.EncodeRequest\x1a\x1c.iris.encoder.EncodeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,9 +37,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENCODEREQUEST']._serialized_start=146
   _globals['_ENCODEREQUEST']._serialized_end=246
   _globals['_ENCODERESULT']._serialized_start=248
-  _globals['_ENCODERESULT']._serialized_end=302
-  _globals['_ENCODERESPONSE']._serialized_start=304
-  _globals['_ENCODERESPONSE']._serialized_end=365
-  _globals['_ENCODER']._serialized_start=367
-  _globals['_ENCODER']._serialized_end=445
+  _globals['_ENCODERESULT']._serialized_end=321
+  _globals['_ENCODERESPONSE']._serialized_start=323
+  _globals['_ENCODERESPONSE']._serialized_end=384
+  _globals['_ENCODER']._serialized_start=386
+  _globals['_ENCODER']._serialized_end=464
 # @@protoc_insertion_point(module_scope)

@@ -26,14 +26,16 @@ class EncodeRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[EncodeItem, _Mapping]]] = ..., fingerprint: _Optional[bytes] = ..., identity_salt: _Optional[bytes] = ...) -> None: ...
 
 class EncodeResult(_message.Message):
-    __slots__ = ("key", "ok", "error")
+    __slots__ = ("key", "ok", "error", "retryable")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     ok: bool
     error: str
-    def __init__(self, key: _Optional[bytes] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    retryable: bool
+    def __init__(self, key: _Optional[bytes] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class EncodeResponse(_message.Message):
     __slots__ = ("results",)

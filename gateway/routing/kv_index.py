@@ -55,14 +55,15 @@ class KVIndex:
     def blocks(self, pod: str) -> set[bytes]:
         return set(self._pod(pod).blocks)
 
-    def matched_blocks(self, pod: str, hashes: Sequence[bytes]) -> int:
-        """How many leading blocks of `hashes` the pod holds (the chain stops at a miss)."""
+    def matched_blocks(self, pod: str, hashes: Sequence[bytes], limit: int | None = None) -> int:
+        """How many leading blocks of `hashes` the pod holds (the chain stops at a miss),
+        at most `limit` (the blocks the pod may reuse: iris.multimodal.reusable_blocks)."""
         state = self._pods.get(pod)
         if state is None:
             return 0
         blocks = state.blocks
         count = 0
-        for block in hashes:
+        for block in hashes[:limit]:
             if block not in blocks:
                 break
             count += 1

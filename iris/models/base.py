@@ -45,11 +45,13 @@ class ModelAdapter(ABC):
     # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
     tool_call_format: ClassVar[ToolCallFormat] = HERMES
 
-    def __init__(self, model_dir: str | Path, config: dict | None = None) -> None:
+    def __init__(
+        self, model_dir: str | Path, config: dict | None = None, revision: str = ""
+    ) -> None:
         self.model_dir = Path(model_dir)
         self.config = config if config is not None else read_config(self.model_dir)
         self.preprocessor = read_preprocessor(self.model_dir)
-        self.fingerprint: bytes = processor_fingerprint(self.model_dir)
+        self.fingerprint: bytes = processor_fingerprint(self.model_dir, revision)
 
     # -- model facts -------------------------------------------------------------------------
 
@@ -200,7 +202,7 @@ class ModelAdapter(ABC):
         """Token ids of a rendered prompt (the template already holds the special tokens)."""
         return self.tokenizer()(prompt, add_special_tokens=False)["input_ids"]
 
-    def check_token_contract(self, allow_pad_equals_eos: bool = False) -> None:
+    def check_token_contract(self) -> None:
         """Fail fast (TokenContractError / ValueError) if tokenizer and config disagree."""
         check_token_contract(
             tokenizer=self.tokenizer(),
@@ -208,7 +210,6 @@ class ModelAdapter(ABC):
             image_token=self.image_token,
             image_token_id=self.image_token_id,
             vocab_size=self.vocab_size,
-            allow_pad_equals_eos=allow_pad_equals_eos,
         )
 
     def _placeholder_positions(self, input_ids: Sequence[int], grids: Sequence[Grid]) -> list[int]:

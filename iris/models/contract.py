@@ -23,9 +23,11 @@ def check_token_contract(
     image_token: str,
     image_token_id: int | None,
     vocab_size: int,
-    allow_pad_equals_eos: bool = False,
 ) -> None:
-    """Raise TokenContractError (or ValueError for the vocab) on the first broken rule."""
+    """Raise TokenContractError (or ValueError for the vocab) on the first broken rule.
+
+    The one contract the engine, the gateway and the encoder all check (through
+    `load_adapter`), so a checkpoint one of them serves, all serve."""
     tokenizer_image_id = tokenizer.convert_tokens_to_ids(image_token)
     if tokenizer_image_id is None or tokenizer_image_id == tokenizer.unk_token_id:
         raise TokenContractError(f"image token {image_token!r} is not in the tokenizer")
@@ -47,9 +49,12 @@ def check_token_contract(
     eos = eos if eos is not None else _first(text_config.get("eos_token_id"))
     if bos is None or eos is None:
         raise TokenContractError(f"BOS and EOS must be defined: bos_token_id={bos}, eos={eos}")
+    # pad = eos is fine (many checkpoints ship it): Iris never puts the pad token into a
+    # prompt (batches are ragged, image spans hold sentinels), so no padding can read as
+    # end of sequence. A pad that is the image token is not: it would read as a placeholder.
     pad = tokenizer.pad_token_id
-    if pad is not None and pad == eos and not allow_pad_equals_eos:
+    if pad is not None and pad == tokenizer_image_id:
         raise TokenContractError(
-            f"pad_token_id={pad} equals eos_token_id={eos}: padding would read as end of "
-            "sequence (pass allow_pad_equals_eos=True if the model really wants that)"
+            f"pad_token_id={pad} is the image token {image_token!r}: padding would read as "
+            "an image placeholder"
         )

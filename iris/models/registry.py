@@ -85,10 +85,11 @@ def adapter_class(architecture: str) -> type[ModelAdapter]:
         ) from None
 
 
-def load_adapter(model_dir: str | Path, *, allow_pad_equals_eos: bool = False) -> ModelAdapter:
+def load_adapter(model_dir: str | Path, *, revision: str = "") -> ModelAdapter:
     """The adapter for a local HF model directory, its token contract and quantization
     already checked (the gateway, the encoder and the engine all load models through here
-    or TextModelConfig, which make the same quantization check)."""
+    or TextModelConfig, which make the same quantization check). `revision` names the
+    weights for the fingerprint ("" = their digest)."""
     model_dir = Path(model_dir)
     config = read_config(model_dir)
     check_quantization(config)
@@ -96,6 +97,6 @@ def load_adapter(model_dir: str | Path, *, allow_pad_equals_eos: bool = False) -
     if not architectures:
         known = ", ".join(registered_architectures())
         raise ValueError(f"{model_dir}/config.json has no 'architectures' (registered: {known})")
-    adapter = adapter_class(architectures[0])(model_dir, config)
-    adapter.check_token_contract(allow_pad_equals_eos=allow_pad_equals_eos)
+    adapter = adapter_class(architectures[0])(model_dir, config, revision=revision)
+    adapter.check_token_contract()
     return adapter

@@ -38,14 +38,17 @@ POLICY: dict[str, frozenset[str]] = {
     _CACHE + "Put": frozenset({"encoder"}),
     _CACHE + "Fail": frozenset({"encoder"}),
     # The gateway reserves the images it sends to encoders and abandons leases whose encode
-    # never ran; an encoder reserves too: it takes its own lease on the work it accepted.
+    # never ran; an encoder reserves too: it takes over the lease on the work it accepted
+    # (and extends it while it works), and abandons it when its Put fails.
     _CACHE + "Reserve": frozenset({"gateway", "encoder"}),
-    _CACHE + "Abandon": frozenset({"gateway"}),
+    _CACHE + "Abandon": frozenset({"gateway", "encoder"}),
     # Readers: the pods (assembly) and the gateway.
     _CACHE + "BatchGet": frozenset({"llm", "gateway"}),
     _CACHE + "Wait": frozenset({"llm", "gateway"}),
     _CACHE + "Exists": frozenset({"llm", "gateway", "encoder"}),
     _CACHE + "Delete": frozenset({"admin"}),
+    # A reader that finds an entry damaged reports it; the cache checks it and decides.
+    _CACHE + "ReportCorrupt": frozenset({"llm", "gateway"}),
     _CACHE + "Stats": frozenset({"gateway", "encoder", "llm", "admin"}),
     # Encoding and generation are asked for by gateways only.
     _ENCODER + "Encode": frozenset({"gateway"}),

@@ -1,6 +1,12 @@
 """The multimodal contract (docs/design.md §2): every part of Iris imports it from here."""
 
-from iris.multimodal.blocks import BLOCK_HASH_BYTES, block_hashes, next_block_hash, root_hash
+from iris.multimodal.blocks import (
+    BLOCK_HASH_BYTES,
+    block_hashes,
+    next_block_hash,
+    reusable_blocks,
+    root_hash,
+)
 from iris.multimodal.decode import (
     DecodePolicy,
     ImageDecodeError,
@@ -50,6 +56,7 @@ __all__ = [
     "MultimodalItem",
     "Overlap",
     "block_hashes",
+    "reusable_blocks",
     "canonical_json",
     "check_mm_hashes_type",
     "check_salt",

@@ -12,6 +12,8 @@ from typing import Any
 
 import blake3
 
+from iris.multimodal.weights import weights_identity
+
 IDENTITY_TAG = b"iris-image-v1"
 FINGERPRINT_BYTES = 32
 SALT_BYTES = 32  # a salt is a BLAKE3 key
@@ -24,20 +26,27 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def fingerprint_document(config: dict, preprocessor: dict | None) -> dict:
-    """The document the fingerprint hashes, from config.json and preprocessor_config.json."""
+def fingerprint_document(config: dict, preprocessor: dict | None, weights: str) -> dict:
+    """The document the fingerprint hashes, from config.json, preprocessor_config.json and
+    the weights' identity (`weights.weights_identity`): two fine-tunes of one base share
+    every config, so only the weights tell their embeddings and KV apart."""
     text_config = config.get("text_config") or {}
     hidden = text_config.get("hidden_size", config.get("hidden_size"))
     image_token_id = config.get("image_token_id", config.get("image_token_index"))
-    return {
+    document = {
         "architectures": config.get("architectures"),
         "text_config_hidden_size": hidden,
         "vision_config": config.get("vision_config"),
         "image_token_id": image_token_id,
         "preprocessor": preprocessor,
-        # An FP8 and a bf16 variant of one model never share keys (absent when unquantized).
-        **({"quantization_config": q} if (q := config.get("quantization_config")) else {}),
+        "weights": weights,
     }
+    # A checkpoint's quantization changes its embeddings and KV as its weights do, so an FP8
+    # and a bf16 variant of one model never share keys (absent when unquantized).
+    quantization = config.get("quantization_config") or text_config.get("quantization_config")
+    if quantization:
+        document["quantization_config"] = quantization
+    return document
 
 
 def read_preprocessor_config(model_dir: Path) -> dict | None:
@@ -52,15 +61,21 @@ def read_preprocessor_config(model_dir: Path) -> dict | None:
     return None
 
 
-def processor_fingerprint(model_dir: str | Path) -> bytes:
-    """SHA-256 of the canonical fingerprint document of a local HF model directory."""
+def processor_fingerprint(model_dir: str | Path, revision: str = "") -> bytes:
+    """SHA-256 of the canonical fingerprint document of a local HF model directory.
+
+    `revision` names the weights (the `model_revision` setting every service reads; the
+    chart's `model.revision`); when empty, a BLAKE3 digest of the weight files stands for
+    them (computed once per directory, iris/multimodal/weights.py)."""
     model_dir = Path(model_dir)
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"no config.json in model directory {model_dir}")
     config = json.loads(config_path.read_text())
     preprocessor = read_preprocessor_config(model_dir)
-    return hashlib.sha256(canonical_json(fingerprint_document(config, preprocessor))).digest()
+    weights = weights_identity(model_dir, revision)
+    document = fingerprint_document(config, preprocessor, weights)
+    return hashlib.sha256(canonical_json(document)).digest()
 
 
 def image_identity(

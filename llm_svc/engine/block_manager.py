@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from iris.multimodal import reusable_blocks
 from llm_svc.engine.radix_cache import RadixCache
 from llm_svc.engine.sequence import Sequence
 
@@ -59,12 +60,17 @@ class BlockManager:
         """
         if self.cache is None or seq.block_table:
             return 0
-        nodes = self.cache.match(seq.token_ids[: seq.num_tokens - 1], seq.cache_salt)
+        nodes = self.cache.match(self._reusable_ids(seq), seq.cache_salt)
         self.cache.acquire(nodes)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size
         return seq.num_computed_tokens
+
+    def _reusable_ids(self, seq: Sequence):
+        """The tokens of `seq` its cached prefix may cover: the whole blocks the shared
+        rule allows (iris.multimodal.reusable_blocks, which the gateway counts with too)."""
+        return seq.token_ids[: reusable_blocks(seq.num_tokens, self.page_size) * self.page_size]
 
     def peek_prefix(self, seq: Sequence) -> int:
         """Tokens of `seq` the prefix cache holds, without taking them: a load estimate
@@ -75,7 +81,7 @@ class BlockManager:
         if self.cache is None:
             return 0
         if seq.peeked_prefix_tokens is None:
-            matched = self.cache.match(seq.token_ids[: seq.num_tokens - 1], seq.cache_salt)
+            matched = self.cache.match(self._reusable_ids(seq), seq.cache_salt)
             seq.peeked_prefix_tokens = len(matched) * self.page_size
         return seq.peeked_prefix_tokens
 

@@ -43,6 +43,7 @@ class EngineConfig:
     cores and nothing runs in parallel (bench/engine.py --only overlap measures it)."""
 
     model_dir: str | Path
+    model_revision: str = ""  # the weights' name for the fingerprint ("": their digest)
     page_size: int = 16
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512

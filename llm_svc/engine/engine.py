@@ -71,14 +71,14 @@ def load_tokenizer(path):
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def load_vlm_adapter(model_dir, architecture: str):
+def load_vlm_adapter(model_dir, architecture: str, revision: str = ""):
     """The model adapter of a vision-language checkpoint, or None for a plain LM (no
     adapter serves its architecture)."""
     from iris.models import has_adapter, load_adapter
 
     if not has_adapter(architecture):
         return None
-    return load_adapter(model_dir, allow_pad_equals_eos=True)
+    return load_adapter(model_dir, revision=revision)
 
 
 def positions_salt(salt: bytes, positions: np.ndarray) -> bytes:
@@ -117,12 +117,14 @@ class LLMEngine:
         self.model_config = self.runner.model_config
         check_vocab_size(self.model_config.vocab_size)
         self.tokenizer = tokenizer or load_tokenizer(config.tokenizer_dir)
-        self.fingerprint = processor_fingerprint(config.model_dir)
+        self.fingerprint = processor_fingerprint(config.model_dir, config.model_revision)
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
         self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache)
-        self.adapter = load_vlm_adapter(config.model_dir, self.model_config.architecture)
+        self.adapter = load_vlm_adapter(
+            config.model_dir, self.model_config.architecture, config.model_revision
+        )
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)

@@ -14,6 +14,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         raise ValueError("no model directory: set IRIS_LLM_MODEL or pass --model")
     return EngineConfig(
         model_dir=Path(settings.model),
+        model_revision=settings.model_revision,
         page_size=settings.page_size,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_batch_tokens,

@@ -89,5 +89,11 @@ def entry_name(settings: CacheSettings, key: bytes) -> bytes:
     return settings.redis_key_prefix.encode() + b"e:{" + key.hex().encode() + b"}"
 
 
+def failure_name(settings: CacheSettings, key: bytes, token_count: int) -> bytes:
+    """The Redis key of a failure recorded for (key, token_count)."""
+    name = settings.redis_key_prefix.encode() + b"f:{" + key.hex().encode() + b"}:"
+    return name + str(token_count).encode()
+
+
 def new_key(size: int = 32) -> bytes:
     return os.urandom(size)

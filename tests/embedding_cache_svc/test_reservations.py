@@ -60,7 +60,7 @@ def test_reserve_states_per_item(service):
     with CacheClient(service.address, FINGERPRINT) as client:
         present, failed, leased = new_key(), new_key(), new_key()
         client.put(present, torch.ones(2, 4), 2)
-        client.fail(failed, "too many pixels: 9000x9000 > limit 4096x4096")
+        client.fail(failed, "too many pixels: 9000x9000 > limit 4096x4096", 2)
         assert client.reserve([(leased, 3)], 5000) == [Status.RESERVED]
         states = client.reserve([(present, 2), (failed, 2), (leased, 3), (new_key(), 1)], 5000)
         assert states == [
@@ -101,7 +101,7 @@ def test_waiters_are_released_by_put_and_by_fail(service):
         second, second_out = _wait_in_thread(service.address, [(fail_key, 2)], 30)
         until_waiting(service, 2)
         producer.put(put_key, torch.ones(2, 4), 2)
-        producer.fail(fail_key, "not an image: unknown format")
+        producer.fail(fail_key, "not an image: unknown format", 2)
         first.join(10)
         second.join(10)
     # A release returns before the 30 s deadline, so a still-leased item cannot show up.
@@ -159,3 +159,16 @@ def test_wait_without_token_count_check(service):
         client.put(key, torch.ones(2, 4), 2)
         assert client.wait([(key, 0)], 1) == {key: Status.PRESENT}
         assert client.wait([(key, 3)], 1) == {key: Status.FREE}  # stale: discarded
+
+
+def test_take_over_leases_a_leased_item_to_the_caller(service):
+    with CacheClient(service.address, FINGERPRINT) as gateway:
+        key, stored = new_key(), new_key()
+        gateway.put(stored, torch.ones(2, 4), 2)
+        assert gateway.reserve([(key, 2)], 50) == [Status.RESERVED]
+        # The encoder takes the gateway's short lease over with its own, longer one.
+        taken = gateway.reserve([(key, 2), (stored, 2)], 30_000, take_over=True)
+        assert taken == [Status.RESERVED, Status.PRESENT]
+        assert gateway.reserve([(key, 2)], 1000) == [Status.PENDING]
+        assert gateway.abandon([key]) == 1
+        assert gateway.reserve([(key, 2)], 1000) == [Status.RESERVED]

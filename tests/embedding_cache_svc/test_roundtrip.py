@@ -60,7 +60,7 @@ def test_exists_delete_fail_and_stats(service):
     with CacheClient(service.address, FINGERPRINT) as client:
         present, failed, absent = new_key(), new_key(), new_key()
         client.put(present, torch.ones(3, 8), 3)
-        client.fail(failed, "image does not decode: truncated PNG")
+        client.fail(failed, "image does not decode: truncated PNG", 3)
         assert client.exists([present, failed, absent]) == [True, False, False]
         got = client.get_many([(present, 3), (failed, 3), (absent, 3)], 8, torch.float32)
         assert got[failed] == Failed("image does not decode: truncated PNG")

@@ -6,7 +6,13 @@ import asyncio
 
 from embedding_cache_svc.entry import Failed, Header, Status
 from embedding_cache_svc.store.memory import MemoryStore
-from tests.embedding_cache_svc.helpers import FINGERPRINT, entry_name, new_key, raw_redis
+from tests.embedding_cache_svc.helpers import (
+    FINGERPRINT,
+    entry_name,
+    failure_name,
+    new_key,
+    raw_redis,
+)
 
 HEADER = Header(2, 2, "float32", 0, FINGERPRINT)
 
@@ -15,13 +21,13 @@ async def test_memory_store_expires_entries_failures_and_leases():
     store = MemoryStore(1 << 20, ttl_s=0.05, failed_ttl_s=0.05)
     entry_key, failed_key, leased_key = (FINGERPRINT + new_key() for _ in range(3))
     await store.put(entry_key, HEADER, bytearray(16))
-    await store.fail(failed_key, "bad image")
+    await store.fail(failed_key, 2, "bad image")
     assert [s.status for s in await store.reserve([(leased_key, 2)], 50)] == [Status.RESERVED]
-    assert isinstance(await store.open(failed_key, 1024), Failed)
+    assert isinstance(await store.open(failed_key, 1024, 2), Failed)
     assert [s.status for s in await store.probe([(entry_key, 2)])] == [Status.PRESENT]
     await asyncio.sleep(0.1)
     assert await store.open(entry_key, 1024) is None
-    assert await store.open(failed_key, 1024) is None
+    assert await store.open(failed_key, 1024, 2) is None
     assert [s.status for s in await store.probe([(leased_key, 2)])] == [Status.FREE]
     assert (await store.stats()).bytes == 0
 
@@ -30,11 +36,11 @@ def test_redis_entries_carry_ttls_and_failures_the_short_one(shared_service):
     settings = shared_service.server.settings
     entry_key, failed_key = FINGERPRINT + new_key(), FINGERPRINT + new_key()
     shared_service.call(shared_service.store.put(entry_key, HEADER, bytearray(16)))
-    shared_service.call(shared_service.store.fail(failed_key, "bad image"))
+    shared_service.call(shared_service.store.fail(failed_key, 2, "bad image"))
     raw = raw_redis(settings)
     try:
         entry_ttl = raw.pttl(entry_name(settings, entry_key))
-        failed_ttl = raw.pttl(entry_name(settings, failed_key))
+        failed_ttl = raw.pttl(failure_name(settings, failed_key, 2))
     finally:
         raw.close()
     assert settings.failed_ttl_s * 1000 >= failed_ttl > 0

@@ -1,4 +1,5 @@
-"""Stale or damaged entries are detected and discarded; bad input is INVALID_ARGUMENT."""
+"""Entries that do not fit a request are a miss for that request and stay; damaged ones
+are dropped by the cache's own check; bad input is INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from embedding_cache_svc.client import CacheClient, CacheInvalidArgument, Status
-from embedding_cache_svc.entry import Header
+from embedding_cache_svc.entry import Failed, Header
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from iris.proto import common_pb2
 from kernels import checksum
@@ -37,22 +38,48 @@ def _discards(service, reason: str) -> float:
     return value or 0.0
 
 
-def test_wrong_token_count_is_a_miss_and_the_entry_goes(service):
+def test_wrong_token_count_is_a_miss_for_that_caller_and_the_entry_stays(service):
     with CacheClient(service.address, FINGERPRINT) as client:
         key = new_key()
         client.put(key, torch.ones(5, 8), 5)
-        before = _discards(service, "token_count")
         assert client.get_many([(key, 4)], 8, torch.float32)[key] is None
-        assert _discards(service, "token_count") == before + 1
-        assert client.exists([key]) == [False]
+        assert client.wait([(key, 4)], 0)[key] == Status.FREE
+        assert client.exists([key]) == [True]
+        assert client.get_many([(key, 5)], 8, torch.float32)[key].shape == (5, 8)
+        # The skewed caller may produce its own; the entry stays for the others.
+        assert client.reserve([(key, 6)], 5000) == [Status.RESERVED]
+        assert client.reserve([(key, 5)], 5000) == [Status.PRESENT]
+        assert client.wait([(key, 5)], 0)[key] == Status.PRESENT
 
 
-def test_wrong_hidden_is_a_miss(service):
+def test_a_failure_is_recorded_per_token_count(service):
+    with CacheClient(service.address, FINGERPRINT) as client:
+        key = new_key()
+        client.fail(key, "vision tower produced 6 rows, expected 4", 4)
+        assert client.reserve([(key, 4)], 5000) == [
+            Failed("vision tower produced 6 rows, expected 4")
+        ]
+        assert client.get_many([(key, 4)], 8, torch.float32)[key] == Failed(
+            "vision tower produced 6 rows, expected 4"
+        )
+        # Another count is not failed: its caller reserves and produces it.
+        assert client.get_many([(key, 6)], 8, torch.float32)[key] is None
+        assert client.reserve([(key, 6)], 5000) == [Status.RESERVED]
+        client.put(key, torch.ones(6, 8), 6)
+        assert client.reserve([(key, 6), (key, 4)], 5000) == [
+            Status.PRESENT,
+            Failed("vision tower produced 6 rows, expected 4"),
+        ]
+        with pytest.raises(CacheInvalidArgument, match="token_count must be > 0, got 0"):
+            client.fail(key, "no count", 0)
+
+
+def test_wrong_hidden_is_a_miss_and_the_entry_stays(service):
     with CacheClient(service.address, FINGERPRINT) as client:
         key = new_key()
         client.put(key, torch.ones(2, 8), 2)
         assert client.get_many([(key, 2)], 16, torch.float32)[key] is None
-        assert client.exists([key]) == [False]
+        assert client.exists([key]) == [True]
 
 
 @pytest.mark.parametrize(
@@ -69,13 +96,33 @@ def test_another_dtype_is_converted_on_read_not_a_miss(service, stored, wanted):
         assert client.exists([key]) == [True]  # kept for the next reader
 
 
-def test_wrong_checksum_is_discarded_by_the_client(service):
+def test_wrong_checksum_is_reported_by_the_client_and_dropped_by_the_cache(service):
     tensor = torch.randn(4, 8)
     key = new_key()
     _inject(service, key, _header(tensor, checksum=checksum(tensor) ^ 1), tensor.numpy().tobytes())
+    before = _discards(service, "checksum")
     with CacheClient(service.address, FINGERPRINT) as client:
         assert client.get_many([(key, 4)], 8, torch.float32)[key] is None
-        assert client.exists([key]) == [False]  # the client deleted the corrupt entry
+        assert client.exists([key]) == [False]  # reported; the cache's own check agreed
+    assert _discards(service, "checksum") == before + 1
+
+
+def test_report_corrupt_drops_only_what_the_cache_finds_damaged(service):
+    with CacheClient(service.address, FINGERPRINT) as client:
+        intact, poisoned, absent = new_key(), new_key(), new_key()
+        client.put(intact, torch.randn(3, 8), 3)
+        reply = client.report_corrupt(intact, "NaN seen")
+        assert (reply.dropped, reply.finding) == (False, "intact")
+        assert client.exists([intact]) == [True]
+        bad = torch.randn(3, 8).to(torch.bfloat16)
+        bad[1, 2] = float("nan")
+        client.put(poisoned, bad, 3)
+        reply = client.report_corrupt(poisoned, "items[0] embedding has 1 NaN")
+        assert (reply.dropped, reply.finding) == (True, "nonfinite")
+        assert client.exists([poisoned]) == [False]
+        assert client.reserve([(poisoned, 3)], 5000) == [Status.RESERVED]  # re-encoded next
+        reply = client.report_corrupt(absent, "checksum")
+        assert (reply.dropped, reply.finding) == (False, "absent")
 
 
 def test_truncated_body_is_discarded_by_the_service(service):
@@ -87,15 +134,6 @@ def test_truncated_body_is_discarded_by_the_service(service):
         assert client.get_many([(key, 300)], 1024, torch.float32)[key] is None
         assert client.exists([key]) == [False]
     assert _discards(service, "truncated") == before + 1
-
-
-def test_reserve_discards_a_stale_entry_and_grants_the_lease(service):
-    with CacheClient(service.address, FINGERPRINT) as client:
-        key = new_key()
-        client.put(key, torch.ones(5, 8), 5)
-        assert client.reserve([(key, 5)], 5000) == [Status.PRESENT]
-        assert client.reserve([(key, 6)], 5000) == [Status.RESERVED]
-        assert client.exists([key]) == [False]
 
 
 def _put_raw(address: str, messages) -> grpc.RpcError:
@@ -149,7 +187,9 @@ def test_other_calls_refuse_bad_input(service):
             stub.Reserve(request, timeout=5)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert str(limit) in info.value.details()
-        request = cache_pb2.FailRequest(fingerprint=FINGERPRINT, key=new_key(), reason="x" * 5000)
+        request = cache_pb2.FailRequest(
+            fingerprint=FINGERPRINT, key=new_key(), reason="x" * 5000, token_count=2
+        )
         with pytest.raises(grpc.RpcError) as info:
             stub.Fail(request, timeout=5)
         assert "5000" in info.value.details() and "1024" in info.value.details()
@@ -157,3 +197,14 @@ def test_other_calls_refuse_bad_input(service):
         with pytest.raises(grpc.RpcError) as info:
             list(stub.BatchGet(request, timeout=5))
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_drop_keeps_an_entry_replaced_since_it_was_checked(service):
+    key = FINGERPRINT + new_key()
+    checked, fresh = torch.ones(2, 8), torch.zeros(2, 8)
+    service.call(service.store.put(key, _header(fresh), fresh.numpy().tobytes()))
+    # The entry found damaged was `checked`; a Put replaced it meanwhile: it stays.
+    assert service.call(service.store.discard(key, _header(checked))) is False
+    assert service.call(service.store.exists([key])) == [True]
+    assert service.call(service.store.discard(key, _header(fresh))) is True
+    assert service.call(service.store.exists([key])) == [False]

@@ -127,9 +127,14 @@ class Stack:
         await self.cache.stop(grace_s=0)
 
 
-async def start_stack(family: Family, tracer_provider=None, **settings) -> Stack:
-    """Start a memory-store cache service and an encoder on free loopback ports."""
-    cache = CacheServer(CacheSettings(host="127.0.0.1", port=0, metrics_port=0))
+async def start_stack(
+    family: Family, tracer_provider=None, cache_settings: dict | None = None, **settings
+) -> Stack:
+    """Start a memory-store cache service (with `cache_settings`) and an encoder (with
+    `settings`) on free loopback ports."""
+    cache = CacheServer(
+        CacheSettings(host="127.0.0.1", port=0, metrics_port=0, **(cache_settings or {}))
+    )
     await cache.start()
     runner = CountingRunner(family.runner)
     config = {

@@ -31,6 +31,9 @@ class PodScript:
     snapshot: tuple[int, list[bytes]] = (0, [])
     events_unimplemented: bool = False
     accept_delay_s: float = 0.0
+    # When set, Generate accepts only once the test sets it (or after 30 s): a deterministic
+    # "the pod has not accepted yet" for tests of what ends the wait first.
+    accept_gate: threading.Event | None = None
 
 
 class FakePod(llm_pb2_grpc.LLMServicer):
@@ -46,6 +49,7 @@ class FakePod(llm_pb2_grpc.LLMServicer):
         """Between tests: no refusals or accept delay, no recorded calls; `text` if given."""
         self.script.refusals.clear()
         self.script.accept_delay_s = 0.0
+        self.script.accept_gate = None
         if text is not None:
             self.script.text = text
         self.requests.clear()
@@ -60,6 +64,8 @@ class FakePod(llm_pb2_grpc.LLMServicer):
             context.abort(*refusal)
         if self.script.accept_delay_s:
             time.sleep(self.script.accept_delay_s)
+        if self.script.accept_gate is not None:
+            self.script.accept_gate.wait(30)
         n = len(request.input_ids)
         yield llm_pb2.GenerateResponse(
             accepted=llm_pb2.Accepted(prompt_tokens=n, cached_tokens=self.script.cached_tokens)
@@ -129,12 +135,14 @@ class FakeEncoder(encoder_pb2_grpc.EncoderServicer):
     def __init__(self, fail: str | None = None) -> None:
         self.requests: list[encoder_pb2.EncodeRequest] = []
         self.fail = fail
+        self.retryable = False  # with `fail`: the put failed, nothing stored (not the image)
         self.unavailable = False  # answer UNAVAILABLE, as a dying encoder does
 
     def reset(self) -> None:
         """Between tests: answers every item, records nothing yet."""
         self.requests.clear()
         self.fail = None
+        self.retryable = False
         self.unavailable = False
 
     def Encode(self, request, context):
@@ -147,6 +155,7 @@ class FakeEncoder(encoder_pb2_grpc.EncoderServicer):
                     key=item.item.identity or item.item.hash.to_bytes(8, "big"),
                     ok=self.fail is None,
                     error=self.fail or "",
+                    retryable=self.retryable,
                 )
                 for item in request.items
             ]

@@ -45,6 +45,7 @@ def test_fingerprint_is_sha256_of_canonical_document(tmp_path):
         "preprocessor": PREPROCESSOR,
         "text_config_hidden_size": 64,
         "vision_config": {"depth": 2, "embed_dim": 32},
+        "weights": "blake3:" + blake3.blake3(b"iris-weights-v1").hexdigest(),  # no files
     }
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     assert processor_fingerprint(model) == hashlib.sha256(canonical).digest()

@@ -53,6 +53,7 @@ def test_each_role_does_its_part(tls_cache, role_certs):
         got = pod.get_many([(key, 3)], HIDDEN, torch.float32)[key]
         assert torch.equal(got, tensor)
         assert gateway.get_many([(key, 3)], HIDDEN, torch.float32)[key] is not None
+        assert pod.report_corrupt(key, "suspected").finding == "intact"  # not Delete
 
 
 @pytest.mark.parametrize(
@@ -60,11 +61,13 @@ def test_each_role_does_its_part(tls_cache, role_certs):
     [
         ("llm", lambda c, key: c.put(key, torch.zeros(2, HIDDEN), 2)),  # a pod storing
         ("gateway", lambda c, key: c.put(key, torch.zeros(2, HIDDEN), 2)),
-        ("gateway", lambda c, key: c.fail(key, "poison")),
+        ("gateway", lambda c, key: c.fail(key, "poison", 1)),
         ("llm", lambda c, key: c.reserve([(key, 2)], lease_ms=1000)),
-        ("encoder", lambda c, key: c.abandon([key])),
+        ("llm", lambda c, key: c.abandon([key])),
         ("encoder", lambda c, key: c.get_many([(key, 2)], HIDDEN, torch.float32)),
         ("gateway", lambda c, key: c.delete([key])),
+        ("llm", lambda c, key: c.delete([key])),
+        ("encoder", lambda c, key: c.report_corrupt(key, "corrupt")),
         ("cache", lambda c, key: c.exists([key])),  # a role with no cache methods at all
     ],
 )

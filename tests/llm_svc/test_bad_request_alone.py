@@ -131,6 +131,8 @@ def test_an_embedding_with_nan_values_fails_its_request_alone(
     assert last.finish_reason == "error" and tokens == []
     assert isinstance(last.error, RequestDataError)
     assert "items[0]" in str(last.error) and "NaN or infinite" in str(last.error)
+    # The pod reported the entry (Delete is admin-only); the cache checked it and dropped it.
+    assert client.exists([batch[POISONED].items[0].key]) == [False]
     _check_the_others(results, clean, engine)
     _rerun_is_clean(engine, qwen_reference, memory_cache_service, batch, embeddings, clean)
     engine.close()

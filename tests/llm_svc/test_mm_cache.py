@@ -178,7 +178,7 @@ def test_a_failed_entry_fails_its_request_with_the_reason(qwen_reference, memory
     item = prompt.items[0]
     client = _client(memory_cache_service, qwen_reference)
     client.reserve([(item.key, item.token_count)], lease_ms=10_000)
-    client.fail(item.key, "image bytes are not a PNG, JPEG or WebP")
+    client.fail(item.key, "image bytes are not a PNG, JPEG or WebP", item.token_count)
     engine = _engine(qwen_reference, memory_cache_service.address)
     error, _ = _failure(engine, prompt, "bad")
     assert isinstance(error, ImageFailedError)

@@ -16,7 +16,7 @@ import numpy as np
 
 from gateway.routing.kv_index import KVIndex
 from gateway.routing.pods import Pod
-from iris.multimodal import block_hashes
+from iris.multimodal import block_hashes, reusable_blocks
 
 
 @dataclass
@@ -38,9 +38,12 @@ class RoutingRequest:
         return hashes
 
     def matched_blocks(self, pod: Pod, index: KVIndex) -> tuple[int, int]:
-        """(blocks of this prompt the pod holds as a prefix, the prompt's full blocks)."""
+        """(blocks of this prompt the pod holds as a prefix and will reuse, the blocks a
+        pod may reuse at most). That most is `reusable_blocks` (the pod always computes
+        the last token), the rule the pod matches by: no more count as covered."""
         hashes = self.block_hashes(pod.page_size)
-        return index.matched_blocks(pod.address, hashes), len(hashes)
+        limit = reusable_blocks(len(self.input_ids), pod.page_size)
+        return index.matched_blocks(pod.address, hashes, limit), limit
 
 
 class Plugin(ABC):

@@ -1,4 +1,4 @@
-"""Scorer `prefix`: the share of the prompt's full blocks the pod already holds."""
+"""Scorer `prefix`: the share of the prompt's reusable blocks the pod already holds."""
 
 from __future__ import annotations
 

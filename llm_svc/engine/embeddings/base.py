@@ -29,5 +29,9 @@ class EmbeddingSource(ABC):
     def release(self, items: list[MultimodalItem]) -> None:  # noqa: B027 - optional hook
         """The engine is done with these items' embeddings (default: nothing to do)."""
 
+    def report_corrupt(self, item: MultimodalItem, reason: str) -> None:  # noqa: B027
+        """The embedding fetched for `item` is damaged (NaN or infinite values): tell its
+        store, which checks and drops it (default: nothing to tell)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free connections or models (default: nothing to do)."""

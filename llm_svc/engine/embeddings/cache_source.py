@@ -73,6 +73,21 @@ class CacheEmbeddingSource(EmbeddingSource):
         if items:
             self.client.release([item.key for item in items])
 
+    def report_corrupt(self, item: MultimodalItem, reason: str) -> None:
+        """ReportCorrupt (Delete is admin-only): the cache checks the entry and drops it."""
+        try:
+            reply = self.client.report_corrupt(item.key, reason)
+        except CacheError as err:  # the entry's TTL still ends it; the request fails anyway
+            log.warning("could not report entry %s as corrupt: %s", item.key.hex(), err)
+            return
+        log.warning(
+            "reported entry %s as corrupt (%s): cache found %s, dropped=%s",
+            item.key.hex(),
+            reason,
+            reply.finding,
+            reply.dropped,
+        )
+
     def close(self) -> None:
         self.client.close()
 

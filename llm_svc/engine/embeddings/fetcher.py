@@ -62,8 +62,12 @@ class EmbeddingFetcher:
             for index, item in items.items():
                 embedding = self._checked(index, item, out.get(index))
                 out[index] = embedding.to(self.device, self.dtype, non_blocking=True)
-        except BaseException:
+        except BaseException as err:
             self.source.release(list(items.values()))
+            if isinstance(err, RequestDataError) and err.item_index in items:
+                # Released first, so the source may forget its copy; the cache checks the
+                # entry itself and drops it, and the next request re-encodes.
+                self.source.report_corrupt(items[err.item_index], str(err))
             raise
         return out
 

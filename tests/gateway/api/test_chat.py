@@ -1,6 +1,7 @@
 """Chat completions through the gateway to a scripted pod (real gRPC) and a real cache."""
 
 import json
+import threading
 import time
 
 import grpc
@@ -182,6 +183,23 @@ def test_an_image_the_encoder_fails_is_400(client, model_name, fresh_script):
     response = client.post("/v1/chat/completions", json=body)
     assert response.status_code == 400
     assert "truncated" in response.json()["error"]["message"]
+
+
+def test_an_embedding_the_cache_would_not_store_is_503_with_retry_after(
+    client, model_name, fresh_script
+):
+    pod, encoder = fresh_script
+    pod.script.accept_gate = threading.Event()  # the pod never accepts before the answer
+    encoder.fail = "cache put failed: entry over the memory store capacity"
+    encoder.retryable = True
+    body = {"model": model_name, "messages": [image_message(data_url(png_bytes(72, 70, "gold")))]}
+    try:
+        response = client.post("/v1/chat/completions", json=body)
+    finally:
+        pod.script.accept_gate.set()
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "cache_unavailable"
+    assert int(response.headers["retry-after"]) >= 1
 
 
 def test_an_encode_that_never_ran_gives_its_lease_back(

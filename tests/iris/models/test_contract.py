@@ -64,8 +64,26 @@ def test_eos_must_be_defined(model_copy):
         load_adapter(model_copy)
 
 
-def test_pad_distinct_from_eos_unless_allowed(model_copy):
+def test_pad_may_equal_eos_on_every_side(model_copy, monkeypatch):
+    """One rule, which the gateway, the encoder and the engine all call: pad = eos is
+    served (before, the gateway and the encoder refused what the engine ran)."""
+    from encoder_svc.server import load_model
+    from encoder_svc.settings import EncoderSettings
+    from gateway.service import Gateway
+    from gateway.settings import GatewaySettings
+    from llm_svc.engine.engine import load_vlm_adapter
+
     _edit_json(model_copy / "tokenizer_config.json", lambda c: c.update(pad_token=c["eos_token"]))
-    with pytest.raises(TokenContractError, match=r"pad_token_id=(\d+) equals eos_token_id=\1"):
+    adapter = load_adapter(model_copy)
+    assert adapter.tokenizer().pad_token_id == adapter.tokenizer().eos_token_id
+    assert load_vlm_adapter(model_copy, adapter.architecture) is not None
+    Gateway(GatewaySettings(model=str(model_copy), llm_addresses=["127.0.0.1:1"]))
+    monkeypatch.setattr(type(adapter), "vision_runner", lambda self, **kw: object())
+    load_model(EncoderSettings(model=str(model_copy)))
+
+
+def test_pad_must_not_be_the_image_token(model_copy):
+    image_token = load_adapter(model_copy).image_token
+    _edit_json(model_copy / "tokenizer_config.json", lambda c: c.update(pad_token=image_token))
+    with pytest.raises(TokenContractError, match=r"pad_token_id=\d+ is the image token"):
         load_adapter(model_copy)
-    load_adapter(model_copy, allow_pad_equals_eos=True)

@@ -189,7 +189,7 @@ async def test_a_failed_image_is_invalid_argument_with_its_reason(
     reason = "image bytes are not a PNG, JPEG or WebP"
     async with AsyncCacheClient(cache_service.address, fingerprint) as cache:
         await cache.reserve([(item.key, item.token_count)], lease_ms=10_000)
-        await cache.fail(item.key, reason)
+        await cache.fail(item.key, reason, item.token_count)
     error = await _refusal_on(mm_pod, message)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
     assert reason in error.details()
