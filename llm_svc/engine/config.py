@@ -10,6 +10,7 @@ import torch
 from iris.mtls import TLSFiles
 from llm_svc.engine.attention import check_backend_name
 from llm_svc.engine.models.config import TextModelConfig
+from llm_svc.engine.parallel.checks import check_tensor_parallel
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_CPU_KV_BYTES = 512 << 20
@@ -38,7 +39,13 @@ class EngineConfig:
 
     `overlap_scheduling`: schedule and prepare step k+1 while step k runs on the device
     (LLMEngine.step); None = on for CUDA, off for CPU, where the device is the host's own
-    cores and nothing runs in parallel (bench/engine.py --only overlap measures it)."""
+    cores and nothing runs in parallel (bench/engine.py --only overlap measures it).
+
+    `tensor_parallel_size` ranks split the model (llm_svc/engine/parallel): one process
+    each, this one rank 0; a rank that dies or does not answer a collective within
+    `tensor_parallel_timeout_s` fails the engine (RankFailedError). The size must divide
+    the attention heads and the MLP width, divide or be a multiple of the KV heads, not
+    exceed the CUDA devices, and be 1 for a quantized checkpoint."""
 
     model_dir: str | Path
     page_size: int = 16
@@ -65,13 +72,20 @@ class EngineConfig:
     grammar_compile_timeout_s: float = 10.0
     grammar_compile_threads: int = 2
     grammar_cache_entries: int = 256
+    tensor_parallel_size: int = 1
+    tensor_parallel_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise ValueError(f"model_dir {self.model_dir} has no config.json")
         self.tokenizer_dir = Path(self.tokenizer_dir or self.model_dir)
-        for name in ("embedding_wait_s", "cache_timeout_s", "grammar_compile_timeout_s"):
+        for name in (
+            "embedding_wait_s",
+            "cache_timeout_s",
+            "grammar_compile_timeout_s",
+            "tensor_parallel_timeout_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in (
@@ -101,6 +115,7 @@ class EngineConfig:
         if self.dtype == "auto":
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         check_backend_name(self.attention_backend)
+        check_tensor_parallel(self.model_dir, self.tensor_parallel_size, self.device)
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or auto, got {self.dtype}")
         model = TextModelConfig.from_model_dir(self.model_dir)

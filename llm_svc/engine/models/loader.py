@@ -32,8 +32,9 @@ def find_text_prefix(names: list[str]) -> str:
     return min(candidates, key=len)
 
 
-def load_weights(model: DecoderLM, model_dir: str | Path) -> None:
-    """Copy every parameter of `model` from the checkpoint; a missing one is an error."""
+def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = None) -> None:
+    """Copy every parameter of `model` from the checkpoint; a missing one is an error.
+    `shards[name]`, when given, cuts a tensor-parallel rank's slice of parameter `name`."""
     model_dir = Path(model_dir)
     files = _tensor_files(model_dir)
     where: dict[str, Path] = {}
@@ -64,6 +65,8 @@ def load_weights(model: DecoderLM, model_dir: str | Path) -> None:
                     if stored in wanted:
                         target = params[wanted[stored]]
                         tensor = handle.get_tensor(stored)
+                        if shards and wanted[stored] in shards:
+                            tensor = shards[wanted[stored]](tensor)
                         if tensor.shape != target.shape:
                             raise ValueError(
                                 f"{stored}: shape {tuple(tensor.shape)} in checkpoint, "
