@@ -1,10 +1,11 @@
 """One rank's view of the tensor-parallel group: who it is, what slice of the model it
 holds, and the collectives the model and the step channel use (torch.distributed).
 
-Two process groups: `cpu` (gloo) carries the step's small host message, `device` the
-tensors (NCCL on CUDA; on the CPU it is the same gloo group). Both get the explicit
-`timeout_s`: gloo's default of 30 minutes would turn a dead or hung rank into a hang. The
-default group serves only the rendezvous (over tcp://127.0.0.1).
+Process groups: `cpu` (gloo) carries the step's small host message, the tensor group the
+tensors (NCCL on CUDA; on the CPU it is the same gloo group); both get the explicit
+`timeout_s` (gloo's default of 30 minutes would turn a dead or hung rank into a hang). A
+third gloo group with a start timeout serves the one exchange made while ranks may still
+be loading weights. The rendezvous is a TCPStore on tcp://127.0.0.1.
 """
 
 from __future__ import annotations
@@ -53,65 +54,77 @@ class RankLayout:
 
 
 class RankGroup(RankLayout):
-    """A RankLayout joined to the process group: the collectives of a step."""
+    """A RankLayout joined to its engine's process groups: the collectives of a step.
 
-    def __init__(self, rank: int, size: int, device: torch.device, cpu, device_group) -> None:
+    The groups are built directly on a TCPStore at 127.0.0.1 (no torch.distributed default
+    group), so one process may hold several tensor-parallel engines, one after another or
+    at once, each with its own ranks."""
+
+    def __init__(self, rank, size, device, store, start, cpu, tensors) -> None:
         super().__init__(rank, size)
         self.device = device
-        self.cpu = cpu
-        self.device_group = device_group
+        self._store, self._start, self.cpu, self._tensors = store, start, cpu, tensors
 
     @classmethod
     def join(
         cls, rank: int, size: int, port: int, device: torch.device, timeout_s: float
     ) -> RankGroup:
-        """Join (or, rank 0, host) the group over tcp://127.0.0.1:`port`; blocks until every
-        rank has joined, at most `timeout_s`."""
-        # Starting ranks import torch and load weights first: the rendezvous waits longer
-        # than a step may.
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=size,
-            timeout=timedelta(seconds=max(timeout_s, START_TIMEOUT_S)),
+        """Join (rank 0: host) the groups at tcp://127.0.0.1:`port`. Starting ranks import
+        torch and load weights first, so the rendezvous and the start group wait up to
+        START_TIMEOUT_S; the step groups time out after `timeout_s`."""
+        start_timeout = timedelta(seconds=max(timeout_s, START_TIMEOUT_S))
+        store = dist.TCPStore(
+            "127.0.0.1", port, size, rank == 0, start_timeout, wait_for_workers=False
         )
         timeout = timedelta(seconds=timeout_s)
-        cpu = dist.new_group(backend="gloo", timeout=timeout)
+        start = dist.ProcessGroupGloo(dist.PrefixStore("start", store), rank, size, start_timeout)
+        cpu = dist.ProcessGroupGloo(dist.PrefixStore("cpu", store), rank, size, timeout)
         tensors = cpu
         if device.type == "cuda":
-            tensors = dist.new_group(backend="nccl", timeout=timeout)
-        return cls(rank, size, device, cpu, tensors)
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            tensors = dist.ProcessGroupNCCL(dist.PrefixStore("nccl", store), rank, size, options)
+        return cls(rank, size, device, store, start, cpu, tensors)
 
     def leave(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        """Drop the groups (their connections close with them)."""
+        self._start = self.cpu = self._tensors = self._store = None
 
     # --- collectives (every rank calls each one, in the same order) ---------------------
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(tensor, group=self.device_group)
+        self._tensors.allreduce([tensor]).wait()
         return tensor
 
     def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.broadcast(tensor, src=0, group=self.device_group)
+        self._tensors.broadcast([tensor], _from_rank_0()).wait()
         return tensor
 
     def broadcast_host(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.broadcast(tensor, src=0, group=self.cpu)
+        self.cpu.broadcast([tensor], _from_rank_0()).wait()
         return tensor
 
     def ping(self) -> None:
         """An idle round: returns once every rank has answered (or the timeout raises)."""
-        dist.all_reduce(torch.zeros(1), group=self.cpu)
+        self.cpu.allreduce([torch.zeros(1)]).wait()
 
     def min_host(self, value: int) -> int:
-        """The smallest `value` over the ranks (the KV page count they all can hold)."""
+        """The smallest `value` over the ranks (the KV page count they all can hold). On
+        the start group: ranks reach it once their weights are loaded, which may take
+        longer than a step's timeout."""
         tensor = torch.tensor([value], dtype=torch.int64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self.cpu)
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.MIN
+        self._start.allreduce([tensor], options).wait()
         return int(tensor.item())
 
     def gather_columns(self, local: torch.Tensor, total: int) -> torch.Tensor:
         """Every rank's [N, cols] side by side, trimmed to `total` columns."""
         parts = [torch.empty_like(local) for _ in range(self.size)]
-        dist.all_gather(parts, local.contiguous(), group=self.device_group)
+        self._tensors.allgather([parts], [local.contiguous()]).wait()
         return torch.cat(parts, dim=-1)[:, :total]
+
+
+def _from_rank_0():
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    return options

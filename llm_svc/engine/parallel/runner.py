@@ -9,6 +9,7 @@ same forward as the others.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -106,6 +107,9 @@ class DriverRunner(ShardRunner):
             raise RankFailedError(f"tensor-parallel start failed: {self.ranks.describe()}") from err
         self._pinger = threading.Thread(target=self._ping_loop, name="tp-ping", daemon=True)
         self._pinger.start()
+        # An offline LLM is seldom closed: stop the ranks cleanly before multiprocessing's
+        # own exit handler terminates them (which would read as a failure).
+        atexit.register(self.close)
 
     def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
         dest, source = flatten_images(image_rows, inputs.meta.query_starts)
@@ -158,6 +162,7 @@ class DriverRunner(ShardRunner):
         """Stop the other ranks (a STOP step, then a bounded join) and leave the group."""
         if self._closed.is_set():
             return
+        atexit.unregister(self.close)
         with self._lock:
             self._closed.set()
             if self.failure is None:
