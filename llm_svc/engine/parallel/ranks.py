@@ -119,7 +119,9 @@ class RankProcesses:
                 rank = sentinels.pop(sentinel)
                 if self._stopping.is_set():
                     return
-                code = self.processes[rank - 1].exitcode
+                process = self.processes[rank - 1]
+                process.join(STOP_WAIT_S)  # the sentinel may fire before the exit is reaped
+                code = process.exitcode
                 self._on_exit(f"tensor-parallel rank {rank} exited with code {code}")
 
     def stop(self) -> None:
