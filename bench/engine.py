@@ -27,7 +27,8 @@ lines (the embedding cache's: cold / warm embedding cache + cold prefix, target 
 structured output's: half-constrained / unconstrained decode throughput, target >= 0.85) and
 the peak memory. Run: .venv/bin/python bench/engine.py
 (`--only mm` runs part 3 alone, `--only structured` part 4, `--only sampler` part 5,
-`--only overlap` part 6; `--device cuda` runs the engine parts on a GPU; `--only attention
+`--only overlap` part 6, `--only tp` tensor parallelism, TP 2 against TP 1, see
+bench/engine_tp.py; `--device cuda` runs the engine parts on a GPU; `--only attention
 --device cuda` the Triton attention backend against SDPA, see bench/attention.py; `--only
 fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py).
 """
@@ -388,9 +389,11 @@ def main() -> None:
     parser.add_argument("--structured-out", type=int, default=64)
     parser.add_argument("--sampler-rows", type=int, default=64)
     parser.add_argument("--sampler-steps", type=int, default=20)
+    parser.add_argument("--tp-requests", type=int, default=8, help="--only tp: batch size")
+    parser.add_argument("--tp-out", type=int, default=32, help="--only tp: tokens each")
     parser.add_argument(
         "--only",
-        choices=["all", "mm", "structured", "sampler", "overlap", "attention", "fp8"],
+        choices=["all", "mm", "structured", "sampler", "overlap", "attention", "fp8", "tp"],
         default="all",
     )
     parser.add_argument("--fp8-batch", type=int, default=8, help="--only fp8: requests")
@@ -407,6 +410,11 @@ def main() -> None:
     torch.manual_seed(0)
     directory, label = model_dir()
     print(f"model: {label}\n  {directory}")
+    if args.only == "tp":
+        from bench.engine_tp import bench_tp
+
+        bench_tp(directory, ROOT / ".cache" / "models", args)
+        return
     if args.only == "attention":
         from bench.attention import bench_attention
 

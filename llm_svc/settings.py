@@ -60,6 +60,10 @@ class LLMSettings(GrpcServiceSettings):
     overlap_scheduling: bool | None = None
     seed: int = 0
     torch_threads: int = Field(0, ge=0)  # 0: leave torch's default
+    # Tensor parallelism: ranks (one process and device each) that split the model, and how
+    # long a collective may wait for a rank before the pod ends (docs/design.md §3).
+    tensor_parallel_size: int = Field(1, ge=1)
+    tensor_parallel_timeout_s: float = Field(60.0, gt=0)
 
     # Embeddings (the multimodal path): how long admission waits for an item another
     # process is still encoding, and how long the cache may stay unreachable before a

@@ -22,6 +22,9 @@ def command(
         Path | None, typer.Option(help="Local HF model directory (default: the demo model)")
     ] = None,
     llm_pods: Annotated[int, typer.Option(min=1, help="LLM pod processes")] = 1,
+    tensor_parallel_size: Annotated[
+        int, typer.Option(min=1, help="Tensor-parallel ranks (processes) per LLM pod")
+    ] = 1,
     encoders: Annotated[int, typer.Option(min=1, help="Encoder processes")] = 1,
     cache: Annotated[
         str, typer.Option(help="Embedding store: memory | redis | redis-cluster")
@@ -56,6 +59,7 @@ def command(
         config = UpConfig(
             model_dir=model or default_demo_dir(),
             llm_pods=llm_pods,
+            tensor_parallel_size=tensor_parallel_size,
             encoders=encoders,
             cache=cache,
             router=router,

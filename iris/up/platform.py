@@ -32,6 +32,7 @@ ROUTER_POLICIES = {"prefix": "prefix-aware", "round-robin": "round-robin"}
 class UpConfig:
     model_dir: Path
     llm_pods: int = 1
+    tensor_parallel_size: int = 1  # ranks per LLM pod (IRIS_LLM_TENSOR_PARALLEL_SIZE)
     encoders: int = 1
     cache: str = "memory"  # memory | redis | redis-cluster (3 local masters)
     router: str = "prefix"  # prefix | round-robin
@@ -56,6 +57,8 @@ class UpConfig:
         parts = [("cache",), ("cache", "encoder"), ("cache", "encoder", "llm", "gateway")]
         if tuple(self.services) not in parts:
             raise ValueError(f"services must be one of {parts}, got {self.services!r}")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if self.llm_pods < 1 or self.encoders < 1:
             raise ValueError(
                 f"need at least one LLM pod and one encoder, got {self.llm_pods} and "
@@ -214,7 +217,12 @@ class Platform:
         for index in range(self.config.llm_pods):
             name = f"llm-{index}"
             pod = self._grpc_service(
-                name, "llm", model=model, cache_address=cache.address, pod_name=name
+                name,
+                "llm",
+                model=model,
+                cache_address=cache.address,
+                pod_name=name,
+                tensor_parallel_size=str(self.config.tensor_parallel_size),
             )
             self.services.append(pod)
         gateway_port = free_port()

@@ -10,6 +10,7 @@ import torch
 from iris.mtls import TLSFiles
 from llm_svc.engine.attention import check_backend_name
 from llm_svc.engine.models.config import TextModelConfig
+from llm_svc.engine.parallel.checks import check_tensor_parallel
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_CPU_KV_BYTES = 512 << 20
@@ -40,7 +41,13 @@ class EngineConfig:
 
     `overlap_scheduling`: schedule and prepare step k+1 while step k runs on the device
     (LLMEngine.step); None = on for CUDA, off for CPU, where the device is the host's own
-    cores and nothing runs in parallel (bench/engine.py --only overlap measures it)."""
+    cores and nothing runs in parallel (bench/engine.py --only overlap measures it).
+
+    `tensor_parallel_size` ranks split the model (llm_svc/engine/parallel): one process
+    each, this one rank 0; a rank that dies or does not answer a collective within
+    `tensor_parallel_timeout_s` fails the engine (RankFailedError). The size must divide
+    the attention heads and the MLP width, divide or be a multiple of the KV heads, not
+    exceed the CUDA devices, and be 1 for a quantized checkpoint."""
 
     model_dir: str | Path
     model_revision: str = ""  # the weights' name for the fingerprint ("": their digest)
@@ -70,6 +77,8 @@ class EngineConfig:
     grammar_compile_threads: int = 2
     grammar_cache_entries: int = 256
     grammar_worker_module: str = "llm_svc.engine.grammar.worker"
+    tensor_parallel_size: int = 1
+    tensor_parallel_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
@@ -81,6 +90,7 @@ class EngineConfig:
             "cache_timeout_s",
             "grammar_compile_timeout_s",
             "grammar_queue_timeout_s",
+            "tensor_parallel_timeout_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -111,6 +121,7 @@ class EngineConfig:
         if self.dtype == "auto":
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         check_backend_name(self.attention_backend)
+        check_tensor_parallel(self.model_dir, self.tensor_parallel_size, self.device)
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or auto, got {self.dtype}")
         model = TextModelConfig.from_model_dir(self.model_dir)

@@ -18,7 +18,6 @@ from llm_svc.engine.embeddings import (
     CacheEmbeddingSource,
     EmbeddingFetcher,
     EmbeddingSource,
-    assemble_input_embeds,
     chunk_image_rows,
 )
 from llm_svc.engine.errors import InvalidRequestError, RequestDataError
@@ -31,8 +30,8 @@ from llm_svc.engine.grammar import (
 )
 from llm_svc.engine.grammar.request import GrammarViolation
 from llm_svc.engine.kv_events import KVEvent
-from llm_svc.engine.model_runner import ModelRunner
 from llm_svc.engine.outputs import EngineStats, RequestOutput
+from llm_svc.engine.parallel import make_runner
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.radix_cache import RadixCache
 from llm_svc.engine.sampling import SampledToken, Sampler, StepSample
@@ -113,7 +112,7 @@ class LLMEngine:
         embedding_source: EmbeddingSource | None = None,
     ) -> None:
         self.config = config
-        self.runner = ModelRunner(config)
+        self.runner = make_runner(config)
         self.model_config = self.runner.model_config
         check_vocab_size(self.model_config.vocab_size)
         self.tokenizer = tokenizer or load_tokenizer(config.tokenizer_dir)
@@ -182,7 +181,9 @@ class LLMEngine:
         )
 
     def close(self) -> None:
-        """Stop the embedding fetcher (and its source's connections) and the compilers."""
+        """Stop the embedding fetcher (and its source's connections), the compilers and
+        the other tensor-parallel ranks."""
+        self.runner.close()
         if self.fetcher is not None:
             self.fetcher.close()
         self.grammars.close()
@@ -321,14 +322,7 @@ class LLMEngine:
         """Prepare and run the model and the sampler on the device; nothing waits for it."""
         pending = self._inflight.pending if self._inflight is not None else None
         inputs = self.runner.prepare(chunks, pending)
-        embeds = assemble_input_embeds(
-            self.runner.model.embed,
-            inputs.input_ids,
-            image_rows,
-            inputs.meta.query_starts,
-            self.model_config.vocab_size,
-        )
-        logits = self.runner.execute(inputs, embeds)
+        logits = self.runner.run(inputs, image_rows)
         for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
         seqs = [chunk.seq for chunk in inputs.sample_chunks]

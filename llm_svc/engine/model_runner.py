@@ -11,6 +11,7 @@ import torch
 
 from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
 from llm_svc.engine.config import DEFAULT_CPU_KV_BYTES, EngineConfig
+from llm_svc.engine.embeddings.assembly import assemble_input_embeds
 from llm_svc.engine.models import load_model
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.scheduler import ScheduledChunk
@@ -32,17 +33,21 @@ class StepInputs:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig) -> None:
+    """One device's model and KV cache. With `group` (tensor parallelism) it holds that
+    rank's shard: its heads' share of every KV page (llm_svc/engine/parallel)."""
+
+    def __init__(self, config: EngineConfig, group=None) -> None:
         self.config = config
         self.device = torch.device(config.device)
         self.model, self.model_config = load_model(
-            config.model_dir, config.torch_dtype, self.device
+            config.model_dir, config.torch_dtype, self.device, group
         )
         self.page_size = config.page_size
-        self.num_pages = self._num_pages(config)
         mc = self.model_config
+        self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
+        self.num_pages = self._num_pages(config)
         self.kv_cache = KVCache.allocate(
-            mc.num_layers, self.num_pages, self.page_size, mc.num_kv_heads, mc.head_dim,
+            mc.num_layers, self.num_pages, self.page_size, self.num_kv_heads, mc.head_dim,
             config.torch_dtype, self.device,
         )  # fmt: skip
         self.backend = make_backend(config.attention_backend, self.kv_cache)
@@ -53,7 +58,7 @@ class ModelRunner:
             return config.num_pages
         mc = self.model_config
         per_page = KVCache.bytes_per_page(
-            mc.num_layers, self.page_size, mc.num_kv_heads, mc.head_dim, config.torch_dtype
+            mc.num_layers, self.page_size, self.num_kv_heads, mc.head_dim, config.torch_dtype
         )
         budget = config.kv_cache_bytes
         if budget is None:
@@ -66,6 +71,9 @@ class ModelRunner:
         if pages < 1:
             raise ValueError(f"KV budget {budget} bytes is less than one page ({per_page} bytes)")
         return int(pages)
+
+    def close(self) -> None:
+        """Nothing to stop on one device (the tensor-parallel runner stops its ranks)."""
 
     def prepare(
         self, chunks: list[ScheduledChunk], pending: PendingTokens | None = None
@@ -121,6 +129,17 @@ class ModelRunner:
             sample_rows=to_device(np.asarray(sample_rows, dtype=np.int64), device),
             sample_chunks=sample_chunks,
         )
+
+    def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
+        """Assemble the step's input embeddings (image rows scattered in) and execute."""
+        embeds = assemble_input_embeds(
+            self.model.embed,
+            inputs.input_ids,
+            image_rows,
+            inputs.meta.query_starts,
+            self.model_config.vocab_size,
+        )
+        return self.execute(inputs, embeds)
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):

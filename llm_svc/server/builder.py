@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 from llm_svc.engine import EngineConfig, LLMEngine
 from llm_svc.settings import LLMSettings
+
+log = logging.getLogger(__name__)
+RANK_FAILED_EXIT = 3  # the pod's exit code when a tensor-parallel rank fails
 
 
 def engine_config(settings: LLMSettings) -> EngineConfig:
@@ -39,6 +44,8 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         grammar_queue_timeout_s=settings.grammar_queue_timeout_s,
         grammar_compile_threads=settings.grammar_compile_threads,
         grammar_cache_entries=settings.grammar_cache_entries,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        tensor_parallel_timeout_s=settings.tensor_parallel_timeout_s,
     )
 
 
@@ -52,4 +59,15 @@ def build_engine(settings: LLMSettings) -> LLMEngine:
         raise RuntimeError("IRIS_LLM_DEVICE=cuda but no CUDA device is available")
     engine = LLMEngine(engine_config(settings))
     engine.grammars.warm()  # compile workers start with the pod, not with its first schema
+    if settings.tensor_parallel_size > 1:
+        engine.runner.on_failure = end_pod
     return engine
+
+
+def end_pod(message: str) -> None:
+    """A tensor-parallel rank died or hung: no step can run again, and requests would wait
+    forever, so the pod exits at once (non-zero) and its supervisor or Kubernetes restarts
+    it; the other ranks die with it."""
+    log.critical("ending the pod: %s", message)
+    logging.shutdown()
+    os._exit(RANK_FAILED_EXIT)

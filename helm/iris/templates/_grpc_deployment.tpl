@@ -4,6 +4,7 @@ The Deployment of a gRPC service (encoder, cache, llm): gRPC on "grpc", /metrics
 Usage: include "iris.grpcDeployment" (dict
   "root" $ "component" "encoder" "values" .Values.encoder "variant" "gpu"
   "model" true "autoscaled" true "env" (include "iris.encoder.env" $))
+"shm" (a size), when given, mounts a memory-backed /dev/shm of that size (NCCL uses it).
 A Deployment the operator scales renders no replicas, so an upgrade never undoes a scale.
 */}}
 {{- define "iris.grpcDeployment" -}}
@@ -103,11 +104,21 @@ spec:
             {{- if .model }}
             {{- include "iris.modelVolumeMount" $root | nindent 12 }}
             {{- end }}
+            {{- if .shm }}
+            - name: shm
+              mountPath: /dev/shm
+            {{- end }}
       volumes:
         {{- include "iris.scratchVolumes" $root | nindent 8 }}
         {{- include "iris.tls.volume" (list $root $component) | nindent 8 }}
         {{- if .model }}
         {{- include "iris.modelVolume" $root | nindent 8 }}
+        {{- end }}
+        {{- if .shm }}
+        - name: shm
+          emptyDir:
+            medium: Memory
+            sizeLimit: {{ .shm }}
         {{- end }}
 {{- end }}
 

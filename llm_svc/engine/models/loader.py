@@ -59,12 +59,14 @@ def swap_quantized_layers(model: DecoderLM, model_dir: str | Path, dtype: torch.
     log.info("FP8 (%s, %s scales): %s linear layers", scheme.method, scheme.strategy, counts)
 
 
-def load_weights(model: DecoderLM, model_dir: str | Path) -> None:
+def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = None) -> None:
     """Copy every parameter of `model` from the checkpoint; a missing one is an error.
 
     An FP8 layer of `model` (llm_svc/engine/models/quantization.py) takes the FP8 weight and
     its scales as stored; a plain parameter stored in FP8 with a scale (an lm_head, say) is
-    dequantized to the model's dtype; an FP8 tensor with no scale is an error."""
+    dequantized to the model's dtype; an FP8 tensor with no scale is an error.
+    `shards[name]`, when given, cuts a tensor-parallel rank's slice of parameter `name`
+    (tensor parallelism refuses quantized checkpoints, so the two never meet)."""
     model_dir = Path(model_dir)
     files = _tensor_files(model_dir)
     where: dict[str, Path] = {}
@@ -99,6 +101,8 @@ def load_weights(model: DecoderLM, model_dir: str | Path) -> None:
             for stored, target_name in wanted.items():
                 target = params[target_name]
                 tensor = read(stored)
+                if shards and target_name in shards:
+                    tensor = shards[target_name](tensor)
                 if tensor.dtype == FP8 and target.dtype != FP8:
                     tensor = _dequantized(stored, tensor, scheme, where, read)
                 elif target.dtype == FP8 and tensor.dtype != FP8:

@@ -1,0 +1,54 @@
+"""What a tensor-parallel size must satisfy, checked before any rank starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llm_svc.engine.models.config import TextModelConfig
+
+
+def check_tensor_parallel(model_dir: Path, size: int, device: str) -> None:
+    """Raise ValueError naming the value and the limit when `size` cannot serve the model
+    on `device`: it must divide the attention heads and the MLP width, divide or be a
+    multiple of the KV heads, not exceed the CUDA devices, and be 1 for a quantized
+    checkpoint (its packed weights are not sliced)."""
+    if size < 1:
+        raise ValueError(f"tensor_parallel_size must be >= 1, got {size}")
+    if size == 1:
+        return
+    model = TextModelConfig.from_model_dir(model_dir)
+    if model.num_heads % size:
+        raise ValueError(
+            f"tensor_parallel_size {size} does not divide the model's {model.num_heads} "
+            "attention heads"
+        )
+    kv = model.num_kv_heads
+    if kv % size and size % kv:
+        raise ValueError(
+            f"tensor_parallel_size {size} neither divides nor is a multiple of the "
+            f"model's {kv} KV heads"
+        )
+    if model.intermediate_size % size:
+        raise ValueError(
+            f"tensor_parallel_size {size} does not divide the model's MLP width "
+            f"{model.intermediate_size}"
+        )
+    raw = json.loads((Path(model_dir) / "config.json").read_text())
+    quantized = raw.get("quantization_config") or (raw.get("text_config") or {}).get(
+        "quantization_config"
+    )
+    if quantized:
+        method = quantized.get("quant_method", "?") if isinstance(quantized, dict) else "?"
+        raise ValueError(
+            f"tensor_parallel_size {size} with a quantized checkpoint ({method}) is not "
+            "supported: serve it with tensor_parallel_size 1"
+        )
+    if device.startswith("cuda"):
+        import torch
+
+        count = torch.cuda.device_count()
+        if size > count:
+            raise ValueError(
+                f"tensor_parallel_size {size} needs {size} CUDA devices; {count} visible"
+            )

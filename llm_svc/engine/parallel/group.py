@@ -1,0 +1,130 @@
+"""One rank's view of the tensor-parallel group: who it is, what slice of the model it
+holds, and the collectives the model and the step channel use (torch.distributed).
+
+Process groups: `cpu` (gloo) carries the step's small host message, the tensor group the
+tensors (NCCL on CUDA; on the CPU it is the same gloo group); both get the explicit
+`timeout_s` (gloo's default of 30 minutes would turn a dead or hung rank into a hang). A
+third gloo group with a start timeout serves the one exchange made while ranks may still
+be loading weights. The rendezvous is a TCPStore on tcp://127.0.0.1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+START_TIMEOUT_S = 300.0
+
+
+class RankFailedError(RuntimeError):
+    """A tensor-parallel rank died or stopped answering; the engine cannot go on."""
+
+
+@dataclass
+class RankLayout:
+    """Which heads, features and vocabulary rows rank `rank` of `size` holds."""
+
+    rank: int
+    size: int
+
+    def span(self, total: int) -> tuple[int, int]:
+        """This rank's contiguous 1/size of `total` (which the size divides)."""
+        each = total // self.size
+        return self.rank * each, (self.rank + 1) * each
+
+    def kv_heads(self, num_kv_heads: int) -> tuple[int, int]:
+        """The KV heads [start, stop) this rank holds: a 1/size share, or, with fewer KV
+        heads than ranks, the one head its query heads read (replicated, as vLLM does)."""
+        if num_kv_heads >= self.size:
+            return self.span(num_kv_heads)
+        head = self.rank // (self.size // num_kv_heads)
+        return head, head + 1
+
+    def num_local_kv_heads(self, model) -> int:
+        start, stop = self.kv_heads(model.num_kv_heads)
+        return stop - start
+
+    def vocab_slice(self, vocab: int) -> tuple[int, int]:
+        """Rows of the vocabulary padded up to a multiple of the size."""
+        each = -(-vocab // self.size)
+        return self.rank * each, (self.rank + 1) * each
+
+
+class RankGroup(RankLayout):
+    """A RankLayout joined to its engine's process groups: the collectives of a step.
+
+    The groups are built directly on a TCPStore at 127.0.0.1 (no torch.distributed default
+    group), so one process may hold several tensor-parallel engines, one after another or
+    at once, each with its own ranks."""
+
+    def __init__(self, rank, size, device, store, start, cpu, tensors) -> None:
+        super().__init__(rank, size)
+        self.device = device
+        self._store, self._start, self.cpu, self._tensors = store, start, cpu, tensors
+
+    @classmethod
+    def join(
+        cls, rank: int, size: int, port: int, device: torch.device, timeout_s: float
+    ) -> RankGroup:
+        """Join (rank 0: host) the groups at tcp://127.0.0.1:`port`. Starting ranks import
+        torch and load weights first, so the rendezvous and the start group wait up to
+        START_TIMEOUT_S; the step groups time out after `timeout_s`."""
+        start_timeout = timedelta(seconds=max(timeout_s, START_TIMEOUT_S))
+        store = dist.TCPStore(
+            "127.0.0.1", port, size, rank == 0, start_timeout, wait_for_workers=False
+        )
+        timeout = timedelta(seconds=timeout_s)
+        start = dist.ProcessGroupGloo(dist.PrefixStore("start", store), rank, size, start_timeout)
+        cpu = dist.ProcessGroupGloo(dist.PrefixStore("cpu", store), rank, size, timeout)
+        tensors = cpu
+        if device.type == "cuda":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            tensors = dist.ProcessGroupNCCL(dist.PrefixStore("nccl", store), rank, size, options)
+        return cls(rank, size, device, store, start, cpu, tensors)
+
+    def leave(self) -> None:
+        """Drop the groups (their connections close with them)."""
+        self._start = self.cpu = self._tensors = self._store = None
+
+    # --- collectives (every rank calls each one, in the same order) ---------------------
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._tensors.allreduce([tensor]).wait()
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._tensors.broadcast([tensor], _from_rank_0()).wait()
+        return tensor
+
+    def broadcast_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.cpu.broadcast([tensor], _from_rank_0()).wait()
+        return tensor
+
+    def ping(self) -> None:
+        """An idle round: returns once every rank has answered (or the timeout raises)."""
+        self.cpu.allreduce([torch.zeros(1)]).wait()
+
+    def min_host(self, value: int) -> int:
+        """The smallest `value` over the ranks (the KV page count they all can hold). On
+        the start group: ranks reach it once their weights are loaded, which may take
+        longer than a step's timeout."""
+        tensor = torch.tensor([value], dtype=torch.int64)
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.MIN
+        self._start.allreduce([tensor], options).wait()
+        return int(tensor.item())
+
+    def gather_columns(self, local: torch.Tensor, total: int) -> torch.Tensor:
+        """Every rank's [N, cols] side by side, trimmed to `total` columns."""
+        parts = [torch.empty_like(local) for _ in range(self.size)]
+        self._tensors.allgather([parts], [local.contiguous()]).wait()
+        return torch.cat(parts, dim=-1)[:, :total]
+
+
+def _from_rank_0():
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    return options

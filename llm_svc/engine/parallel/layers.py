@@ -1,0 +1,101 @@
+"""The model's layers split across tensor-parallel ranks (Megatron's scheme, as vLLM does).
+
+Each layer keeps the parameter name of the layer it replaces, so the checkpoint loads by
+name; a parameter's `shard(full)` attribute cuts this rank's slice from the checkpoint's
+full tensor (sharding.py hands them to `load_weights`). Column-parallel layers split their
+outputs and need no communication; row-parallel layers split their inputs and all-reduce
+their output once; the vocab-parallel embedding holds a contiguous slice of the (padded)
+vocabulary and all-reduces its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from llm_svc.engine.parallel.group import RankGroup
+
+
+def _set_shard(param: nn.Parameter, shard: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    param.shard = shard
+
+
+def rows_of(blocks: list[tuple[int, int]]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A shard taking rows [start, stop) of each block, concatenated (dim 0)."""
+    return lambda full: torch.cat([full[start:stop] for start, stop in blocks])
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x W_r^T (+ b_r): this rank's output features `rows` of the full layer."""
+
+    def __init__(self, in_features: int, rows: list[tuple[int, int]], bias: bool) -> None:
+        super().__init__()
+        out = sum(stop - start for start, stop in rows)
+        self.weight = nn.Parameter(torch.empty(out, in_features))
+        _set_shard(self.weight, rows_of(rows))
+        self.bias = None
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out))
+            _set_shard(self.bias, rows_of(rows))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """y = all_reduce(x_r W_r^T): this rank's input features `cols`, summed over ranks."""
+
+    def __init__(self, cols: tuple[int, int], out_features: int, group: RankGroup) -> None:
+        super().__init__()
+        start, stop = cols
+        self.group = group
+        self.weight = nn.Parameter(torch.empty(out_features, stop - start))
+        _set_shard(self.weight, lambda full: full[:, start:stop])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(F.linear(x, self.weight))
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Rows [start, start + per_rank) of the vocabulary padded to a multiple of the ranks;
+    ids outside this rank's slice embed to zero, and the all-reduce fills every row. The
+    LM head (tied or not) uses the same slicing: `vocab_slice`."""
+
+    def __init__(self, vocab: int, hidden: int, group: RankGroup) -> None:
+        super().__init__()
+        self.group = group
+        self.start, self.stop = group.vocab_slice(vocab)
+        self.weight = nn.Parameter(torch.empty(self.stop - self.start, hidden))
+        _set_shard(self.weight, vocab_rows(self.start, self.stop))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        outside = (ids < self.start) | (ids >= self.stop)
+        local = (ids - self.start).masked_fill(outside, 0)
+        rows = F.embedding(local, self.weight).masked_fill(outside[:, None], 0)
+        return self.group.all_reduce(rows)
+
+
+def vocab_rows(start: int, stop: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Rows [start, stop) of a [vocab, hidden] tensor, zero-padded past its last row."""
+
+    def shard(full: torch.Tensor) -> torch.Tensor:
+        rows = full[start:stop]
+        missing = (stop - start) - rows.shape[0]
+        if missing:
+            rows = torch.cat([rows, rows.new_zeros(missing, full.shape[1])])
+        return rows
+
+    return shard
+
+
+class ParallelLMHead(nn.Module):
+    """The untied LM head's rows for this rank's vocabulary slice (logits gathered later)."""
+
+    def __init__(self, vocab: int, hidden: int, group: RankGroup) -> None:
+        super().__init__()
+        start, stop = group.vocab_slice(vocab)
+        self.weight = nn.Parameter(torch.empty(stop - start, hidden))
+        _set_shard(self.weight, vocab_rows(start, stop))

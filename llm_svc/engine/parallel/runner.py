@@ -1,0 +1,173 @@
+"""The model runner of a tensor-parallel rank (every rank), and rank 0's driver of a step.
+
+Every rank holds a ShardRunner: its shard of the weights, its heads' share of the same KV
+pages (the page count is agreed as the minimum over ranks, so the pod has one set of
+pages), and a forward that ends in the gathered logits. Rank 0's DriverRunner is the
+engine's runner: for each step it sends the packed inputs (channel.py) and then runs the
+same forward as the others.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from contextlib import contextmanager, suppress
+
+import torch
+
+from llm_svc.engine.config import EngineConfig
+from llm_svc.engine.embeddings.assembly import ChunkImageRows, assemble_input_embeds
+from llm_svc.engine.model_runner import ModelRunner, StepInputs
+from llm_svc.engine.parallel.channel import PING, STOP, StepChannel, StepMessage
+from llm_svc.engine.parallel.group import RankFailedError, RankGroup
+from llm_svc.engine.parallel.ranks import RankProcesses, join_group
+
+log = logging.getLogger(__name__)
+
+
+class ShardRunner(ModelRunner):
+    """One rank's runner; `forward(message)` is a step as every rank runs it."""
+
+    def __init__(self, config: EngineConfig, group: RankGroup) -> None:
+        self.group = group
+        super().__init__(config, group)
+        mc = self.model_config
+        self.channel = StepChannel(group, config.max_num_seqs, mc.hidden_size, config.torch_dtype)
+
+    def _num_pages(self, config: EngineConfig) -> int:
+        return self.group.min_host(super()._num_pages(config))
+
+    @torch.inference_mode()
+    def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):
+        self.backend.plan(inputs.meta)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds)
+        local = self.model.compute_logits(hidden[inputs.sample_rows])
+        vocab = self.model_config.vocab_size
+        if local.shape[0] == 0:  # no row samples this step: nothing to gather
+            return local.new_empty(0, vocab)
+        return self.group.gather_columns(local, vocab)
+
+    def forward(self, message: StepMessage) -> torch.Tensor:
+        inputs = StepInputs(
+            message.input_ids, message.positions, message.meta, message.sample_rows, []
+        )
+        rows = [None]
+        if message.image_dest is not None:
+            rows = [ChunkImageRows(message.image_dest, message.image_source)]
+        embeds = assemble_input_embeds(
+            self.model.embed, inputs.input_ids, rows, [0], self.model_config.vocab_size
+        )
+        return self.execute(inputs, embeds)
+
+    def serve(self) -> None:
+        """A rank other than 0: run each step rank 0 sends, until STOP."""
+        while True:
+            kind, message = self.channel.recv()
+            if kind == STOP:
+                return
+            if kind == PING:
+                self.group.ping()
+            else:
+                self.forward(message)
+
+
+def flatten_images(image_rows: list, starts: list[int]):
+    """(packed destination rows, source rows) of a step's chunks, or (None, None)."""
+    chunks = zip(image_rows, starts, strict=True)
+    pairs = [(rows.dest_rows + start, rows.source) for rows, start in chunks if rows]
+    if not pairs:
+        return None, None
+    return torch.cat([dest for dest, _ in pairs]), torch.cat([src for _, src in pairs])
+
+
+class DriverRunner(ShardRunner):
+    """Rank 0: starts the other ranks, hands them each step, pings them when idle (a hung
+    rank is found within the timeout even then), and stops them on `close`.
+
+    A rank that dies or stops answering raises RankFailedError from `run`, and calls
+    `on_failure(message)` when set (the pod sets it to end the process)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        size, timeout = config.tensor_parallel_size, config.tensor_parallel_timeout_s
+        self.on_failure = None
+        self._threads = torch.get_num_threads()
+        if torch.device(config.device).type == "cpu":
+            torch.set_num_threads(1)  # one core per rank: ranks on one host share its cores
+        self.ranks = RankProcesses(config, self._rank_failed)
+        group = join_group(0, size, self.ranks.port, torch.device(config.device), timeout)
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._closed = threading.Event()
+        self.failure: str | None = None
+        try:
+            super().__init__(config, group)
+        except Exception as err:
+            raise RankFailedError(f"tensor-parallel start failed: {self.ranks.describe()}") from err
+        self._pinger = threading.Thread(target=self._ping_loop, name="tp-ping", daemon=True)
+        self._pinger.start()
+        # An offline LLM is seldom closed: stop the ranks cleanly before multiprocessing's
+        # own exit handler terminates them (which would read as a failure).
+        atexit.register(self.close)
+
+    def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
+        dest, source = flatten_images(image_rows, inputs.meta.query_starts)
+        message = StepMessage(
+            inputs.input_ids, inputs.positions, inputs.meta, inputs.sample_rows, dest, source
+        )
+        with self._collective():
+            self.channel.send(message)
+            return self.forward(message)
+
+    @contextmanager
+    def _collective(self):
+        """Hold the group for one exchange; a collective's error (a dead peer, a timeout)
+        becomes RankFailedError naming the ranks."""
+        with self._lock:
+            if self.failure is not None:
+                raise RankFailedError(self.failure)
+            try:
+                yield
+            except RuntimeError as err:  # gloo / NCCL report a lost or silent peer so
+                message = f"tensor-parallel step failed: {self.ranks.describe()} ({err})"
+                self._rank_failed(message)
+                raise RankFailedError(message) from err
+            finally:
+                self._last = time.monotonic()
+
+    def _ping_loop(self) -> None:
+        interval = self.config.tensor_parallel_timeout_s / 4
+        while not self._closed.wait(interval / 2):
+            if time.monotonic() - self._last < interval:
+                continue
+            try:
+                with self._collective():
+                    if self._closed.is_set():
+                        return
+                    self.channel.send_control(PING)
+                    self.group.ping()
+            except RankFailedError:
+                return
+
+    def _rank_failed(self, message: str) -> None:
+        if self.failure is not None or self._closed.is_set():
+            return
+        self.failure = message
+        log.error("%s", message)
+        if self.on_failure is not None:
+            self.on_failure(message)
+
+    def close(self) -> None:
+        """Stop the other ranks (a STOP step, then a bounded join) and leave the group."""
+        if self._closed.is_set():
+            return
+        atexit.unregister(self.close)
+        with self._lock:
+            self._closed.set()
+            if self.failure is None:
+                with suppress(RuntimeError):  # a rank already gone: stop() reaps it
+                    self.channel.send_control(STOP)
+        self.ranks.stop()
+        self.group.leave()
+        torch.set_num_threads(self._threads)
