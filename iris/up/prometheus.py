@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,7 +23,10 @@ from iris.up.processes import ChildProcess, free_port, wait_until
 HOST = "127.0.0.1"
 # The namespace label a ServiceMonitor would add; dashboards select on it.
 LOCAL_NAMESPACE = "iris-up"
-TOOLS_DIR = Path(__file__).resolve().parents[2] / ".tools"
+REPO = Path(__file__).resolve().parents[2]
+TOOLS_DIR = REPO / ".tools"
+# The chart's rules, loaded as they are (the plain file promtool checks).
+RULES_FILE = REPO / "helm" / "iris" / "rules" / "iris.rules.yaml"
 
 
 def find_tool(name: str) -> str | None:
@@ -111,6 +114,7 @@ class Prometheus:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.url = f"http://{HOST}:{self.port}"
+        self.interval = config.get("global", {}).get("scrape_interval", "1m")
         self.targets = sum(
             len(group["targets"])
             for job in config.get("scrape_configs", [])
@@ -194,3 +198,41 @@ class Prometheus:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def prometheus_beside(
+    services: Iterable,
+    work_dir: Path,
+    *,
+    interval_s: float = 5.0,
+    operator_address: str | None = None,
+) -> Prometheus:
+    """The Prometheus `iris up --prometheus` runs (not started yet): scraping `services`
+    (and the operator, if given) with the chart's recording and alert rules loaded.
+    PrometheusMissing if there is no binary."""
+    rules = [RULES_FILE] if RULES_FILE.is_file() else []
+    config = scrape_config(
+        services, operator_address=operator_address, interval_s=interval_s, rule_files=rules
+    )
+    return Prometheus(config, work_dir)
+
+
+def start_beside_platform(platform, echo: Callable[..., None]) -> Callable[[], None]:
+    """`iris up --prometheus`: start Prometheus beside a running platform and `echo` its
+    URL; without a binary (or if it does not start) say why and serve on without it.
+    Returns what stops it."""
+    try:
+        server = prometheus_beside(platform.services, platform.log_dir / "prometheus")
+    except PrometheusMissing as err:
+        echo(f"iris up: --prometheus: {err}; serving without it", err=True)
+        return lambda: None
+    try:
+        server.start()
+    except RuntimeError as err:
+        echo(f"iris up: --prometheus: {err}; serving without it", err=True)
+        return server.stop
+    echo(
+        f"Prometheus: {server.url} (scraping every {server.interval}, with the chart's "
+        f"recording and alert rules; e.g. {server.url}/api/v1/query?query=iris:ttft_seconds:p50)"
+    )
+    return server.stop

@@ -18,9 +18,10 @@ import httpx
 import openai
 import pytest
 
+from iris.up import prometheus as prometheus_module
 from iris.up.platform import UpConfig
 from iris.up.processes import wait_until
-from iris.up.prometheus import Prometheus, scrape_config
+from iris.up.prometheus import Prometheus, prometheus_beside, scrape_config, start_beside_platform
 from tests.e2e import operator_process as op
 from tests.e2e.helpers import image_message, image_png
 from tests.fixtures.platform import FAST_GATEWAY, TestPlatform
@@ -28,7 +29,8 @@ from tests.helm.chart import CHART
 
 pytestmark = pytest.mark.slow
 
-SCRAPE_S = 1.0
+# Two seconds (also the scrape timeout): a loaded machine can take over 1 s to answer.
+SCRAPE_S = 2.0
 # Grafana's $__rate_interval is at least four scrape intervals.
 RATE_INTERVAL = f"{4 * SCRAPE_S:g}s"
 # Queries that need an event this test does not cause: (dashboard, panel title, what
@@ -109,10 +111,13 @@ def stack(tmp_path_factory, tiny_qwen2_vl_dir):
         stoppers.append(kube.stop)
         operator, operator_address = op.start_operator(kube.url, log_dir)
         stoppers.append(operator.stop)
-        config = scrape_config(
-            platform.services, operator_address=operator_address, interval_s=SCRAPE_S
+        # What `iris up --prometheus` runs (with the chart's rules), plus the operator.
+        prometheus = prometheus_beside(
+            platform.services,
+            log_dir / "prometheus",
+            interval_s=SCRAPE_S,
+            operator_address=operator_address,
         )
-        prometheus = Prometheus(config, log_dir / "prometheus")
         prometheus.launch()
         stoppers.append(prometheus.stop)
         platform.start()
@@ -228,3 +233,36 @@ def test_scrape_config_reads_each_services_metrics_port(stack):
     for job in jobs.values():
         for target in job["static_configs"]:
             assert httpx.get(f"http://{target['targets'][0]}/metrics").status_code == 200
+
+
+# The service-level indicators the chart's rules record, each with data after the traffic.
+RECORDED = [
+    "iris:ttft_seconds:p50",
+    "iris:ttft_seconds:p99",
+    'iris:gateway_requests:ratio_rate5m{status_class="4xx"}',
+    "iris:availability:ratio_rate5m",
+    "iris:encoder_backlog:seconds",
+    "iris:embedding_cache_hit:ratio_rate5m",
+    "iris:kv_utilisation:max",
+]
+
+
+def test_the_rules_are_loaded_and_record_the_indicators(stack):
+    """Runs after the traffic test (same module): the recording rules see its requests."""
+    _, prometheus, _ = stack
+    groups = {group["name"] for group in prometheus.api("rules")["groups"]}
+    assert {"iris-sli", "iris-alerts"} <= groups
+    for record in RECORDED:
+        assert wait_until(lambda r=record: prometheus.query(r), 30, 0.2), record
+
+
+def test_without_a_binary_iris_up_says_so_and_serves_on(stack, monkeypatch, tmp_path):
+    """--prometheus with no prometheus on PATH nor in .tools/ (both pointed elsewhere)."""
+    platform, _, _ = stack
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(prometheus_module, "TOOLS_DIR", tmp_path)
+    said = []
+    stop = start_beside_platform(platform, lambda text, err=False: said.append((text, err)))
+    stop()
+    ((text, err),) = said
+    assert err and "prometheus not found" in text and "scripts/setup.sh" in text
