@@ -571,13 +571,12 @@ def print_bound(bound: Bound, told: Result, static: Result) -> None:
 
 
 def plot(results: list[Result], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Load and replicas over time (simulated pods: no model runs)."""
+    from bench.plots import figure, save, stamp
 
     minutes = [t / 60 for t in range(0, DURATION_S, STEP_S)]
-    fig, (top, mid, bottom) = plt.subplots(3, 1, sharex=True, figsize=(10, 8))
+    fig, axes = figure(3, 1, size=(10, 8.5))
+    top, mid, bottom = (row[0] for row in axes)
     top.plot(minutes, [arrival_rate(t) for t in range(0, DURATION_S, STEP_S)], color="black")
     top.set_ylabel("requests/s")
     top.set_title("load and replicas over time")
@@ -588,9 +587,33 @@ def plot(results: list[Result], path: Path) -> None:
     bottom.set_ylabel("encoder replicas")
     bottom.set_xlabel("minute")
     mid.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    stamp(fig, None, "simulated pods")
+    save(fig, path)
+
+
+def plot_frontiers(points: dict[str, list[tuple[float, float]]], path: Path) -> None:
+    """Both sweeps' points and frontiers: replica-seconds saved against time over the SLO."""
+    from bench.plots import figure, save, stamp
+
+    fig, axes = figure(1, 1, size=(8, 5.5))
+    axis = axes[0][0]
+    for (name, runs), colour in zip(points.items(), ("tab:blue", "tab:orange"), strict=False):
+        axis.scatter(
+            [100 * o for _, o in runs], [100 * s for s, _ in runs], s=12, alpha=0.4, color=colour
+        )
+        line = frontier(runs)
+        axis.plot(
+            [100 * o for _, o in line], [100 * s for s, _ in line], marker="o", color=colour,
+            label=f"{name} frontier ({len(runs)} settings)",
+        )  # fmt: skip
+    axis.axvline(100 * OVER_SLO_TARGET, color="grey", linestyle="--", label="SLO target")
+    axis.set_xlabel("time over the SLO (% of the run)")
+    axis.set_ylabel("replica-seconds saved against static peak (%)")
+    axis.set_title("autoscaling frontiers: saving against time over the SLO")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8)
+    stamp(fig, None, "simulated pods")
+    save(fig, path)
 
 
 def saving(result: Result, static: Result) -> float:
@@ -679,7 +702,8 @@ def main() -> None:
     )
     out = Path(__file__).resolve().parent / "out" / "autoscale.png"
     plot(results, out)
-    print(f"wrote {out}")
+    plot_frontiers(points, out.with_name("autoscale_frontiers.png"))
+    print(f"wrote {out} and {out.with_name('autoscale_frontiers.png')}")
     print(
         f"against the bound for a policy not told the burst count "
         f"({bound.unknown_count_saving:.1%}): {iris_best / bound.unknown_count_saving:.2f}"

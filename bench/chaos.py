@@ -364,6 +364,39 @@ def report(outcomes: list[Outcome], kills: list[Kill], up: UpProcess, started: f
     return met
 
 
+def plot(outcomes: list[Outcome], kills: list[Kill], started: float, model: Path) -> Path:
+    """Requests completed and failed per second (by when they ended), each kill marked."""
+    from bench.plots import figure, save, stamp
+
+    fig, axes = figure(1, 1, size=(10, 4.8))
+    axis = axes[0][0]
+    end = max([o.ended_at for o in outcomes] + [started + 1]) - started
+    seconds = list(range(int(end) + 1))
+    for kind, colour, label in (
+        ("complete", "tab:green", "completed"),
+        (None, "tab:red", "failed (clean error, hung or wrong)"),
+    ):
+        per_second = [0] * len(seconds)
+        for outcome in outcomes:
+            if (outcome.kind == "complete") == (kind == "complete"):
+                per_second[min(int(outcome.ended_at - started), len(seconds) - 1)] += 1
+        axis.step(seconds, per_second, where="post", color=colour, label=label)
+    for index, kill in enumerate(kills):
+        axis.axvline(
+            kill.at - started, color="black", alpha=0.4, linestyle=":",
+            label="kill" if index == 0 else None,
+        )  # fmt: skip
+        axis.text(kill.at - started, axis.get_ylim()[1] * 0.95, kill.name, rotation=90,
+                  fontsize=7, va="top")  # fmt: skip
+    axis.set_xlabel("seconds since the faults started")
+    axis.set_ylabel("requests per second")
+    axis.set_title("chaos: requests completed and failed per second, kills marked")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8, loc="upper right")
+    stamp(fig, model)
+    return save(fig, "chaos.png")
+
+
 def start_up(model: Path, log_dir: Path, idle_s: float) -> UpProcess:
     env = {
         **os.environ,
@@ -424,6 +457,7 @@ def main() -> None:
 
         outcomes, kills = asyncio.run(run())
         met = report(outcomes, kills, up, started)
+        print(f"wrote {plot(outcomes, kills, started, args.model)}")
     finally:
         up.process.send_signal(signal.SIGINT)
         try:

@@ -245,8 +245,9 @@ def service_run(adapter, model: Path, files, args) -> ServiceRun:
     return ServiceRun(len(files) / elapsed, 1 - encoded / len(files), calls, encoded, stage_s)
 
 
-def bench_model(name: str, args) -> float:
-    """Run one model's comparison; returns R / bound."""
+def bench_model(name: str, args, drawn: list | None = None) -> float:
+    """Run one model's comparison; returns R / bound (and appends what the plot needs to
+    `drawn`: name, naive seconds per image, the naive path's stage costs, the service's)."""
     import torch
 
     from bench.cost_split import print_cost_split
@@ -274,6 +275,8 @@ def bench_model(name: str, args) -> float:
     )
     print(f"{'':14s} {run.stages_line()}", flush=True)
     costs = stage_costs(runner, files)
+    if drawn is not None:
+        drawn.append((name, 1 / naive, costs, run.stage_s, run.images_per_s))
     cores = len(os.sched_getaffinity(0))
     bound = ratio_bound(files, 1 / naive, costs, cores)
     ratio = served / naive
@@ -330,9 +333,48 @@ def main() -> None:
         f"{args.torch_threads} torch thread(s), device {args.device}",
         flush=True,
     )
-    fractions = {name.strip(): bench_model(name.strip(), args) for name in args.models.split(",")}
+    drawn: list = []
+    names = [name.strip() for name in args.models.split(",")]
+    fractions = {name: bench_model(name, args, drawn) for name in names}
     worst = min(fractions, key=fractions.get)
     print(f"ratio of bound: {fractions[worst]:.2f}  (smallest R / bound, {worst}; goal 0.8)")
+    print(f"wrote {plot(drawn, args)}")
+
+
+def plot(drawn: list, args) -> Path:
+    """Per model, the mean time an image spends in each stage: the naive path (prepare,
+    tower: one image at a time) against the service (its stage histogram's means)."""
+    from bench.plots import figure, save, stamp
+
+    fig, axes = figure(1, len(drawn), size=(5.0 * len(drawn) + 1, 5.0))
+    for axis, (name, naive_s, costs, stage_s, served) in zip(axes[0], drawn, strict=True):
+        # The naive path's time per image split by its measured prepare cost (the rest is
+        # the tower); the service's stages are its histogram's (claim, prepare, ...).
+        bars = {
+            "naive": [("prepare", costs[0]), ("tower", max(naive_s - costs[0], 0.0))],
+            "service": list(stage_s.items()),
+        }
+        names = dict.fromkeys(stage for parts in bars.values() for stage, _ in parts)
+        colours = dict(zip(names, plt_colours(), strict=False))
+        for x, parts in enumerate(bars.values()):
+            bottom = 0.0
+            for stage, seconds in parts:
+                axis.bar(x, seconds * 1e3, bottom=bottom, color=colours.get(stage), label=stage)
+                bottom += seconds * 1e3
+        handles, labels = axis.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))
+        axis.legend(unique.values(), unique.keys(), fontsize=7)
+        axis.set_xticks([0, 1], [f"naive\n{1 / naive_s:.1f} img/s", f"service\n{served:.1f} img/s"])
+        axis.set_ylabel("ms an image spends (mean)")
+        axis.set_title(f"{name}: time per image by stage", fontsize=10)
+        # The service's images overlap in time (batches, a preprocessing pool), so a longer
+        # stay per image goes with more images per second.
+    stamp(fig, ", ".join(name for name, *_ in drawn), f"device {args.device}")
+    return save(fig, "encoder_stages.png")
+
+
+def plt_colours() -> list[str]:
+    return ["tab:olive", "tab:red", "tab:gray", "tab:green", "tab:purple", "tab:blue", "tab:orange"]
 
 
 if __name__ == "__main__":

@@ -51,6 +51,9 @@ sys.path.insert(0, str(ROOT))
 
 from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
+# What the plot shows, filled in as the measurements are made (plot_engine draws it).
+DRAWN: dict[str, dict[str, float]] = {}
+
 
 def model_dir() -> tuple[Path, str]:
     try:
@@ -214,6 +217,11 @@ def bench_multimodal(directory: Path, args) -> None:
     print(f"TTFT {len(ids)}-token prompt with one image ({item.token_count} image tokens): "
           f"cold {cold * 1000:.0f} ms, warm embedding cache + cold prefix "
           f"{warm_cache * 1000:.0f} ms, warm prefix {warm_prefix * 1000:.0f} ms")  # fmt: skip
+    DRAWN["image TTFT (ms)"] = {
+        "cold": cold * 1e3,
+        "warm embedding cache": warm_cache * 1e3,
+        "warm prefix": warm_prefix * 1e3,
+    }
     print(f"ratio R {cold / warm_prefix:.2f}  TTFT cold / warm prefix (repeated image)")
     print(f"ratio R {warm_cache / warm_prefix:.2f}  TTFT warm embedding cache + cold prefix "
           f"/ warm prefix")  # fmt: skip
@@ -376,6 +384,24 @@ def bench_overlap(directory: Path, args) -> None:
         engine.close()
 
 
+def plot_engine(directory: Path) -> None:
+    """One panel per measurement made: TTFT cold, with a warm embedding cache and with a
+    warm prefix; decode tokens/s of the engine against HF generate."""
+    from bench.plots import figure, save, stamp
+
+    if not DRAWN:
+        return
+    fig, axes = figure(1, len(DRAWN), size=(4.2 * len(DRAWN) + 1, 4.8))
+    for axis, (title, bars) in zip(axes[0], DRAWN.items(), strict=True):
+        axis.bar(range(len(bars)), list(bars.values()), color="tab:blue")
+        axis.set_xticks(range(len(bars)), list(bars), rotation=15, fontsize=8)
+        for x, value in enumerate(bars.values()):
+            axis.text(x, value, f"{value:.0f}", ha="center", va="bottom", fontsize=8)
+        axis.set_title(title, fontsize=10)
+    stamp(fig, directory, f"torch threads {torch.get_num_threads()}")
+    print(f"wrote {save(fig, 'engine.png')}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=32)
@@ -430,6 +456,7 @@ def main() -> None:
     print_cost_split(directory, "model")
     if args.only == "mm":
         bench_multimodal(directory, args)
+        plot_engine(directory)
         return
     if args.only == "overlap":
         bench_overlap(directory, args)
@@ -472,6 +499,7 @@ def main() -> None:
     print(f"engine  {useful / engine_s:8.1f} tok/s  ({engine_s:.1f} s)")
     print(f"hf      {useful / hf_s:8.1f} tok/s  ({hf_s:.1f} s, static batches of {args.batch})")
     print(f"ratio R {hf_s / engine_s:.2f}  engine / hf output tokens per second (target >= 2)")
+    DRAWN["decode (output tok/s)"] = {"engine": useful / engine_s, "HF generate": useful / hf_s}
 
     clear_prefix_cache(engine)
     rng = random.Random(7)
@@ -481,10 +509,15 @@ def main() -> None:
     print(f"TTFT {args.ttft_prompt}-token prompt: cold {cold * 1000:.0f} ms, "
           f"warm prefix {warm * 1000:.0f} ms")  # fmt: skip
     print(f"ratio R {cold / warm:.2f}  TTFT cold / warm prefix")
+    DRAWN[f"text TTFT, {args.ttft_prompt} tokens (ms)"] = {
+        "cold": cold * 1e3,
+        "warm prefix": warm * 1e3,
+    }
     bench_structured(engine, args)
     bench_sampler(vocab, engine.runner.device, args)
     if engine.adapter is not None:
         bench_multimodal(directory, args)
+    plot_engine(directory)
     bench_overlap(directory, args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory: RSS {peak:.0f} MiB (process, includes both models and the KV cache)")

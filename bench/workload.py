@@ -508,27 +508,33 @@ def summarise(result: ModeResult) -> dict:
     }
 
 
-def plot(results: list[ModeResult], path: Path) -> None:
-    import matplotlib
+def plot(results: list[ModeResult], path: Path, model: Path) -> None:
+    """TTFT distribution per mode, first turns (their image is new to the user) apart from
+    later turns (history and, mostly, images already seen)."""
+    from bench.plots import figure, save, stamp
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(8, 4.5))
-    for result in results:
-        values = sorted(t.ttft_s * 1e3 for t in result.turns if t.ok)
-        if values:
-            axis.plot(
-                values, [(i + 1) / len(values) for i in range(len(values))], label=result.name
-            )
-    axis.set_xscale("log")
-    axis.set_xlabel("TTFT (ms, log scale)")
-    axis.set_ylabel("fraction of turns")
-    axis.set_title("TTFT distribution: image-reuse multi-turn chat")
-    axis.grid(True, alpha=0.3)
-    axis.legend()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+    fig, axes = figure(1, 2, size=(11, 4.8))
+    for axis, title, first in (
+        (axes[0][0], "first turns", True),
+        (axes[0][1], "later turns", False),
+    ):
+        for result in results:
+            picked = [t for t in result.turns if t.ok and (t.turn == 0) == first]
+            values = sorted(t.ttft_s * 1e3 for t in picked)
+            if values:
+                axis.plot(
+                    values,
+                    [(i + 1) / len(values) for i in range(len(values))],
+                    label=f"{result.name} (n={len(values)})",
+                )
+        axis.set_xscale("log")
+        axis.set_xlabel("TTFT (ms, log scale)")
+        axis.set_ylabel("fraction of turns")
+        axis.set_title(f"TTFT distribution, {title}")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7)
+    stamp(fig, model)
+    save(fig, path)
 
 
 def write_turns(results: list[ModeResult], args, path: Path) -> None:
@@ -836,7 +842,7 @@ def main() -> None:
     print_new_image_bound(summaries, split)
     print_routing_bound(results, summaries, split)
     results = list(results.values())
-    plot(results, args.png)
+    plot(results, args.png, args.model)
     write_turns(results, args, args.turns_json)
     print(f"wrote {args.png} and {args.turns_json}")
     print(f"runtime of this run: {time.perf_counter() - run_started:.0f} s")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup used by both README commands: venv, the project, and what pip's
-# dependency list cannot express (the demo model's weights, redis-server, helm).
+# dependency list cannot express (the demo model's weights, redis-server, helm, prometheus).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${IRIS_VENV:-$ROOT/.venv}"
@@ -33,4 +33,11 @@ HELM="$ROOT/.tools/helm"
 if [ ! -x "$HELM" ]; then
     "$ROOT/scripts/install_helm.sh" "$ROOT/.tools" \
         || echo "setup: could not install helm; chart tests will skip" >&2
+fi
+
+# prometheus and promtool (Debian's 2.42, unpacked): the dashboard and alert-rule tests run
+# them, and `iris up --prometheus` starts one.
+if [ ! -x "$ROOT/.tools/prometheus" ] || [ ! -x "$ROOT/.tools/promtool" ]; then
+    "$ROOT/scripts/install_prometheus.sh" "$ROOT/.tools" \
+        || echo "setup: could not install prometheus; the dashboard and rule tests will fail" >&2
 fi

@@ -47,6 +47,13 @@ def command(
     exit_after_demo: Annotated[
         bool, typer.Option(help="Shut down after the demo request (scripts, CI)")
     ] = False,
+    prometheus: Annotated[
+        bool,
+        typer.Option(
+            help="Also run Prometheus (from PATH or .tools/) scraping every service, with the "
+            "chart's recording and alert rules; prints its URL"
+        ),
+    ] = False,
 ) -> None:
     """Start cache, encoder(s), LLM pod(s) and gateway as processes on loopback."""
     from iris.up.demo import examples, served_model
@@ -88,6 +95,7 @@ def command(
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    stoppers: list = []  # what runs beside the platform (Prometheus), stopped before it
     try:
         try:
             platform.start(stop)
@@ -100,6 +108,10 @@ def command(
         url = platform.gateway_url
         key = config.api_keys[0] if config.api_keys else None
         typer.echo(f"Iris is up: {url}" + (" (API key required)" if key else ""))
+        if prometheus:
+            from iris.up.prometheus import start_beside_platform
+
+            stoppers.append(start_beside_platform(platform, typer.echo))
         typer.echo(examples(url, served_model(url, key), keyed=key is not None))
         if demo_request:
             _demo(url, on_demo_model, key)
@@ -108,6 +120,8 @@ def command(
             _supervise(platform, stop)
     finally:
         typer.echo("stopping...")
+        for stop_one in stoppers:
+            stop_one()
         platform.stop()
 
 

@@ -2,9 +2,9 @@
 
 Built-in kinds are checked against the Kubernetes JSON schemas that kubernetes-validate ships
 (offline, strict: unknown fields are errors); IrisAutoscaler against the CRD in the chart;
-ServiceMonitor (a Prometheus Operator CRD not available offline) against the few fields of its
-spec the chart uses; cert-manager's Certificate and Issuer against the models of a package
-generated from cert-manager's CRDs (tests/helm/cert_manager.py).
+ServiceMonitor and PrometheusRule (Prometheus Operator CRDs not available offline) against the
+few fields of their specs the chart uses; cert-manager's Certificate and Issuer against the
+models of a package generated from cert-manager's CRDs (tests/helm/cert_manager.py).
 """
 
 from __future__ import annotations
@@ -55,6 +55,52 @@ SERVICE_MONITOR_SCHEMA = {
     },
 }
 
+# The PrometheusRule fields the chart sets (monitoring.coreos.com/v1), nothing more.
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+PROMETHEUS_RULE_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "spec": {
+            "type": "object",
+            "required": ["groups"],
+            "additionalProperties": False,
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "rules"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string"},
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["expr"],
+                                    "oneOf": [{"required": ["record"]}, {"required": ["alert"]}],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "record": {"type": "string"},
+                                        "alert": {"type": "string"},
+                                        "expr": {"type": "string"},
+                                        "for": {"type": "string", "pattern": "^[0-9]+(s|m|h|d)$"},
+                                        "labels": _STRINGS,
+                                        "annotations": _STRINGS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
 
 def validate(manifest: dict) -> None:
     kind = manifest["kind"]
@@ -62,6 +108,8 @@ def validate(manifest: dict) -> None:
         crd_validator().validate(manifest)
     elif kind == "ServiceMonitor":
         jsonschema.Draft7Validator(SERVICE_MONITOR_SCHEMA).validate(manifest)
+    elif kind == "PrometheusRule":
+        jsonschema.Draft7Validator(PROMETHEUS_RULE_SCHEMA).validate(manifest)
     elif kind in CERT_MANAGER_KINDS:
         validate_cert_manager(manifest)
     else:
@@ -115,6 +163,7 @@ def test_default_release_has_every_part(render):
     } <= kinds
     # The ServiceMonitor is opt-in; the CRD itself comes from crds/, never from templates.
     assert "ServiceMonitor" not in kinds
+    assert "PrometheusRule" not in kinds
     assert "CustomResourceDefinition" not in kinds
 
 
