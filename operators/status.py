@@ -27,8 +27,9 @@ def pool_status(
     scraped: int,
     failed: int,
     last_scale_time: str | None,
+    write_error: str | None = None,
 ) -> dict[str, Any]:
-    """The status block of one pool."""
+    """The status block of one pool; `write_error` is why this round's scale write failed."""
     block: dict[str, Any] = {
         "deployment": deployment,
         "currentReplicas": decision.current,
@@ -41,6 +42,8 @@ def pool_status(
     }
     if last_scale_time:
         block["lastScaleTime"] = last_scale_time
+    if write_error:
+        block["scaleWriteError"] = write_error
     return block
 
 
