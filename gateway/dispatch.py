@@ -128,6 +128,17 @@ class Dispatcher:
     # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
     _background: set[asyncio.Task] = field(default_factory=set, init=False, repr=False)
 
+    @property
+    def background(self) -> int:
+        """How many Encode / Abandon calls started by past requests are still running."""
+        return len(self._background)
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait (up to `timeout_s`) for the background Encode / Abandon calls to end: a
+        stopping gateway that cut them would leave leases nobody fills or gives back."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout_s)
+
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
         request = RoutingRequest(prompt.input_ids, self.fingerprint, prompt.salts.prefix)
         return self.router.route(request, self.registry.pods(), exclude)
