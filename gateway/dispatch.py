@@ -40,6 +40,9 @@ _tracer = tracer("gateway.dispatch")
 EMBEDDING_MISSING = "embedding missing"
 CACHE_UNAVAILABLE = "embedding cache unavailable"  # llm_svc/server/errors.py: not the pod's fault
 _NEXT_POD = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# After acceptance: the pod (not the request) failed, so another pod may serve it (a pod
+# whose engine step failed says UNAVAILABLE; so does a call whose pod died).
+_POD_FAILED = {grpc.StatusCode.UNAVAILABLE}
 
 
 def item_to_proto(item) -> common_pb2.MultimodalItem:
@@ -64,32 +67,55 @@ class Generation:
     call: grpc.aio.UnaryStreamCall
     ticket: Ticket | None = None
     idle_s: float | None = None  # the longest the pod may send nothing (None: no limit)
+    pod_failed: bool = False  # the pod failed this generation mid-stream (its call broke)
+    _first: llm_pb2.GenerateResponse | None = field(default=None, init=False, repr=False)
+
+    async def prime(self) -> None:
+        """Read the first message after acceptance and keep it for `responses()`; raises
+        what `responses()` would. Until it returns nothing of this choice has begun, so a
+        failure here may be retried on another pod (gateway/api/generation.py)."""
+        message = await self._read()
+        if message is not grpc.aio.EOF:
+            self._first = message
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
         """Token chunks, then `finished`. A pod failure mid-stream raises APIError(503); a
         pod silent for `idle_s`, or past the call's deadline, APIError(504
         upstream_timeout) — a frozen pod ends the request, it never hangs it."""
         try:
+            if self._first is not None:
+                first, self._first = self._first, None
+                if self.ticket is not None and first.HasField("tokens"):
+                    self.ticket.first_token()
+                yield first
             while True:
-                try:
-                    message = await asyncio.wait_for(self.call.read(), self.idle_s)
-                except TimeoutError:
-                    self.call.cancel()
-                    raise upstream_failure(
-                        504,
-                        f"the LLM pod sent nothing for {self.idle_s:g} s",
-                        code="upstream_timeout",
-                        request_id=self.request_id,
-                        detail=f"pod {self.pod.address} silent after acceptance",
-                    ) from None
+                message = await self._read()
                 if message is grpc.aio.EOF:
                     return
                 if self.ticket is not None and message.HasField("tokens"):
                     self.ticket.first_token()
                 yield message
+        finally:
+            self._close_ticket()
+
+    async def _read(self):
+        """The pod's next message (or EOF), its failures as APIErrors."""
+        try:
+            try:
+                return await asyncio.wait_for(self.call.read(), self.idle_s)
+            except TimeoutError:
+                self.call.cancel()
+                raise upstream_failure(
+                    504,
+                    f"the LLM pod sent nothing for {self.idle_s:g} s",
+                    code="upstream_timeout",
+                    request_id=self.request_id,
+                    detail=f"pod {self.pod.address} silent after acceptance",
+                ) from None
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise deadline_error(self.pod, err, self.request_id) from None
+            self.pod_failed = err.code() in _POD_FAILED
             raise upstream_failure(
                 503,
                 "the LLM pod failed mid-stream",
@@ -97,8 +123,6 @@ class Generation:
                 request_id=self.request_id,
                 detail=f"pod {self.pod.address}: {err.code().name} {err.details()}",
             ) from None
-        finally:
-            self._close_ticket()
 
     def cancel(self) -> None:
         """Stop the pod's work (the client left or another choice failed)."""
@@ -149,12 +173,14 @@ class Dispatcher:
         sampling: common_pb2.SamplingParams,
         request_id: str,
         decision: Decision | None = None,
+        exclude: frozenset[str] = frozenset(),
     ) -> Generation:
-        """Route (unless given a decision), prepare embeddings, Generate until accepted.
+        """Route (unless given a decision; never to a pod in `exclude`), prepare
+        embeddings, Generate until accepted.
 
         The decision's in-flight ticket passes to the Generation; the ticket of a decision
         given up (another pod is tried, or the start fails) is closed here."""
-        tried: set[str] = set()
+        tried: set[str] = set(exclude)
         retried_missing = False
         force_all = not self.embedding_reuse
         last_error: grpc.aio.AioRpcError | None = None

@@ -55,12 +55,18 @@ def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-async def start_all(gateway: Gateway, jobs: Sequence[Job], request_id: str) -> list[Generation]:
-    """Start every job; if one fails, cancel the accepted ones and raise its error."""
+async def start_all(
+    gateway: Gateway,
+    jobs: Sequence[Job],
+    request_id: str,
+    exclude: frozenset[str] = frozenset(),
+) -> list[Generation]:
+    """Start every job (on no pod in `exclude`); if one fails, cancel the accepted ones and
+    raise its error."""
     tasks = [
         asyncio.create_task(
             gateway.dispatcher.start(
-                job.prompt, job.sampling, f"{request_id}-{job.index}", job.decision
+                job.prompt, job.sampling, f"{request_id}-{job.index}", job.decision, exclude
             )
         )
         for job in jobs
@@ -320,7 +326,9 @@ async def respond(
     try:
         with inference.span.use():
             metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
-            generations = await start_all(gateway, jobs, request_id)
+            generations, choices = await run_once_more_if_a_pod_fails(
+                gateway, jobs, request_id, None if body.stream else request.receive
+            )
     except BaseException as err:
         inference.close(err)
         raise
@@ -332,11 +340,6 @@ async def respond(
         chunks = answer.stream(generations, envelope)
         closing = closer(generations, inference)
         return event_stream(chunks, closing, headers, ending=gateway.streams_ending)
-    try:
-        choices = await collect_unless_gone(request.receive, generations)
-    except BaseException as err:
-        inference.close(err)
-        raise
     usage = usage_of(generations, choices, answer.prompts_per_choice)
     inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
     inference.close()
@@ -351,6 +354,45 @@ async def respond(
         },
         headers=headers,
     )
+
+
+async def run_once_more_if_a_pod_fails(
+    gateway: Gateway, jobs: Sequence[Job], request_id: str, receive
+) -> tuple[list[Generation], list[Choice] | None]:
+    """Start the jobs, then either collect them (`receive` given: a whole answer) or read
+    each choice's first message (a stream: nothing is sent before they are all in). When a
+    pod fails before anything of the request has reached the client, every choice starts
+    again, once, on pods other than the failed ones. Returns (generations, the collected
+    choices or None for a stream). The client's key was charged at the door, once."""
+    failed: frozenset[str] = frozenset()
+    for attempt in (0, 1):
+        if attempt:
+            jobs = [Job(job.index, job.prompt, job.sampling) for job in jobs]
+        generations = await start_all(gateway, jobs, request_id, failed)
+        try:
+            if receive is not None:
+                return generations, await collect_unless_gone(receive, generations)
+            await _prime_all(generations)
+            return generations, None
+        except APIError:
+            cancel_all(generations)
+            broken = frozenset(g.pod.address for g in generations if g.pod_failed)
+            if attempt or not broken:
+                raise
+            failed = broken
+            metrics.RETRIES.labels("pod_failed").inc()
+    raise AssertionError("unreachable")
+
+
+async def _prime_all(generations: Sequence[Generation]) -> None:
+    """Every generation's first message read (and kept); the first failure raised."""
+    tasks = [asyncio.ensure_future(generation.prime()) for generation in generations]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def pod_header(gateway: Gateway, generations: Sequence[Generation]) -> dict[str, str]:
