@@ -25,7 +25,15 @@ def two_pods(qwen_gateway_parts):
         pods[name] = (address, pod)
     parts = {**qwen_gateway_parts, "pod_address": pods["good"][0]}
     addresses = [pods["broken"][0], pods["good"][0]]
-    with make_client(parts, llm_addresses=addresses) as client:
+    # Key limits on, with rates so slow that a bucket refills nothing during the test: what
+    # a request takes from them can be read back.
+    limits = dict(
+        key_requests_per_s=1e-9,
+        key_request_burst=10_000,
+        key_prompt_tokens_per_s=1e-9,
+        key_prompt_token_burst=10**9,
+    )
+    with make_client(parts, llm_addresses=addresses, **limits) as client:
         wait_ready(client)
         yield client, pods
     for server in servers:
@@ -65,7 +73,9 @@ def test_a_pod_failing_before_any_output_is_retried_on_another(two_pods, model_n
     broken.script.fail_after_accept = 10_000
     extra = CASES[case]
     streamed = bool(extra.get("stream"))
+    limits = client.app.state.gateway.key_limits
     for attempt in range(MAX_TRIES):
+        levels = {kind: limits.level(None, kind) for kind in ("requests", "prompt tokens")}
         body = {
             "model": model_name,
             "messages": [{"role": "user", "content": f"{case} {attempt}"}],
@@ -81,6 +91,11 @@ def test_a_pod_failing_before_any_output_is_retried_on_another(two_pods, model_n
         pytest.fail(f"no request was routed to the broken pod in {MAX_TRIES} tries")
     # Every choice that met the broken pod ran again, on the good pod only.
     assert len(good.requests) >= extra.get("n", 1)
+    # The key paid for one request and its prompt once, though it ran twice.
+    prompt_tokens = len(good.requests[-1].input_ids)
+    assert levels["requests"] - limits.level(None, "requests") == pytest.approx(1, abs=1e-3)
+    spent = levels["prompt tokens"] - limits.level(None, "prompt tokens")
+    assert spent == pytest.approx(prompt_tokens, abs=1e-3)
 
 
 def test_a_stream_that_has_begun_is_not_started_again(two_pods, model_name):
