@@ -146,7 +146,7 @@ class LLMEngine:
         # The sequences of the step under way (scheduled, or launched and not yet retired):
         # those a failed step concerns (`recover`).
         self._stepping: list[Sequence] = []
-        # A test-only hook run as each step launches (llm_svc/server/step_fault.py): None
+        # A test-only hook run as each step launches (llm_svc/server/step_failures.py): None
         # unless the server was started with the test flag.
         self.step_fault: Callable[[], None] | None = None
         self._prompt_tokens = self._hit_tokens = self._generated_tokens = 0
