@@ -374,10 +374,10 @@ async def run_once_more_if_a_pod_fails(
                 return generations, await collect_unless_gone(receive, generations)
             await _prime_all(generations)
             return generations, None
-        except APIError:
-            cancel_all(generations)
+        except BaseException as err:
+            cancel_all(generations)  # a failure, or the client left: no pod works on for it
             broken = frozenset(g.pod.address for g in generations if g.pod_failed)
-            if attempt or not broken:
+            if attempt or not broken or not isinstance(err, APIError):
                 raise
             failed = broken
             metrics.RETRIES.labels("pod_failed").inc()
