@@ -41,6 +41,9 @@ _tracer = tracer("gateway.dispatch")
 EMBEDDING_MISSING = "embedding missing"
 CACHE_UNAVAILABLE = "embedding cache unavailable"  # llm_svc/server/errors.py: not the pod's fault
 _NEXT_POD = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# After acceptance: the pod (not the request) failed, so another pod may serve it (a pod
+# whose engine step failed says UNAVAILABLE; so does a call whose pod died).
+_POD_FAILED = {grpc.StatusCode.UNAVAILABLE}
 
 
 def item_to_proto(item) -> common_pb2.MultimodalItem:
@@ -66,6 +69,16 @@ class Generation:
     ticket: Ticket | None = None
     idle_s: float | None = None  # the longest the pod may send nothing (None: no limit)
     on_tokens: Callable[[int], None] | None = None  # called with each chunk's token count
+    pod_failed: bool = False  # the pod failed this generation mid-stream (its call broke)
+    _first: llm_pb2.GenerateResponse | None = field(default=None, init=False, repr=False)
+
+    async def prime(self) -> None:
+        """Read the first message after acceptance and keep it for `responses()`; raises
+        what `responses()` would. Until it returns nothing of this choice has begun, so a
+        failure here may be retried on another pod (gateway/api/generation.py)."""
+        message = await self._read()
+        if message is not grpc.aio.EOF:
+            self._first = message
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
         """Token chunks, then `finished`. A pod failure mid-stream raises APIError(503); a
@@ -73,17 +86,10 @@ class Generation:
         upstream_timeout) — a frozen pod ends the request, it never hangs it."""
         try:
             while True:
-                try:
-                    message = await asyncio.wait_for(self.call.read(), self.idle_s)
-                except TimeoutError:
-                    self.call.cancel()
-                    raise upstream_failure(
-                        504,
-                        f"the LLM pod sent nothing for {self.idle_s:g} s",
-                        code="upstream_timeout",
-                        request_id=self.request_id,
-                        detail=f"pod {self.pod.address} silent after acceptance",
-                    ) from None
+                if self._first is not None:
+                    message, self._first = self._first, None
+                else:
+                    message = await self._read()
                 if message is grpc.aio.EOF:
                     return
                 if message.HasField("tokens"):
@@ -92,9 +98,27 @@ class Generation:
                     if self.on_tokens is not None:
                         self.on_tokens(len(message.tokens.token_ids))
                 yield message
+        finally:
+            self._close_ticket()
+
+    async def _read(self):
+        """The pod's next message (or EOF), its failures as APIErrors."""
+        try:
+            try:
+                return await asyncio.wait_for(self.call.read(), self.idle_s)
+            except TimeoutError:
+                self.call.cancel()
+                raise upstream_failure(
+                    504,
+                    f"the LLM pod sent nothing for {self.idle_s:g} s",
+                    code="upstream_timeout",
+                    request_id=self.request_id,
+                    detail=f"pod {self.pod.address} silent after acceptance",
+                ) from None
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise deadline_error(self.pod, err, self.request_id) from None
+            self.pod_failed = err.code() in _POD_FAILED
             raise upstream_failure(
                 503,
                 "the LLM pod failed mid-stream",
@@ -102,8 +126,6 @@ class Generation:
                 request_id=self.request_id,
                 detail=f"pod {self.pod.address}: {err.code().name} {err.details()}",
             ) from None
-        finally:
-            self._close_ticket()
 
     def cancel(self) -> None:
         """Stop the pod's work (the client left or another choice failed)."""
@@ -133,6 +155,17 @@ class Dispatcher:
     # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
     _background: set[asyncio.Task] = field(default_factory=set, init=False, repr=False)
 
+    @property
+    def background(self) -> int:
+        """How many Encode / Abandon calls started by past requests are still running."""
+        return len(self._background)
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait (up to `timeout_s`) for the background Encode / Abandon calls to end: a
+        stopping gateway that cut them would leave leases nobody fills or gives back."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout_s)
+
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
         request = RoutingRequest(prompt.input_ids, self.fingerprint, prompt.salts.prefix)
         return self.router.route(request, self.registry.pods(), exclude)
@@ -143,12 +176,14 @@ class Dispatcher:
         sampling: common_pb2.SamplingParams,
         request_id: str,
         decision: Decision | None = None,
+        exclude: frozenset[str] = frozenset(),
     ) -> Generation:
-        """Route (unless given a decision), prepare embeddings, Generate until accepted.
+        """Route (unless given a decision; never to a pod in `exclude`), prepare
+        embeddings, Generate until accepted.
 
         The decision's in-flight ticket passes to the Generation; the ticket of a decision
         given up (another pod is tried, or the start fails) is closed here."""
-        tried: set[str] = set()
+        tried: set[str] = set(exclude)
         retried_missing = False
         force_all = not self.embedding_reuse
         last_error: grpc.aio.AioRpcError | None = None

@@ -104,6 +104,10 @@ class KeyLimits:
         if "requests" in buckets:
             buckets["requests"].level -= 1
 
+    def level(self, key_id: str | None, kind: str) -> float:
+        """What the key's `kind` bucket ("requests" or "prompt tokens") holds now."""
+        return self._bucket(key_id, kind, self.clock()).level
+
     def charge_prompt_tokens(self, key_id: str | None, tokens: int) -> None:
         """Take an admitted request's prompt tokens, n x the prompt's (may go into debt)."""
         self._charge(key_id, "prompt tokens", tokens)

@@ -169,6 +169,10 @@ class Gateway:
         for task in self._tasks:
             with suppress(asyncio.CancelledError):
                 await task
+        if self.dispatcher is not None:
+            # An encode still in flight finishes (or abandons its lease) before the channels
+            # close; a request's response may have gone before its Encode was even sent.
+            await self.dispatcher.settle(self.settings.accept_timeout_s)
         if self.registry is not None:
             await self.registry.close()
             await self.encoders.close()

@@ -6,7 +6,8 @@ readiness, and /metrics + /healthz over plain HTTP on `settings.metrics_port`.
 
 Both follow the service's `work_loop` (the encoder's batch loop, the pod's engine thread):
 /healthz is liveness, 200 while the loop runs; readiness (iris/health.py) is SERVING while
-the loop runs and has not held work without progress for longer than `stall_limit_s`. A
+the loop runs, reports no `fault` (an optional attribute of the loop) and has not held work
+without progress for longer than `stall_limit_s`. A
 subclass builds its own parts, sets `work_loop`, then calls `_listen()`; on `stop()` it drains
 in its own order (`_drain`).
 """
@@ -70,6 +71,11 @@ class GrpcService:
             return "not started"
         if not loop.alive:
             return f"{loop.name} has ended"
+        # A loop may say it is unfit for work while it still runs (the pod's engine thread
+        # after a failed step, while it probes).
+        fault = getattr(loop, "fault", None)
+        if fault:
+            return fault
         stalled = loop.stalled_for()
         if stalled > self.stall_limit_s:
             return (

@@ -92,3 +92,6 @@ class LLMSettings(GrpcServiceSettings):
     # completed a step for `step_stall_s` while work waits; checked every interval.
     step_stall_s: float = Field(60.0, gt=0)
     health_interval_s: float = Field(1.0, gt=0)
+    # Failed engine steps and probes in a row (no successful step between) before the pod
+    # exits non-zero to be restarted; a device error (CUDA, not out-of-memory) exits at once.
+    max_consecutive_step_failures: int = Field(3, ge=1)

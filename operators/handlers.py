@@ -116,15 +116,22 @@ async def reconcile(
     decision = desired_replicas(
         Loads(llm=llm_pool, encoder=encoder_pool, now=time.monotonic()), parsed, history
     )
-    memo.history = decision.history
     scaled: dict[str, str] = dict(getattr(memo, "last_scale", None) or {})
+    write_errors: dict[str, str] = {}
+    # Each pool is written on its own: a failed write of one never skips the other, nor the
+    # status below.
     for kind, pool_spec, pool_decision in (
         ("llm", parsed.llm, decision.llm),
         ("encoder", parsed.encoder, decision.encoder),
     ):
-        if await _apply(api, namespace, kind, pool_spec, pool_decision, logger):
-            scaled[kind] = now_iso
+        try:
+            if await _apply(api, namespace, kind, pool_spec, pool_decision, logger):
+                scaled[kind] = now_iso
+        except kopf.TemporaryError as err:
+            write_errors[kind] = str(err)
+            logger.warning(f"scale write for {kind} failed: {err}")
     memo.last_scale = scaled
+    memo.history = committed_history(history, decision.history, failed=set(write_errors))
 
     patch.status["observedGeneration"] = meta.get("generation")
     patch.status["llm"] = pool_status(
@@ -135,6 +142,7 @@ async def reconcile(
         llm_pool.failed,
         scaled.get("llm"),
         llm_failures,
+        write_errors.get("llm"),
     )
     patch.status["encoder"] = pool_status(
         parsed.encoder.deployment,
@@ -144,11 +152,24 @@ async def reconcile(
         encoder_pool.failed,
         scaled.get("encoder"),
         encoder_failures,
+        write_errors.get("encoder"),
     )
     if scaled:
         patch.status["lastScaleTime"] = max(scaled.values())
     patch.status["conditions"] = merge_conditions(
-        status.get("conditions"), _conditions(decision.llm, decision.encoder), now_iso
+        status.get("conditions"),
+        _conditions(decision.llm, decision.encoder, write_errors),
+        now_iso,
+    )
+
+
+def committed_history(old: History, new: History, failed: set[str]) -> History:
+    """The history to keep after this round's writes: a pool's history moves on only when
+    its write succeeded (or none was needed); a pool whose write failed keeps its old past,
+    so the next round decides again from what was actually applied."""
+    return History(
+        llm=old.llm if "llm" in failed else new.llm,
+        encoder=old.encoder if "encoder" in failed else new.encoder,
     )
 
 
@@ -200,7 +221,9 @@ async def _apply(
     return True
 
 
-def _conditions(llm: PoolDecision, encoder: PoolDecision) -> list[Condition]:
+def _conditions(
+    llm: PoolDecision, encoder: PoolDecision, write_errors: dict[str, str]
+) -> list[Condition]:
     pools = {"llm": llm, "encoder": encoder}
     inactive = [f"{kind}: {d.message}" for kind, d in pools.items() if not d.active]
     limited = [f"{kind}: {d.limited}" for kind, d in pools.items() if d.limited]
@@ -218,6 +241,13 @@ def _conditions(llm: PoolDecision, encoder: PoolDecision) -> list[Condition]:
             bool(limited),
             "+".join(limit_reasons) if limited else "WithinBounds",
             "; ".join(limited) or "no bound cut into the decision",
+        ),
+        Condition(
+            "ScaleWritten",
+            not write_errors,
+            "WriteFailed" if write_errors else "Written",
+            "; ".join(f"{kind}: {why}" for kind, why in sorted(write_errors.items()))
+            or "every changed replica count was written",
         ),
     ]
 

@@ -30,9 +30,11 @@ def pool_status(
     failed: int,
     last_scale_time: str | None,
     failures: Mapping[str, str] | None = None,
+    write_error: str | None = None,
 ) -> dict[str, Any]:
     """The status block of one pool; `failures` (pod -> why its scrape failed) shows as
-    `scrapeError`, the first pod's reason, bounded."""
+    `scrapeError`, the first pod's reason, bounded; `write_error` is why this round's scale
+    write failed."""
     block: dict[str, Any] = {
         "deployment": deployment,
         "currentReplicas": decision.current,
@@ -49,6 +51,8 @@ def pool_status(
         pod = min(failures)
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         block["scrapeError"] = f"{pod}: {failures[pod]}"[:_ERROR_CHARS] + more
+    if write_error:
+        block["scaleWriteError"] = write_error
     return block
 
 

@@ -56,12 +56,18 @@ def new_request_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-async def start_all(gateway: Gateway, jobs: Sequence[Job], request_id: str) -> list[Generation]:
-    """Start every job; if one fails, cancel the accepted ones and raise its error."""
+async def start_all(
+    gateway: Gateway,
+    jobs: Sequence[Job],
+    request_id: str,
+    exclude: frozenset[str] = frozenset(),
+) -> list[Generation]:
+    """Start every job (on no pod in `exclude`); if one fails, cancel the accepted ones and
+    raise its error."""
     tasks = [
         asyncio.create_task(
             gateway.dispatcher.start(
-                job.prompt, job.sampling, f"{request_id}-{job.index}", job.decision
+                job.prompt, job.sampling, f"{request_id}-{job.index}", job.decision, exclude
             )
         )
         for job in jobs
@@ -326,12 +332,12 @@ async def respond(
     try:
         with inference.span.use():
             metrics.OVERHEAD_SECONDS.observe(time.perf_counter() - started)
-            generations = await start_all(gateway, jobs, request_id)
+            generations, choices = await run_once_more_if_a_pod_fails(
+                gateway, jobs, request_id, None if body.stream else request.receive, charge
+            )
     except BaseException as err:
         inference.close(err)
         raise
-    for generation in generations:
-        generation.on_tokens = charge
     created, model = int(time.time()), gateway.model_name
     headers = pod_header(gateway, generations)
     if body.stream:
@@ -340,11 +346,6 @@ async def respond(
         chunks = answer.stream(generations, envelope)
         closing = closer(generations, inference)
         return event_stream(chunks, closing, headers, ending=gateway.streams_ending)
-    try:
-        choices = await collect_unless_gone(request.receive, generations)
-    except BaseException as err:
-        inference.close(err)
-        raise
     usage = usage_of(generations, choices, answer.prompts_per_choice)
     inference.result(request_id, model, [c.finish_reason or "stop" for c in choices], usage)
     inference.close()
@@ -375,6 +376,53 @@ def check_whole_response(jobs: Sequence[Job], stream: bool, bound: int) -> None:
             "max_tokens",
             "response_too_large",
         )
+
+
+async def run_once_more_if_a_pod_fails(
+    gateway: Gateway,
+    jobs: Sequence[Job],
+    request_id: str,
+    receive,
+    charge: Callable[[int], None] | None = None,
+) -> tuple[list[Generation], list[Choice] | None]:
+    """Start the jobs, then either collect them (`receive` given: a whole answer) or read
+    each choice's first message (a stream: nothing is sent before they are all in). When a
+    pod fails before anything of the request has reached the client, every choice starts
+    again, once, on pods other than the failed ones. Returns (generations, the collected
+    choices or None for a stream). The client's key was charged its prompt at the door,
+    once; `charge` is handed every chunk's tokens from the first message on, a failed
+    attempt's included (they were computed)."""
+    failed: frozenset[str] = frozenset()
+    for attempt in (0, 1):
+        if attempt:
+            jobs = [Job(job.index, job.prompt, job.sampling) for job in jobs]
+        generations = await start_all(gateway, jobs, request_id, failed)
+        for generation in generations:
+            generation.on_tokens = charge
+        try:
+            if receive is not None:
+                return generations, await collect_unless_gone(receive, generations)
+            await _prime_all(generations)
+            return generations, None
+        except BaseException as err:
+            cancel_all(generations)  # a failure, or the client left: no pod works on for it
+            broken = frozenset(g.pod.address for g in generations if g.pod_failed)
+            if attempt or not broken or not isinstance(err, APIError):
+                raise
+            failed = broken
+            metrics.RETRIES.labels("pod_failed").inc()
+    raise AssertionError("unreachable")
+
+
+async def _prime_all(generations: Sequence[Generation]) -> None:
+    """Every generation's first message read (and kept); the first failure raised."""
+    tasks = [asyncio.ensure_future(generation.prime()) for generation in generations]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def pod_header(gateway: Gateway, generations: Sequence[Generation]) -> dict[str, str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,10 @@ log = logging.getLogger(__name__)
 
 # A fetch can be waited on this long when nothing else can run, so an idle loop does not spin.
 IDLE_WAIT_S = 0.005
+# The probe request (`LLMEngine.probe`): its id, and the steps it may take (overlap retires a
+# step one step late, so two do).
+PROBE_ID = "iris-probe"
+PROBE_MAX_STEPS = 8
 
 
 @dataclass
@@ -138,6 +144,12 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []
         self.overlap = config.overlap_scheduling
         self._inflight: LaunchedStep | None = None  # launched, not retired (overlap only)
+        # The sequences of the step under way (scheduled, or launched and not yet retired):
+        # those a failed step concerns (`recover`).
+        self._stepping: list[Sequence] = []
+        # A test-only hook run as each step launches (llm_svc/server/step_failures.py): None
+        # unless the server was started with the test flag.
+        self.step_fault: Callable[[], None] | None = None
         self._prompt_tokens = self._hit_tokens = self._generated_tokens = 0
 
     def _make_fetcher(self, source: EmbeddingSource | None) -> EmbeddingFetcher | None:
@@ -297,9 +309,21 @@ class LLMEngine:
         constrained row is retired at once (the grammar needs its token on the host to build
         the next bitmask), so such steps run without overlap."""
         outputs, self._pending = self._pending, []
+        try:
+            self._step(outputs)
+        except BaseException:
+            self._pending = outputs + self._pending  # for `recover`: nothing is lost
+            raise
+        self._stepping = []
+        return outputs
+
+    def _step(self, outputs: list[RequestOutput]) -> None:
         self._collect_fetches(outputs)
         self._collect_grammars(outputs)
         scheduled = self.scheduler.schedule()
+        self._stepping = [chunk.seq for chunk in scheduled.chunks]
+        if self._inflight is not None:
+            self._stepping += self._inflight.seqs
         launched = None
         if scheduled.chunks:
             chunks, image_rows = self._checked_chunks(scheduled.chunks, outputs)
@@ -316,10 +340,11 @@ class LLMEngine:
                 self._retire(launched, outputs)
         elif not outputs and not scheduled.chunks:
             self._wait_idle()
-        return outputs
 
     def _launch(self, chunks, image_rows) -> LaunchedStep:
         """Prepare and run the model and the sampler on the device; nothing waits for it."""
+        if self.step_fault is not None:
+            self.step_fault()
         pending = self._inflight.pending if self._inflight is not None else None
         inputs = self.runner.prepare(chunks, pending)
         logits = self.runner.run(inputs, image_rows)
@@ -348,6 +373,63 @@ class LLMEngine:
                 continue
             seq.resolve_placeholder(slot, token.token_id)
             outputs.append(self._accept(seq, token))
+
+    # --- after a failed step (llm_svc/server/step_failures.py decides which to call) ---
+    def recover(self, error: Exception, recompute: bool) -> list[RequestOutput]:
+        """After `step()` raised: the outputs the failed step had gathered, then the step's
+        own sequences either ended with `error` (finish_reason "error") or, if `recompute`,
+        put back at the head of the queue with their KV dropped, to be prefilled again.
+        Sequences outside the step are untouched: the step wrote no KV of theirs."""
+        stepping, self._stepping = self._stepping, []
+        self._inflight = None
+        outputs, self._pending = self._pending, []
+        for seq in dict.fromkeys(stepping):
+            if seq.is_finished:
+                continue
+            if recompute:
+                seq.drop_placeholders()
+                self.scheduler.recompute(seq)
+            else:
+                self._fail(seq, error, outputs)
+        return outputs
+
+    def shrink_step(self) -> bool:
+        """Halve the step's token budget (after an out-of-memory step); False when it is
+        already at its floor (one page) and cannot shrink."""
+        floor = self.config.page_size
+        budget = self.scheduler.token_budget
+        if budget <= floor:
+            return False
+        self.scheduler.token_budget = max(floor, budget // 2)
+        log.warning("step token budget shrunk %d -> %d", budget, self.scheduler.token_budget)
+        return True
+
+    def probe(self, token_id: int = 0) -> None:
+        """One tiny forward, alone (one prompt token, one sampled token): raises what the
+        step raised. The queued requests wait meanwhile and nothing of theirs changes."""
+        scheduler = self.scheduler
+        held = scheduler.waiting, scheduler.running, self._pending
+        scheduler.waiting, scheduler.running, self._pending = deque(), [], []
+        seq = None
+        try:
+            params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+            seq = self.add_request(PROBE_ID, [token_id], params)
+            for _ in range(PROBE_MAX_STEPS):
+                self.step()
+                if seq.is_finished:
+                    break
+            else:
+                raise RuntimeError(f"probe did not finish in {PROBE_MAX_STEPS} steps")
+        except BaseException as err:
+            self.recover(err if isinstance(err, Exception) else RuntimeError(), False)
+            raise
+        finally:
+            if seq is not None and not seq.is_finished:
+                self._finish(seq, FinishReason.ABORT)
+            self._inflight, self._stepping = None, []
+            scheduler.waiting = deque([*held[0], *scheduler.waiting])
+            scheduler.running = [*held[1], *scheduler.running]
+            self._pending = held[2]
 
     def _checked_chunks(self, chunks, outputs: list[RequestOutput]):
         """(chunks, their image rows) of the requests whose own data passes its checks;

@@ -146,12 +146,17 @@ class Scheduler:
             if chunk.seq is seq:
                 del out.chunks[index]
                 break
-        self.running.remove(seq)
+        self.recompute(seq)
+        out.preempted.append(seq)
+        self.num_preemptions += 1
+
+    def recompute(self, seq: Sequence) -> None:
+        """Drop a running sequence's KV and queue it first, to be prefilled again."""
+        if seq in self.running:
+            self.running.remove(seq)
         self.blocks.release(seq)
         seq.reset_for_recompute()
         self.waiting.appendleft(seq)
-        out.preempted.append(seq)
-        self.num_preemptions += 1
 
     def finish(self, seq: Sequence) -> None:
         """Drop a finished or aborted sequence and give its pages back."""

@@ -29,11 +29,9 @@ _CONSTRAINT_KINDS = {
     common_pb2.Constraint.EBNF: ConstraintKind.EBNF,
     common_pb2.Constraint.STRUCTURAL_TAG: ConstraintKind.STRUCTURAL_TAG,
 }
-_MODALITIES = {
-    common_pb2.IMAGE: Modality.IMAGE,
-    common_pb2.VIDEO: Modality.VIDEO,
-    common_pb2.AUDIO: Modality.AUDIO,
-}
+# The pod embeds images only: a VIDEO or AUDIO item would be scattered as if it were an
+# image, so the wire's other modalities are refused by name.
+_MODALITIES = {common_pb2.IMAGE: Modality.IMAGE}
 
 
 def sampling_params(
@@ -94,11 +92,19 @@ def multimodal_items(protos: Sequence[common_pb2.MultimodalItem], length: int) -
     return items
 
 
+def _known(value: int) -> bool:
+    return value in common_pb2.Modality.values()
+
+
 def _item(index: int, proto: common_pb2.MultimodalItem) -> MultimodalItem:
     where = f"items[{index}]"
     modality = _MODALITIES.get(proto.modality)
     if modality is None:
-        raise RequestError(f"{where}.modality={proto.modality} is invalid: must be IMAGE")
+        name = common_pb2.Modality.Name(proto.modality) if _known(proto.modality) else None
+        raise RequestError(
+            f"{where}.modality={name or proto.modality} is not supported: this pod serves "
+            "IMAGE items only"
+        )
     item = MultimodalItem(modality=modality)
     if proto.identity:
         if len(proto.identity) != IDENTITY_BYTES:

@@ -48,9 +48,11 @@ class AbortedBeforeAcceptance(RequestError):
 
 
 class EngineFailure(RequestError):
-    """The engine raised while running the request's step; the request is dropped."""
+    """The engine raised while running the request's step; the request is dropped. The pod
+    failed, not the request: UNAVAILABLE, so a gateway that has sent nothing of it to its
+    client tries another pod."""
 
-    code = grpc.StatusCode.INTERNAL
+    code = grpc.StatusCode.UNAVAILABLE
 
 
 _ENGINE_CODES: dict[type[BaseException], grpc.StatusCode] = {

@@ -1,8 +1,9 @@
 """Assembles an LLM pod: engine thread, gRPC servicer and health, /metrics + /healthz.
 
 gRPC health (service "" and "iris.llm.LLM") is readiness: SERVING once the model is loaded
-and the engine thread runs; NOT_SERVING while the engine thread is dead or has completed no
-step for `step_stall_s` while work waits, and from the moment shutdown begins (iris/health.py
+and the engine thread runs; NOT_SERVING while the engine thread is dead, probes after a
+failed step, or has completed no step for `step_stall_s` while work waits, and from the
+moment shutdown begins (iris/health.py
 re-checks every `health_interval_s`). /healthz answers 200 while the engine thread is alive
 (liveness).
 """
@@ -23,12 +24,16 @@ from llm_svc.server.builder import build_engine
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.metrics import LLMMetrics
 from llm_svc.server.service import KVNotifier, LLMServicer, ServingLimits
+from llm_svc.server.step_failures import step_fault_from_env
 from llm_svc.server.streams import StreamRegistry
-from llm_svc.server.worker import EngineWorker
+from llm_svc.server.worker import FAULT_PUBLISH_WAIT_S, EngineWorker
 from llm_svc.settings import LLMSettings
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "iris.llm.LLM"
+# The pod's exit status when its engine cannot go on (repeated step failures, a device
+# error): non-zero, so Kubernetes or `iris up`'s supervisor starts a fresh one.
+ENGINE_FAILED_EXIT_CODE = 3
 
 
 def model_info(engine: LLMEngine, settings: LLMSettings) -> llm_pb2.ModelInfo:
@@ -66,6 +71,7 @@ class LLMServer(GrpcService):
         self.kv_log: KVEventLog | None = None
         self.worker: EngineWorker | None = None
         self.servicer: LLMServicer | None = None
+        self.exit_code = 0  # ENGINE_FAILED_EXIT_CODE once the engine thread has died
 
     async def start(self) -> None:
         settings = self.settings
@@ -77,11 +83,16 @@ class LLMServer(GrpcService):
         self.kv_log = KVEventLog(
             settings.kv_event_buffer, lambda: loop.call_soon_threadsafe(notifier.published)
         )
+        if engine.step_fault is None:
+            engine.step_fault = step_fault_from_env()
         self.worker = EngineWorker(
             engine,
             lambda events: loop.call_soon_threadsafe(self.streams.dispatch, events),
             self.kv_log,
             self.metrics,
+            max_failures=settings.max_consecutive_step_failures,
+            on_fault=lambda _: self._publish_readiness(loop),
+            on_fatal=lambda reason: loop.call_soon_threadsafe(self._engine_died, reason),
         )
         limits = ServingLimits(
             fingerprint=engine.fingerprint,
@@ -115,6 +126,20 @@ class LLMServer(GrpcService):
             self.metrics_port,
         )
 
+    def _publish_readiness(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From the engine thread: publish readiness now (NOT_SERVING while the engine
+        probes), returning once it is published, so no new work is routed here first."""
+        future = asyncio.run_coroutine_threadsafe(self.readiness.refresh(), loop)
+        future.result(timeout=FAULT_PUBLISH_WAIT_S)
+
+    def _engine_died(self, reason: str) -> None:
+        """The engine thread ended for good: stop serving, so that `serve` exits non-zero."""
+        log.critical("llm pod %s exits: %s", self.settings.pod_name, reason)
+        self.exit_code = ENGINE_FAILED_EXIT_CODE
+        asyncio.ensure_future(self.readiness.refresh())
+        if self._server is not None:
+            asyncio.ensure_future(self._server.stop(self.settings.shutdown_grace_s))
+
     async def _drain(self, grace_s: float) -> None:
         """Let open streams run for `grace_s`, then abort the rest and end the engine."""
         if self._server is not None:
@@ -130,4 +155,7 @@ async def serve(settings: LLMSettings) -> None:
     """Run an LLM pod until cancelled (SIGINT / SIGTERM end it through asyncio.run)."""
     from iris.service_main import serve_with_tracing
 
-    await serve_with_tracing("iris-llm", settings, LLMServer(settings))
+    server = LLMServer(settings)
+    await serve_with_tracing("iris-llm", settings, server)
+    if server.exit_code:
+        raise SystemExit(server.exit_code)

@@ -24,11 +24,14 @@ from llm_svc.server.errors import AbortedBeforeAcceptance, EngineFailure
 from llm_svc.server.events import Admitted, Produced, Rejected, StreamEvent, Submission
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.metrics import LLMMetrics
+from llm_svc.server.step_failures import StepFailure, classify
 
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[list[StreamEvent]], None]
 _STOP = object()
+# How long the engine thread waits for the pod to publish NOT_SERVING before it probes.
+FAULT_PUBLISH_WAIT_S = 10.0
 
 
 @dataclass
@@ -49,6 +52,16 @@ class EngineWorker:
     `deliver(events)` is called on this thread once per step with every event of the step;
     it must only hand them over (the server posts them to the event loop). It is the pod's
     work loop (iris/grpc_service.py) that liveness and readiness watch.
+
+    A failed step fails that step's requests only (the rest stay queued, their KV
+    untouched). An out-of-memory step first shrinks the step and puts its requests back to
+    be prefilled again. Otherwise `fault` says why the pod is not ready, `on_fault(fault)`
+    is called (the server publishes NOT_SERVING; it returns once that is done) and a probe
+    (a tiny forward, alone) runs: if it passes, `fault` clears, `on_fault(None)`, and the
+    pod serves again. `max_failures` failed steps and probes with no successful step
+    between them, or one device error (a CUDA error other than out-of-memory), end the
+    thread: every request left fails, `fatal` says why and `on_fatal(fatal)` is called (the
+    server then exits non-zero, to be restarted).
     """
 
     name = "the engine thread"
@@ -59,8 +72,19 @@ class EngineWorker:
         deliver: Deliver,
         kv_log: KVEventLog,
         metrics: LLMMetrics | None = None,
+        max_failures: int = 3,
+        on_fault: Callable[[str | None], None] | None = None,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.max_failures = max_failures
+        self._on_fault = on_fault
+        self._on_fatal = on_fatal
+        self._failures = 0  # failed steps and probes since the last successful step
+        # Why the pod must not take work while it probes (None: healthy), and why the
+        # thread ended for good; written by the engine thread, read by readiness.
+        self.fault: str | None = None
+        self.fatal: str | None = None
         self._deliver = deliver
         self._kv_log = kv_log
         self._metrics = metrics
@@ -87,6 +111,9 @@ class EngineWorker:
         return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     def submit(self, submission: Submission) -> None:
+        if self.fatal is not None:  # the thread has ended or is ending: refuse at once
+            self._deliver([Rejected(submission.request_id, EngineFailure(self.fatal))])
+            return
         self._inbox.put(("add", submission))
 
     def abort(self, request_id: str) -> None:
@@ -124,7 +151,24 @@ class EngineWorker:
                 self._step()
                 self._progress_at = time.monotonic()
             self._publish()
+            if self.fatal is not None:
+                running = False
         self._progress_at = None
+        if self.fatal is not None:
+            self._refuse_queued(EngineFailure(self.fatal))
+
+    def _refuse_queued(self, failure: EngineFailure) -> None:
+        """After the thread's end: what is still queued is refused, not left waiting."""
+        while True:
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if command[0] == "add":
+                self._events.append(Rejected(command[1].request_id, failure))
+            elif command[0] == "call" and command[2].set_running_or_notify_cancel():
+                command[2].set_exception(failure)
+        self._publish()
 
     def _drain(self, block: bool) -> bool:
         """Handle queued commands (waiting for one if `block`); False once told to stop."""
@@ -171,15 +215,76 @@ class EngineWorker:
         try:
             outputs = self.engine.step()
         except Exception as err:
-            log.exception("engine step failed; failing the %d requests it held", len(self._live))
-            self._fail_all(err)
+            self._step_failed(err)
             return
+        self._failures = 0
         now = time.monotonic()
         for live in self._live.values():
             if not live.admitted and _started(live.seq):
                 self._admit(live)
+        self._handle_outputs(outputs, now)
+
+    def _handle_outputs(self, outputs: list[RequestOutput], now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         for output in outputs:
             self._on_output(output, now)
+
+    # --- after a failed step -------------------------------------------------------------
+    def _step_failed(self, error: Exception) -> None:
+        kind = classify(error)
+        failure = EngineFailure(f"engine step failed: {type(error).__name__}: {error}")
+        if kind is StepFailure.OUT_OF_MEMORY and self.engine.shrink_step():
+            log.warning("engine step ran out of memory; its requests are prefilled again")
+            self._handle_outputs(self.engine.recover(failure, recompute=True))
+            return
+        log.error("engine step failed (%s): %s", kind.value, error, exc_info=error)
+        self._handle_outputs(self.engine.recover(failure, recompute=False))
+        if kind is StepFailure.DEVICE:
+            self._die(f"device error in an engine step: {type(error).__name__}: {error}")
+            return
+        self._failures += 1
+        while self._failures < self.max_failures:
+            self.fault = (
+                f"engine step failed ({self._failures} in a row, limit {self.max_failures}): "
+                f"{type(error).__name__}: {error}; probing"
+            )
+            self._publish()  # the failed requests learn it before the probe runs
+            self._tell(self.fault)
+            try:
+                self.engine.probe()
+            except Exception as probe_error:
+                log.error("probe step failed: %s", probe_error)
+                if classify(probe_error) is StepFailure.DEVICE:
+                    self._die(f"device error in a probe step: {probe_error}")
+                    return
+                self._failures += 1
+                error = probe_error
+                continue
+            log.info("probe step passed: serving again")
+            self.fault = None
+            self._tell(None)
+            return
+        self._die(
+            f"{self._failures} engine steps and probes failed in a row (limit "
+            f"{self.max_failures}); last: {type(error).__name__}: {error}"
+        )
+
+    def _tell(self, fault: str | None) -> None:
+        if self._on_fault is None:
+            return
+        try:
+            self._on_fault(fault)
+        except Exception:  # e.g. the event loop is closing: readiness follows `fault` anyway
+            log.exception("publishing the pod's fault failed")
+
+    def _die(self, reason: str) -> None:
+        """End for good: fail every request left, say why (the thread ends after this)."""
+        log.critical("the engine cannot go on: %s", reason)
+        self.fault = self.fatal = reason
+        self._fail_all(EngineFailure(reason))
+        self._publish()
+        if self._on_fatal is not None:
+            self._on_fatal(reason)
 
     def _admit(self, live: _Live) -> None:
         live.admitted = True
@@ -227,8 +332,7 @@ class EngineWorker:
                     per_token = (now - live.first_token_at) / (live.generated - 1)
                 self._metrics.observe_finished(output.finish_reason or "abort", per_token)
 
-    def _fail_all(self, error: Exception) -> None:
-        failure = EngineFailure(f"engine step failed: {type(error).__name__}: {error}")
+    def _fail_all(self, failure: EngineFailure) -> None:
         for request_id in list(self._live):
             self._events.append(Rejected(request_id, failure))
             try:

@@ -34,6 +34,11 @@ class PodScript:
     # When set, Generate accepts only once the test sets it (or after 30 s): a deterministic
     # "the pod has not accepted yet" for tests of what ends the wait first.
     accept_gate: threading.Event | None = None
+    # Calls that fail UNAVAILABLE right after acceptance, before any token (a pod whose
+    # engine step failed): this many upcoming ones.
+    fail_after_accept: int = 0
+    # Calls that fail UNAVAILABLE after their first token: this many upcoming ones.
+    fail_after_first_token: int = 0
 
 
 class FakePod(llm_pb2_grpc.LLMServicer):
@@ -46,10 +51,12 @@ class FakePod(llm_pb2_grpc.LLMServicer):
         self.lock = threading.Lock()
 
     def reset(self, text: list[str] | None = None) -> None:
-        """Between tests: no refusals or accept delay, no recorded calls; `text` if given."""
+        """Between tests: no refusals, failures or accept delay, no recorded calls; `text`
+        if given."""
         self.script.refusals.clear()
         self.script.accept_delay_s = 0.0
         self.script.accept_gate = None
+        self.script.fail_after_accept = self.script.fail_after_first_token = 0
         if text is not None:
             self.script.text = text
         self.requests.clear()
@@ -70,6 +77,11 @@ class FakePod(llm_pb2_grpc.LLMServicer):
         yield llm_pb2.GenerateResponse(
             accepted=llm_pb2.Accepted(prompt_tokens=n, cached_tokens=self.script.cached_tokens)
         )
+        with self.lock:
+            fail = self.script.fail_after_accept > 0
+            self.script.fail_after_accept -= int(fail)
+        if fail:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "engine step failed: injected")
         for i, text in enumerate(self.script.text):
             logprobs = []
             if request.sampling.logprobs:
@@ -85,6 +97,12 @@ class FakePod(llm_pb2_grpc.LLMServicer):
             yield llm_pb2.GenerateResponse(
                 tokens=llm_pb2.TokenChunk(token_ids=[100 + i], text=text, logprobs=logprobs)
             )
+            if i == 0:
+                with self.lock:
+                    fail = self.script.fail_after_first_token > 0
+                    self.script.fail_after_first_token -= int(fail)
+                if fail:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "engine step failed: injected")
         usage = llm_pb2.Usage(
             prompt_tokens=n,
             completion_tokens=len(self.script.text),

@@ -19,6 +19,8 @@ import pytest
 from aiohttp import web
 
 from iris import metrics
+from operators.handlers import committed_history
+from operators.policy import History
 from operators.run import serve
 from operators.settings import OperatorSettings
 
@@ -321,3 +323,87 @@ async def test_a_deployment_without_the_release_label_is_refused_and_not_scaled(
     assert "payments" in ready["message"] and "app.kubernetes.io/part-of=iris" in ready["message"]
     assert _scale_patches(kmock, "payments") == [] and _scale_patches(kmock, "iris-encoder") == []
     assert _replicas(kmock, "payments") == 2 and _replicas(kmock, "iris-encoder") == 3
+
+
+def _scale_writes(k8s: kmocklib.KubernetesEmulator) -> list[tuple[str, int]]:
+    return [
+        (request.name, request.data["spec"]["replicas"])
+        for request in k8s
+        if request.subresource == "scale" and request.method == "PATCH"
+    ]
+
+
+def _status_patches(k8s: kmocklib.KubernetesEmulator) -> list[dict]:
+    return [
+        request.data["status"]
+        for request in k8s
+        if request.method == "PATCH"
+        and request.name == "pair"
+        and isinstance(request.data, dict)
+        and "llm" in (request.data.get("status") or {})
+    ]
+
+
+async def test_failed_scale_write_skips_nothing_else(kmock, pods_http):
+    """The first PATCH of the LLM Deployment's scale answers 500. In that same round the
+    encoder pool is still scaled and the status is still written, naming the failed write;
+    the next round writes the LLM pool again (its history did not move on)."""
+    llm_port, encoder_port = _free_port(), _free_port()
+    busy_llm = {
+        metrics.LLM_KV_UTILISATION: 0.9,
+        metrics.LLM_REQUESTS_WAITING: 40,
+        metrics.LLM_PENDING_PREFILL_TOKENS: 1000,
+    }
+    await pods_http.start("127.0.0.31", llm_port, busy_llm)
+    idle_encoder = {
+        metrics.ENCODER_QUEUED_IMAGES: 0,
+        metrics.ENCODER_QUEUED_VISION_TOKENS: 0,
+        metrics.ENCODER_BUSY_RATIO: 0.1,
+    }
+    await pods_http.start("127.0.0.41", encoder_port, idle_encoder)
+
+    _declare_resources(kmock)
+    kmock.objects[DEPLOYMENTS, NS, "iris-llm"] = _deployment("iris-llm", 2)
+    kmock.objects[DEPLOYMENTS, NS, "iris-encoder"] = _deployment("iris-encoder", 3)
+    kmock.objects[PODS, NS, "llm-a"] = _pod("llm-a", "127.0.0.31", "llm")
+    kmock.objects[PODS, NS, "enc-a"] = _pod("enc-a", "127.0.0.41", "encoder")
+    kmock.objects[AUTOSCALERS, NS, "pair"] = _autoscaler(llm_port, encoder_port)
+
+    def undo(_: object) -> None:
+        # kmock applies a PATCH to its store even when a reaction answers it: undo that, so
+        # the refused write really changed nothing.
+        kmock.objects[DEPLOYMENTS, NS, "iris-llm"].patch({"spec": {"replicas": 2}})
+
+    scale_path = "/apis/apps/v1/namespaces/iris/deployments/iris-llm/scale"
+    failing = kmock[f"patch {scale_path}"][:1] >> undo << 500
+
+    async with _operator(kmock):
+        await _until(
+            lambda: _replicas(kmock, "iris-encoder") == 1 and _replicas(kmock, "iris-llm") == 6,
+            "both pools scaled",
+            show=lambda: (_scale_writes(kmock), _status(kmock)),
+        )
+
+    # Round 1: the LLM write fails and the encoder is written all the same; round 2 writes
+    # the LLM pool again and the encoder's next step.
+    assert len(list(failing)) == 1
+    assert _scale_writes(kmock)[:4] == [
+        ("iris-llm", 6),
+        ("iris-encoder", 2),
+        ("iris-llm", 6),
+        ("iris-encoder", 1),
+    ]
+    first = _status_patches(kmock)[0]
+    assert "iris-llm to 6: HTTP 500" in first["llm"]["scaleWriteError"]
+    assert "scaleWriteError" not in first["encoder"]
+    written = _condition(first, "ScaleWritten")
+    assert (written["status"], written["reason"]) == ("False", "WriteFailed")
+    assert _condition(_status(kmock), "ScaleWritten")["status"] == "True"
+
+
+def test_history_moves_on_only_for_a_written_pool():
+    """A pool whose write failed keeps its old history; the other pool's moves on."""
+    old = History(llm=((1.0, 2),), encoder=((1.0, 3),))
+    new = History(llm=((1.0, 2), (2.0, 6)), encoder=((1.0, 3), (2.0, 2)))
+    assert committed_history(old, new, failed={"llm"}) == History(llm=old.llm, encoder=new.encoder)
+    assert committed_history(old, new, failed=set()) == new

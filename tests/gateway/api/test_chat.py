@@ -2,7 +2,6 @@
 
 import json
 import threading
-import time
 
 import grpc
 import numpy as np
@@ -25,8 +24,13 @@ from tests.gateway.helpers import (
 
 
 @pytest.fixture(autouse=True)
-def fresh_script(qwen_gateway_parts):
+def fresh_script(qwen_gateway_parts, client):
     pod, encoder = qwen_gateway_parts["pod"], qwen_gateway_parts["encoder"]
+    # The gateway answers without awaiting its Encode (a real pod waits for the embedding,
+    # this scripted one does not), so a past test's Encode may still be on its way: let it
+    # land before the scripted services forget what they saw, or it lands in this test.
+    dispatcher = client.app.state.gateway.dispatcher
+    eventually(lambda: dispatcher.background == 0)
     pod.reset(text=["Hello", " world"])
     encoder.reset()
     yield pod, encoder
@@ -102,10 +106,11 @@ def test_image_chat_reserves_encodes_once_and_sends_padded_items(
     assert len(span) == item.token_count and span.min() >= 1_000_000
     # The encoder got the image once (RESERVED; sent without awaiting, so it may land
     # after the response); the second request finds it PENDING.
-    eventually(lambda: len(encoder.requests) == 1)
-    assert encoder.requests[0].items[0].image == image
+    dispatcher = client.app.state.gateway.dispatcher
+    eventually(lambda: dispatcher.background == 0)
+    assert [r.items[0].image for r in encoder.requests] == [image]
     assert client.post("/v1/chat/completions", json=body).status_code == 200
-    time.sleep(0.2)
+    eventually(lambda: dispatcher.background == 0)
     assert len(encoder.requests) == 1
 
 
@@ -121,7 +126,7 @@ def test_an_image_already_in_the_pods_prefix_is_not_reserved(client, model_name,
     pod.events.put(llm_pb2.KVEventBatch(events=[llm_pb2.KVEvent(seq=seq, block_hashes=hashes)]))
     eventually(lambda: gateway.index.seq(address) == seq)
     assert client.post("/v1/chat/completions", json=body).status_code == 200
-    time.sleep(0.2)
+    eventually(lambda: gateway.dispatcher.background == 0)
     assert encoder.requests == []  # no reservation, no ViT work
     assert len(pod.requests) == 1
 
