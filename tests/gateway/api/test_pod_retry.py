@@ -91,8 +91,9 @@ def test_a_pod_failing_before_any_output_is_retried_on_another(two_pods, model_n
         pytest.fail(f"no request was routed to the broken pod in {MAX_TRIES} tries")
     # Every choice that met the broken pod ran again, on the good pod only.
     assert len(good.requests) >= extra.get("n", 1)
-    # The key paid for one request and its prompt once, though it ran twice.
-    prompt_tokens = len(good.requests[-1].input_ids)
+    # The key paid for one request and its prompt once per choice (n x prompt, the charging
+    # rule), though it ran twice.
+    prompt_tokens = len(good.requests[-1].input_ids) * extra.get("n", 1)
     assert levels["requests"] - limits.level(None, "requests") == pytest.approx(1, abs=1e-3)
     spent = levels["prompt tokens"] - limits.level(None, "prompt tokens")
     assert spent == pytest.approx(prompt_tokens, abs=1e-3)
