@@ -11,7 +11,7 @@ from __future__ import annotations
 import uvicorn
 
 from gateway.app import create_app
-from gateway.http_protocol import head_deadline_protocol
+from gateway.http_protocol import HeadLimits, door_protocol
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 
@@ -32,13 +32,18 @@ class DrainingServer(uvicorn.Server):
 def serve(settings: GatewaySettings) -> None:
     """Serve until SIGTERM / SIGINT."""
     gateway = Gateway(settings)
+    limits = HeadLimits()
     config = uvicorn.Config(
         create_app(settings, gateway),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=settings.shutdown_grace_s,
-        limit_concurrency=settings.max_connections,
-        http=head_deadline_protocol(settings.header_timeout_s),
+        # Connections and requests are bounded by the door itself, answering in JSON
+        # (gateway/http_protocol.py, gateway/middleware.py), not by uvicorn's plain text.
+        http=door_protocol(
+            settings.header_timeout_s, settings.max_connections, settings.retry_after_s, limits
+        ),
+        h11_max_incomplete_event_size=limits.h11_buffer_bytes,
     )
     DrainingServer(config, gateway, settings.shutdown_grace_s).run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from fastapi import APIRouter, Request
@@ -67,7 +68,9 @@ async def chat_completions(
 ):
     """OpenAI chat completions: text and image parts, streamed (SSE) or whole."""
     started, salts = open_request(gateway, body, request, _check)
-    plan = _plan(body, gateway)
+    # Meta-validating schemas is pure Python (0.5 s for a large one): on a thread, where
+    # the interpreter hands the loop the GIL every switch interval.
+    plan = await asyncio.to_thread(_plan, body, gateway)
     bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
     fmt = gateway.prompts.adapter.tool_call_format
     inference = Inference(gateway, "chat", body)

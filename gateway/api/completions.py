@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from fastapi import APIRouter, Request
@@ -122,7 +123,9 @@ async def completions(
             f"{gateway.settings.max_n} choices",
             "prompt",
         )
-    constraint, _ = response_constraint(body.response_format, SchemaLimits.of(gateway.settings))
+    constraint, _ = await asyncio.to_thread(  # off the loop: see chat.py
+        response_constraint, body.response_format, SchemaLimits.of(gateway.settings)
+    )
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")

@@ -164,6 +164,10 @@ class PromptBuilder:
             )
         except ValueError as err:
             raise bad_request(f"cannot render the chat template: {err}", "messages") from None
+        except RecursionError:
+            raise bad_request(
+                "messages nest too deeply for the chat template to render", "messages"
+            ) from None
         self._check_length(prompt, "messages")
         ids = self.adapter.encode_prompt(prompt)
         return self._expand(ids, items, datas, "messages", salts)
@@ -194,7 +198,17 @@ class PromptBuilder:
     def tokens(
         self, ids: Sequence[int], param: str = "prompt", salts: RequestSalts = NO_SALTS
     ) -> PreparedPrompt:
-        """A completions token-id prompt; every id must be in [0, vocab_size)."""
+        """A completions token-id prompt; at most the context's length, every id in
+        [0, vocab_size)."""
+        if self.max_model_len is not None and len(ids) >= self.max_model_len():
+            context = self.max_model_len()
+            raise bad_request(
+                f"{param} is {len(ids)} token ids; the model's context is {context}",
+                param,
+                "context_length_exceeded",
+            )
+        if ids and max(ids) < self.vocab_size:
+            return self._expand(list(ids), [], [], param, salts)
         for index, token in enumerate(ids):
             if not 0 <= token < self.vocab_size:
                 raise bad_request(
