@@ -14,7 +14,7 @@ from gateway.errors import APIError
 
 # Paths that label metrics as themselves; anything else is "other" (bounded cardinality).
 KNOWN_ROUTES = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/models", "/healthz", "/readyz", "/metrics"}
+    {"/v1/chat/completions", "/v1/completions", "/v1/models", "/healthz", "/readyz"}
 )
 
 

@@ -9,11 +9,13 @@ instead (gateway/api/streaming.py), and its generations are cancelled on the pod
 from __future__ import annotations
 
 import uvicorn
+from prometheus_client import REGISTRY
 
 from gateway.app import create_app
 from gateway.http_protocol import HeadLimits, door_protocol
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
+from iris.metrics_http import MetricsHTTPServer
 
 
 class DrainingServer(uvicorn.Server):
@@ -30,7 +32,8 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(settings: GatewaySettings) -> None:
-    """Serve until SIGTERM / SIGINT."""
+    """Serve until SIGTERM / SIGINT; /metrics (and /healthz) on `settings.metrics_port`,
+    from a thread of its own, as every Iris service."""
     gateway = Gateway(settings)
     limits = HeadLimits()
     config = uvicorn.Config(
@@ -46,4 +49,11 @@ def serve(settings: GatewaySettings) -> None:
         ),
         h11_max_incomplete_event_size=limits.h11_buffer_bytes,
     )
-    DrainingServer(config, gateway, settings.shutdown_grace_s).run()
+    metrics_http = MetricsHTTPServer(
+        REGISTRY, lambda: {"ok": True}, settings.host, settings.metrics_port, "gateway-metrics"
+    )
+    metrics_http.start()
+    try:
+        DrainingServer(config, gateway, settings.shutdown_grace_s).run()
+    finally:
+        metrics_http.stop()

@@ -8,7 +8,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gateway.clients.channels import MAX_MESSAGE_BYTES
-from iris.metrics import GATEWAY_HTTP_PORT
+from iris.metrics import GATEWAY_HTTP_PORT, GATEWAY_METRICS_PORT
 from iris.settings import AddressList, GrpcServiceSettings, StringList
 
 
@@ -20,8 +20,9 @@ class GatewaySettings(GrpcServiceSettings):
     )
 
     port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535)
-    # The gateway serves /metrics on its HTTP port; kept for the agreed env name.
-    metrics_port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535)
+    # /metrics and /healthz on their own port, as every service (0: any free port); the
+    # client-facing port serves no metrics (they name pods).
+    metrics_port: int = Field(GATEWAY_METRICS_PORT, ge=0, le=65535)
 
     model: str  # local HF model directory: tokenizer, chat template, processor config
     served_model_name: str | None = None  # the id clients send; default: the directory name
