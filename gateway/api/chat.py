@@ -20,7 +20,7 @@ from gateway.api.generation import (
     streamed,
 )
 from gateway.api.refused import refuse_unhonoured
-from gateway.api.sampling import resolve_max_tokens, sampling_params
+from gateway.api.sampling import check_stop_token_ids, resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
 from gateway.api.structured import SchemaLimits, logit_bias, name_constraint_error
 from gateway.api.telemetry import Inference
@@ -72,6 +72,7 @@ async def chat_completions(
     # the interpreter hands the loop the GIL every switch interval.
     plan = await asyncio.to_thread(_plan, body, gateway)
     bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
+    check_stop_token_ids(body.stop_token_ids, gateway.prompts.vocab_size)
     fmt = gateway.prompts.adapter.tool_call_format
     inference = Inference(gateway, "chat", body)
     request_id = new_request_id("chatcmpl")

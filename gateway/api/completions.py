@@ -20,13 +20,14 @@ from gateway.api.generation import (
     respond,
     streamed,
 )
-from gateway.api.sampling import resolve_max_tokens, sampling_params
+from gateway.api.refused import refuse_unhonoured
+from gateway.api.sampling import check_stop_token_ids, resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
 from gateway.api.structured import (
     SchemaLimits,
     logit_bias,
     name_constraint_error,
-    response_constraint,
+    request_constraint,
 )
 from gateway.api.telemetry import Inference
 from gateway.errors import APIError, bad_request
@@ -61,6 +62,7 @@ def _prompts(body: CompletionRequest) -> list[str | list[int]]:
 
 
 def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
+    refuse_unhonoured(body)
     if body.echo:
         raise bad_request("echo is not supported", "echo")
     if body.suffix:
@@ -77,6 +79,7 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, 
     in-flight ticket, which a later 4xx would leave open. `constraint`: the checked
     response_format (an Iris extension on this endpoint)."""
     bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
+    check_stop_token_ids(body.stop_token_ids, gateway.prompts.vocab_size)
     jobs, prompt_of_choice, routed = [], [], []
     for p, source in enumerate(sources):
         param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
@@ -123,9 +126,10 @@ async def completions(
             f"{gateway.settings.max_n} choices",
             "prompt",
         )
-    constraint, _ = await asyncio.to_thread(  # off the loop: see chat.py
-        response_constraint, body.response_format, SchemaLimits.of(gateway.settings)
+    wanted = await asyncio.to_thread(  # off the loop: see chat.py
+        request_constraint, body, SchemaLimits.of(gateway.settings)
     )
+    constraint = wanted.constraint
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")
@@ -152,7 +156,7 @@ async def completions(
     try:
         return await respond(request, gateway, body, inference, request_id, jobs, started, answer)
     except APIError as err:  # a pod's refusal of the constraint, named after its field
-        raise name_constraint_error(err, "response_format") from None
+        raise name_constraint_error(err, wanted.param) from None
 
 
 def _choice_body(choice: Choice, logprobs: bool) -> dict:

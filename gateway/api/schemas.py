@@ -29,6 +29,10 @@ MAX_PARTS = 1024  # content parts of one message
 MAX_TOOL_CALLS = 128  # of one earlier assistant message
 MAX_PROMPTS = 128  # of one completions request (n x prompts is bounded by max_n after)
 MAX_PROMPT_IDS = 1 << 20  # per token-id prompt; the model's context bounds it further
+MAX_STOP_TOKEN_IDS = 64
+MAX_CHOICES = 256  # guided_choice entries
+MAX_CHOICE_CHARS = 1024  # each
+MAX_PATTERN_CHARS = 64 * 1024  # guided_regex, guided_grammar
 
 
 def _unicode_text(text: str) -> str:
@@ -46,8 +50,15 @@ def _unicode_text(text: str) -> str:
 Text = Annotated[StrictStr, AfterValidator(_unicode_text)]
 
 
+def bounded_text(max_length: int, min_length: int = 0):
+    """Text of a bounded length (checked before the Unicode check, so the message reads
+    "String should have at most N characters")."""
+    length = Field(min_length=min_length, max_length=max_length)
+    return Annotated[StrictStr, length, AfterValidator(_unicode_text)]
+
+
 # One stop string: at most MAX_STOP_CHARS (each is copied into every choice's Generate).
-StopText = Annotated[StrictStr, Field(max_length=MAX_STOP_CHARS), AfterValidator(_unicode_text)]
+StopText = bounded_text(MAX_STOP_CHARS)
 
 
 class _Lenient(BaseModel):
@@ -119,6 +130,26 @@ class _SamplingFields(_Lenient):
     cache_salt: Any = None
     logit_bias: Any = None
     response_format: Any = None  # on /v1/completions an extension
+    # vLLM's and SGLang's extensions that Iris honours (docs/api-fields.md).
+    stop_token_ids: (
+        Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(max_length=MAX_STOP_TOKEN_IDS)]
+        | None
+    ) = None
+    min_tokens: StrictInt = Field(0, ge=0)  # 0 only: gateway/api/sampling.py
+    skip_special_tokens: StrictBool | None = None
+    include_stop_str_in_output: StrictBool = False
+    # Constraints, one at most with response_format: gateway/api/structured.py.
+    guided_json: Any = None
+    guided_regex: bounded_text(MAX_PATTERN_CHARS, 1) | None = None
+    guided_choice: (
+        Annotated[
+            list[bounded_text(MAX_CHOICE_CHARS, 1)],
+            Field(min_length=1, max_length=MAX_CHOICES),
+        ]
+        | None
+    ) = None
+    guided_grammar: bounded_text(MAX_PATTERN_CHARS, 1) | None = None
+    structured_outputs: Any = None  # vLLM's newer form: {json | regex | choice | grammar}
 
 
 class ChatCompletionRequest(_SamplingFields):
