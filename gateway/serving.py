@@ -8,6 +8,8 @@ instead (gateway/api/streaming.py), and its generations are cancelled on the pod
 
 from __future__ import annotations
 
+import sys
+
 import uvicorn
 from prometheus_client import REGISTRY
 
@@ -34,6 +36,9 @@ class DrainingServer(uvicorn.Server):
 def serve(settings: GatewaySettings) -> None:
     """Serve until SIGTERM / SIGINT; /metrics (and /healthz) on `settings.metrics_port`,
     from a thread of its own, as every Iris service."""
+    # Worker threads (template, tokenizer, schema checks, image headers) hand the GIL back
+    # every millisecond rather than every 5: the event loop waits at most that long for it.
+    sys.setswitchinterval(0.001)
     gateway = Gateway(settings)
     limits = HeadLimits()
     config = uvicorn.Config(

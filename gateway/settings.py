@@ -64,7 +64,7 @@ class GatewaySettings(GrpcServiceSettings):
     max_images_per_request: int = Field(16, gt=0)
     # Per-route body caps (docs/design.md, "The door"): parsing holds the event loop for the
     # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
-    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)
     max_completions_body_bytes: int = Field(4 * 1024 * 1024, gt=0)  # /v1/completions
     max_body_values: int = Field(131_072, gt=0)  # both routes
     max_body_objects: int = Field(8192, gt=0)  # both routes
