@@ -111,7 +111,8 @@ def schemas(model: str) -> list[Heavy]:
 
 def nesting(model: str) -> list[Heavy]:
     """Nesting anywhere: tool-call arguments, a schema, the body itself."""
-    deep = "[" * 20_000 + "]" * 20_000  # twice this: the body itself 40k deep
+    deep = "[" * 20_000 + "]" * 20_000
+    nested = b"[" * 40_000 + b"]" * 40_000
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": deep}}
     messages = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [call]}]
     levels = 400  # 800 JSON levels: past every depth limit, within the JSON parser's
@@ -121,7 +122,7 @@ def nesting(model: str) -> list[Heavy]:
     return [
         Heavy("arguments 20k deep", CHAT, _chat(model, messages, max_tokens=1)),
         Heavy("schema 800 deep", CHAT, (head + '"response_format":' + fmt + "}").encode()),
-        Heavy("body 50k deep", CHAT, b'{"model":"m","messages":' + deep.encode() * 2 + b"}"),
+        Heavy("body 40k deep", CHAT, b'{"model":"m","messages":' + nested + b"}"),
     ]
 
 
