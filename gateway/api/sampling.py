@@ -38,6 +38,7 @@ def sampling_params(
         top_logprobs=top_logprobs,
     )
     params.stop_token_ids.extend(request.stop_token_ids or [])
+    params.min_tokens = request.min_tokens
     params.include_stop_str_in_output = request.include_stop_str_in_output
     if request.skip_special_tokens is not None:
         params.skip_special_tokens = request.skip_special_tokens
@@ -51,17 +52,11 @@ def sampling_params(
 
 
 def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
-    """`min_tokens` must not pass the completion's budget, and is honoured only as 0: the
-    engine cannot yet hold back the end of a sequence (vLLM masks the stop tokens)."""
+    """`min_tokens` must not pass the completion's budget (the pod's engine holds back EOS,
+    stop token ids and stop strings until that many tokens)."""
     if min_tokens > max_tokens:
         raise bad_request(
             f"min_tokens = {min_tokens} is above max_tokens = {max_tokens}", "min_tokens"
-        )
-    if min_tokens:
-        raise bad_request(
-            f"min_tokens = {min_tokens} is not supported (only 0)",
-            "min_tokens",
-            "unsupported_parameter",
         )
 
 

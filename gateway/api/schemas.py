@@ -135,7 +135,7 @@ class _SamplingFields(_Lenient):
         Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(max_length=MAX_STOP_TOKEN_IDS)]
         | None
     ) = None
-    min_tokens: StrictInt = Field(0, ge=0)  # 0 only: gateway/api/sampling.py
+    min_tokens: StrictInt = Field(0, ge=0, le=2**31 - 1)  # <= max_tokens: api/sampling.py
     skip_special_tokens: StrictBool | None = None
     include_stop_str_in_output: StrictBool = False
     # Constraints, one at most with response_format: gateway/api/structured.py.

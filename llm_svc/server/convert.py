@@ -50,6 +50,7 @@ def sampling_params(
         frequency_penalty=float(proto.frequency_penalty),
         presence_penalty=float(proto.presence_penalty),
         max_tokens=int(max_tokens),
+        min_tokens=int(proto.min_tokens),
         stop=list(proto.stop),
         stop_token_ids=[int(token) for token in proto.stop_token_ids],
         ignore_eos=proto.ignore_eos,

@@ -1,6 +1,6 @@
 """Fields that change the output are honoured or refused, never dropped: vLLM's guided_*
 fields (and `structured_outputs`) become the pod's Constraint through the one function
-that makes every constraint, stop_token_ids / skip_special_tokens /
+that makes every constraint, stop_token_ids / min_tokens / skip_special_tokens /
 include_stop_str_in_output reach the pod's SamplingParams (and the pod's engine params),
 the rest are 400s naming the field, an unknown field is refused, and inconsistent values
 are a 400 naming both. A real gateway process (tests/gateway/hostile_door.py); what reached
@@ -58,16 +58,20 @@ def test_guided_fields_become_the_pods_constraint(hostile, pod, fields, kind, va
 
 def test_sampling_extensions_reach_the_pod_and_its_engine(hostile, pod):
     response = hostile.chat(
-        stop_token_ids=[5, 9], skip_special_tokens=False, include_stop_str_in_output=True
+        stop_token_ids=[5, 9],
+        skip_special_tokens=False,
+        include_stop_str_in_output=True,
+        min_tokens=2,
+        max_tokens=4,
     )
     assert response.status_code == 200, response.text
     params = sent(pod)
     assert list(params.stop_token_ids) == [5, 9]
     assert params.HasField("skip_special_tokens") and not params.skip_special_tokens
-    assert params.include_stop_str_in_output
+    assert params.include_stop_str_in_output and params.min_tokens == 2
     engine = sampling_params(params, prompt_len=4, max_model_len=512)
     assert (engine.stop_token_ids, engine.skip_special_tokens) == ([5, 9], False)
-    assert engine.include_stop_str_in_output
+    assert engine.include_stop_str_in_output and engine.min_tokens == 2
     # Unset: the engine's defaults.
     pod.reset()
     assert hostile.chat().status_code == 200
@@ -85,7 +89,6 @@ def test_sampling_extensions_reach_the_pod_and_its_engine(hostile, pod):
         {"guided_whitespace_pattern": " "},
         {"chat_template": "{{ messages }}"},
         {"best_of": 2},
-        {"min_tokens": 2},
     ],
 )
 def test_output_changing_fields_iris_lacks_are_refused_by_name(hostile, pod, field):
