@@ -53,6 +53,7 @@ def start_door(parts, log_path, **settings: str):
         "IRIS_GATEWAY_MODEL": str(parts["model_dir"]),
         "IRIS_GATEWAY_HOST": "127.0.0.1",
         "IRIS_GATEWAY_PORT": str(port),
+        "IRIS_GATEWAY_METRICS_PORT": "0",  # any free port: two doors run at once
         "IRIS_GATEWAY_LLM_ADDRESSES": parts["pod_address"],
         "IRIS_GATEWAY_ENCODER_ADDRESSES": parts["encoder_address"],
         "IRIS_GATEWAY_CACHE_ADDRESS": parts["cache_address"],

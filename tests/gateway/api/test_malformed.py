@@ -73,7 +73,8 @@ CHAT_CASES = [
         b'"stop": ["\\udc00"]}',
         400,
     ),
-    ("placeholder spoof", chat(messages=[{"role": "user", "content": "<|image_pad|>"}]), 400),
+    # A typed placeholder is served as text (tests/gateway/test_hostile_control_tokens.py).
+    ("unknown field", chat(frobnicate=1), 400),
     ("n zero", chat(n=0), 400),
     ("n over the limit", chat(n=100), 400),
     ("n a string", chat(n="2"), 400),
