@@ -56,6 +56,10 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
     refuse_unhonoured(body)
 
 
+def _dumped(messages) -> list[dict]:
+    return [message.model_dump(exclude_none=True) for message in messages]
+
+
 def _plan(body: ChatCompletionRequest, gateway) -> OutputPlan:
     limits = SchemaLimits.of(gateway.settings)
     fmt = gateway.prompts.adapter.tool_call_format
@@ -78,7 +82,8 @@ async def chat_completions(
     request_id = new_request_id("chatcmpl")
     try:
         with inference.span.use():
-            messages = [message.model_dump(exclude_none=True) for message in body.messages]
+            # Thousands of messages take milliseconds to dump: off the loop too.
+            messages = await asyncio.to_thread(_dumped, body.messages)
             prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts, plan.tools)
             gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens)
             requested = body.max_completion_tokens or body.max_tokens
