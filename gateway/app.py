@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from gateway.api import chat, completions, health, models
 from gateway.api.errors import install_error_handlers
 from gateway.auth import Authenticate
-from gateway.middleware import BodyLimit, RequestMetrics
+from gateway.middleware import BodyCaps, BodyLimit, RequestLimit, RequestMetrics
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 
@@ -41,9 +41,17 @@ def create_app(settings: GatewaySettings, gateway: Gateway | None = None) -> Fas
     for module in (chat, completions, models, health):
         app.include_router(module.router)
     # Outermost last: metrics see every answer; the key is checked before any body is read.
-    app.add_middleware(
-        BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
-    )
+    caps = {
+        path: BodyCaps(max_bytes, settings.max_body_values, settings.max_body_objects)
+        for path, max_bytes in (
+            ("/v1/chat/completions", settings.max_body_bytes),
+            ("/v1/completions", settings.max_completions_body_bytes),
+        )
+    }
+    app.add_middleware(BodyLimit, caps=caps, timeout_s=settings.body_timeout_s)
     app.add_middleware(Authenticate, keys=gateway.keys, limits=gateway.key_limits)
+    app.add_middleware(
+        RequestLimit, limit=settings.max_requests_in_progress, retry_after_s=settings.retry_after_s
+    )
     app.add_middleware(RequestMetrics)
     return app

@@ -5,7 +5,8 @@ unauthenticated client costs no more than its headers.
 Keys come from settings (`api_keys`); without any, the gateway is open (as `iris up` is on
 loopback) and every caller is the anonymous one. A key is known downstream only by its id,
 `key-` + the first 12 hex digits of its SHA-256: safe to log, stable across restarts, and
-never the key itself. Probes, metrics and the API docs stay open.
+never the key itself. Probes and the API docs stay open (and take no body:
+gateway/middleware.py); metrics are on their own port.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gateway.key_limits import KeyLimits
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset(
-    {"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+    {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
 )
 SCOPE_KEY = "iris.caller"  # where the middleware leaves the Caller for the routes
 

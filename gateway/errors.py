@@ -20,8 +20,10 @@ _TYPES = {
     405: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
+    414: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
     500: "internal_error",
     502: "service_unavailable_error",
     503: "service_unavailable_error",
@@ -62,9 +64,11 @@ class APIError(Exception):
             }
         }
 
-    def response(self) -> JSONResponse:
-        headers = {"Retry-After": str(self.retry_after)} if self.retry_after else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+    def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
+        headers = dict(headers or {})
+        if self.retry_after:
+            headers["Retry-After"] = str(self.retry_after)
+        return JSONResponse(self.body(), status_code=self.status, headers=headers or None)
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

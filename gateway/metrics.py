@@ -57,14 +57,15 @@ POD_KV_EVENT_SEQ = Gauge(
 )
 
 
-def show_inflight(address: str, requests: int, prefill_tokens: int) -> None:
-    """Publish routing's count of one pod's placements (refreshed on each load poll)."""
-    POD_REQUESTS_IN_FLIGHT.labels(address).set(requests)
-    POD_PREFILL_TOKENS_IN_FLIGHT.labels(address).set(prefill_tokens)
+def show_inflight(pod: str, requests: int, prefill_tokens: int) -> None:
+    """Publish routing's count of one pod's placements (refreshed on each load poll). `pod`
+    is the pod's stable name (Kubernetes' pod name, or `pod-N`), never its address."""
+    POD_REQUESTS_IN_FLIGHT.labels(pod).set(requests)
+    POD_PREFILL_TOKENS_IN_FLIGHT.labels(pod).set(prefill_tokens)
 
 
-def forget_pod(address: str) -> None:
-    """Drop a removed pod's series."""
+def forget_pod(pod: str) -> None:
+    """Drop a removed pod's series (by its name)."""
     for gauge in (POD_REQUESTS_IN_FLIGHT, POD_PREFILL_TOKENS_IN_FLIGHT, POD_KV_EVENT_SEQ):
         with contextlib.suppress(KeyError):  # never shown
-            gauge.remove(address)
+            gauge.remove(pod)

@@ -1,10 +1,11 @@
-"""ASGI middleware: a body-size and body-time limit (413 / 408 in OpenAI's shape, before
-anything is parsed) and request metrics."""
+"""ASGI middleware: per-route body limits (413 / 408 / 405 in OpenAI's shape, before anything
+is parsed), the bound on requests in flight (503), and request metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -13,36 +14,61 @@ from gateway.errors import APIError
 
 # Paths that label metrics as themselves; anything else is "other" (bounded cardinality).
 KNOWN_ROUTES = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/models", "/healthz", "/readyz", "/metrics"}
+    {"/v1/chat/completions", "/v1/completions", "/v1/models", "/healthz", "/readyz"}
 )
 
 
-class BodyLimit:
-    """Read the whole request body up to `max_bytes` (413 beyond; a Content-Length over it
-    is refused before a byte is read) within `timeout_s` in all (408 after: a client that
-    trickles its body cannot hold a slot for long), then replay it."""
+@dataclass(frozen=True)
+class BodyCaps:
+    """What one route's body may hold, counted before any parse: bytes; JSON values (commas
+    plus one: an array or object of k values holds k - 1 commas); JSON objects (`{`: each
+    becomes a validated model, the costliest part of a parse). Brackets and commas inside
+    strings count too: the counts are upper bounds, which is what a cap needs."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float) -> None:
+    max_bytes: int
+    max_values: int
+    max_objects: int
+
+
+class BodyLimit:
+    """Read the whole request body up to its route's `caps` (413 beyond; a Content-Length
+    over it is refused before a byte is read) within `timeout_s` in all (408 after: a
+    client that trickles its body cannot hold a slot for long), count its JSON values (413
+    over the route's bound), then replay it. JSON parsing and validation hold the GIL for
+    the whole body, so these caps are what bound how long one request can hold the event
+    loop (docs/design.md, "The door").
+
+    A path that takes no body (probes, /v1/models, docs, unknown paths) answers any method
+    but GET / HEAD with a 405, and a GET carrying a body with a 413, without reading it."""
+
+    def __init__(self, app: ASGIApp, caps: dict[str, BodyCaps], timeout_s: float) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.caps = caps
         self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        caps = self.caps.get(scope["path"])
+        if caps is None:
+            await self._no_body(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)  # the router answers 405
             return
         too_large = APIError(
             413,
-            f"request body is over the limit of {self.max_bytes} bytes",
+            f"request body is over the limit of {caps.max_bytes} bytes for {scope['path']}",
             code="request_too_large",
         )
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await too_large.response()(scope, receive, send)
-                return
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > caps.max_bytes:
+            await too_large.response()(scope, receive, send)
+            return
         try:
             async with asyncio.timeout(self.timeout_s):
-                body = await self._read(receive)
+                body = await self._read(receive, caps.max_bytes)
         except TimeoutError:
             slow = APIError(
                 408,
@@ -53,8 +79,12 @@ class BodyLimit:
             return
         if body is None:  # the client left
             return
-        if len(body) > self.max_bytes:
+        if len(body) > caps.max_bytes:
             await too_large.response()(scope, receive, send)
+            return
+        crowded = _crowded(body, caps, scope["path"])
+        if crowded is not None:
+            await crowded.response()(scope, receive, send)
             return
         replayed = False
 
@@ -67,7 +97,26 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, receive: Receive) -> bytes | None:
+    async def _no_body(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] not in ("GET", "HEAD"):
+            refused = APIError(
+                405,
+                f"{scope['method']} is not allowed on {scope['path'][:100]!r}: use GET",
+                code="method_not_allowed",
+            )
+            await refused.response(headers={"Allow": "GET, HEAD"})(scope, receive, send)
+            return
+        length = _header(scope, b"content-length")
+        chunked = _header(scope, b"transfer-encoding") is not None
+        if chunked or (length is not None and length != b"0"):
+            refused = APIError(
+                413, f"{scope['path'][:100]!r} takes no request body", code="request_too_large"
+            )
+            await refused.response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _read(self, receive: Receive, max_bytes: int) -> bytes | None:
         """The body (cut short just past `max_bytes`), or None if the client left."""
         chunks, size = [], 0
         while True:
@@ -77,8 +126,61 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             chunks.append(chunk)
-            if size > self.max_bytes or not message.get("more_body", False):
+            if size > max_bytes or not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _crowded(body: bytes, caps: BodyCaps, path: str) -> APIError | None:
+    """A 413 when the body holds more JSON values or objects than its route's caps."""
+    for count, limit, what in (
+        (body.count(b",") + 1, caps.max_values, "JSON values (counted by commas)"),
+        (body.count(b"{"), caps.max_objects, "JSON objects (counted by '{')"),
+    ):
+        if count > limit:
+            return APIError(
+                413,
+                f"request body holds up to {count} {what}, over the limit of {limit} for {path}",
+                code="request_too_large",
+            )
+    return None
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value
+    return None
+
+
+class RequestLimit:
+    """At most `limit` HTTP requests in the app at once; past it, a JSON 503 with
+    Retry-After at once (uvicorn's own `limit_concurrency` would answer in plain text,
+    before any middleware). Connections are bounded apart, in gateway/http_protocol.py."""
+
+    def __init__(self, app: ASGIApp, limit: int, retry_after_s: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            busy = APIError(
+                503,
+                f"{self.in_flight} requests in progress, the gateway's limit is {self.limit}",
+                code="overloaded",
+                retry_after=self.retry_after_s,
+            )
+            await busy.response()(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
 
 
 class RequestMetrics:

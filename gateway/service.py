@@ -189,7 +189,8 @@ class Gateway:
         if requested != self.model_name:
             raise APIError(
                 404,
-                f"model {requested!r} does not exist; this gateway serves {self.model_name!r}",
+                f"model {requested[:100]!r} does not exist; this gateway serves "
+                f"{self.model_name!r}",
                 param="model",
                 code="model_not_found",
             )

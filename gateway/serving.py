@@ -8,12 +8,16 @@ instead (gateway/api/streaming.py), and its generations are cancelled on the pod
 
 from __future__ import annotations
 
+import sys
+
 import uvicorn
+from prometheus_client import REGISTRY
 
 from gateway.app import create_app
-from gateway.http_protocol import head_deadline_protocol
+from gateway.http_protocol import HeadLimits, door_protocol
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
+from iris.metrics_http import MetricsHTTPServer
 
 
 class DrainingServer(uvicorn.Server):
@@ -30,15 +34,31 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(settings: GatewaySettings) -> None:
-    """Serve until SIGTERM / SIGINT."""
+    """Serve until SIGTERM / SIGINT; /metrics (and /healthz) on `settings.metrics_port`,
+    from a thread of its own, as every Iris service."""
+    # Worker threads (template, tokenizer, schema checks, image headers) hand the GIL back
+    # every millisecond rather than every 5: the event loop waits at most that long for it.
+    sys.setswitchinterval(0.001)
     gateway = Gateway(settings)
+    limits = HeadLimits()
     config = uvicorn.Config(
         create_app(settings, gateway),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=settings.shutdown_grace_s,
-        limit_concurrency=settings.max_connections,
-        http=head_deadline_protocol(settings.header_timeout_s),
+        # Connections and requests are bounded by the door itself, answering in JSON
+        # (gateway/http_protocol.py, gateway/middleware.py), not by uvicorn's plain text.
+        http=door_protocol(
+            settings.header_timeout_s, settings.max_connections, settings.retry_after_s, limits
+        ),
+        h11_max_incomplete_event_size=limits.h11_buffer_bytes,
     )
-    DrainingServer(config, gateway, settings.shutdown_grace_s).run()
+    metrics_http = MetricsHTTPServer(
+        REGISTRY, lambda: {"ok": True}, settings.host, settings.metrics_port, "gateway-metrics"
+    )
+    metrics_http.start()
+    try:
+        DrainingServer(config, gateway, settings.shutdown_grace_s).run()
+    finally:
+        metrics_http.stop()

@@ -8,7 +8,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gateway.clients.channels import MAX_MESSAGE_BYTES
-from iris.metrics import GATEWAY_HTTP_PORT
+from iris.metrics import GATEWAY_HTTP_PORT, GATEWAY_METRICS_PORT
 from iris.settings import AddressList, GrpcServiceSettings, StringList
 
 
@@ -20,8 +20,9 @@ class GatewaySettings(GrpcServiceSettings):
     )
 
     port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535)
-    # The gateway serves /metrics on its HTTP port; kept for the agreed env name.
-    metrics_port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535)
+    # /metrics and /healthz on their own port, as every service (0: any free port); the
+    # client-facing port serves no metrics (they name pods).
+    metrics_port: int = Field(GATEWAY_METRICS_PORT, ge=0, le=65535)
 
     model: str  # local HF model directory: tokenizer, chat template, processor config
     # The weights' name (an HF commit hash, or any version the deployer gives; chart
@@ -67,7 +68,12 @@ class GatewaySettings(GrpcServiceSettings):
     max_image_bytes: int = Field(20 * 1024 * 1024, gt=0)
     max_image_pixels: int = Field(40_000_000, gt=0)
     max_images_per_request: int = Field(16, gt=0)
-    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    # Per-route body caps (docs/design.md, "The door"): parsing holds the event loop for the
+    # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)
+    max_completions_body_bytes: int = Field(4 * 1024 * 1024, gt=0)  # /v1/completions
+    max_body_values: int = Field(131_072, gt=0)  # both routes
+    max_body_objects: int = Field(8192, gt=0)  # both routes
     body_timeout_s: float = Field(30.0, gt=0)  # the whole body must arrive within this
     header_timeout_s: float = Field(10.0, gt=0)  # and the request line and headers in this
     # Per request, across all its images (beside the per-image limits above).
@@ -75,8 +81,10 @@ class GatewaySettings(GrpcServiceSettings):
     max_request_image_pixels: int = Field(100_000_000, gt=0)
     # The largest Encode message sent (images of one request to encode); over it, a 413.
     max_encode_message_bytes: int = Field(MAX_MESSAGE_BYTES, gt=0, le=MAX_MESSAGE_BYTES)
-    # uvicorn's limit_concurrency: open connections + tasks; beyond it uvicorn answers 503.
+    # Open connections (counted by gateway/http_protocol.py) and HTTP requests in progress
+    # (gateway/middleware.py): past either, a JSON 503 with Retry-After.
     max_connections: int = Field(1024, gt=1)
+    max_requests_in_progress: int = Field(1024, gt=0)
 
     # Generation limits.
     max_model_len: int | None = Field(None, gt=0)  # default: the pods' (or the config's)

@@ -17,8 +17,8 @@ ENCODER_METRICS_PORT = 9101
 CACHE_METRICS_PORT = 9102
 LLM_METRICS_PORT = 9103
 OPERATOR_METRICS_PORT = 9104
-# The gateway serves /metrics on its HTTP port.
-GATEWAY_METRICS_PORT = GATEWAY_HTTP_PORT
+# The gateway too, on its own port: its client-facing port serves no metrics.
+GATEWAY_METRICS_PORT = 9105
 
 DEFAULT_PORTS: dict[str, int] = {
     "gateway": GATEWAY_HTTP_PORT,
@@ -37,7 +37,9 @@ METRICS_PORTS: dict[str, int] = {
 # --- label names ---------------------------------------------------------------------
 LABEL_MODEL = "model"
 LABEL_POD = "pod"
-LABEL_LLM_POD = "llm_pod"  # an LLM pod's address, on the gateway's metrics ("pod" is the target's)
+# An LLM pod's stable name on the gateway's metrics (Kubernetes' pod name, or `pod-N` until
+# the pod tells it), never its address ("pod" is the scrape target's own label).
+LABEL_LLM_POD = "llm_pod"
 LABEL_OP = "op"  # cache operation: put, get, reserve, wait, ...
 LABEL_STORE = "store"  # cache store: memory, redis
 LABEL_REASON = "reason"  # discard / failure reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from fastapi import APIRouter, Request
@@ -21,7 +22,7 @@ from gateway.api.generation import (
 )
 from gateway.api.grammar_limits import GrammarLimits, check_grammar
 from gateway.api.refused import refuse_unhonoured
-from gateway.api.sampling import resolve_max_tokens, sampling_params
+from gateway.api.sampling import check_stop_token_ids, resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
 from gateway.api.structured import SchemaLimits, logit_bias, name_constraint_error
 from gateway.api.telemetry import Inference
@@ -57,6 +58,10 @@ def _check(body: ChatCompletionRequest, max_n: int) -> None:
     refuse_unhonoured(body)
 
 
+def _dumped(messages) -> list[dict]:
+    return [message.model_dump(exclude_none=True) for message in messages]
+
+
 def _plan(body: ChatCompletionRequest, gateway) -> OutputPlan:
     limits = SchemaLimits.of(gateway.settings)
     fmt = gateway.prompts.adapter.tool_call_format
@@ -72,14 +77,18 @@ async def chat_completions(
 ):
     """OpenAI chat completions: text and image parts, streamed (SSE) or whole."""
     started, salts = open_request(gateway, body, request, _check)
-    plan = _plan(body, gateway)
+    # Meta-validating schemas is pure Python (0.5 s for a large one): on a thread, where
+    # the interpreter hands the loop the GIL every switch interval.
+    plan = await asyncio.to_thread(_plan, body, gateway)
     bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
+    check_stop_token_ids(body.stop_token_ids, gateway.prompts.vocab_size)
     fmt = gateway.prompts.adapter.tool_call_format
     inference = Inference(gateway, "chat", body)
     request_id = new_request_id("chatcmpl")
     try:
         with inference.span.use():
-            messages = [message.model_dump(exclude_none=True) for message in body.messages]
+            # Thousands of messages take milliseconds to dump: off the loop too.
+            messages = await asyncio.to_thread(_dumped, body.messages)
             prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts, plan.tools)
             # Each of the n choices is routed and prefilled on its own: n x the prompt.
             gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens * body.n)

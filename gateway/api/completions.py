@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from fastapi import APIRouter, Request
@@ -21,13 +22,14 @@ from gateway.api.generation import (
     streamed,
 )
 from gateway.api.grammar_limits import GrammarLimits, check_grammar
-from gateway.api.sampling import resolve_max_tokens, sampling_params
+from gateway.api.refused import refuse_unhonoured
+from gateway.api.sampling import check_stop_token_ids, resolve_max_tokens, sampling_params
 from gateway.api.schemas import CompletionRequest
 from gateway.api.structured import (
     SchemaLimits,
     logit_bias,
     name_constraint_error,
-    response_constraint,
+    request_constraint,
 )
 from gateway.api.telemetry import Inference
 from gateway.errors import APIError, bad_request
@@ -62,6 +64,7 @@ def _prompts(body: CompletionRequest) -> list[str | list[int]]:
 
 
 def _check_unsupported(body: CompletionRequest, max_n: int) -> None:
+    refuse_unhonoured(body)
     if body.echo:
         raise bad_request("echo is not supported", "echo")
     if body.suffix:
@@ -78,6 +81,7 @@ async def _jobs(gateway, body: CompletionRequest, sources, want_logprobs: bool, 
     in-flight ticket, which a later 4xx would leave open. `constraint`: the checked
     response_format (an Iris extension on this endpoint)."""
     bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
+    check_stop_token_ids(body.stop_token_ids, gateway.prompts.vocab_size)
     jobs, prompt_of_choice, routed = [], [], []
     for p, source in enumerate(sources):
         param = "prompt" if len(sources) == 1 else f"prompt[{p}]"
@@ -125,8 +129,11 @@ async def completions(
             f"{gateway.settings.max_n} choices",
             "prompt",
         )
-    constraint, _ = response_constraint(body.response_format, SchemaLimits.of(gateway.settings))
-    check_grammar(constraint, GrammarLimits.of(gateway.settings), "response_format")
+    wanted = await asyncio.to_thread(  # off the loop: see chat.py
+        request_constraint, body, SchemaLimits.of(gateway.settings)
+    )
+    constraint = wanted.constraint
+    check_grammar(constraint, GrammarLimits.of(gateway.settings), wanted.param)
     inference = Inference(gateway, "text_completion", body)
     want_logprobs = body.logprobs is not None
     request_id = new_request_id("cmpl")
@@ -159,7 +166,7 @@ async def completions(
             request, gateway, body, inference, request_id, jobs, started, answer, charge
         )
     except APIError as err:  # a pod's refusal of the constraint, named after its field
-        raise name_constraint_error(err, "response_format") from None
+        raise name_constraint_error(err, wanted.param) from None
 
 
 def _choice_body(choice: Choice, logprobs: bool) -> dict:

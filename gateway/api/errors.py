@@ -30,7 +30,7 @@ class ErrorResponse(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 404, 408, 413, 422, 429, 503)
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 405, 408, 413, 429, 503)
 }
 
 
@@ -74,7 +74,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             return bad_request(f"request body is not valid JSON: {first['msg']}").response()
         message = "; ".join(_described(error) for error in errors[:5])
-        return APIError(422, message, param=param, code="invalid_value").response()
+        # 400, as OpenAI and vLLM answer an invalid request (docs/api-fields.md).
+        return bad_request(message, param, "invalid_value").response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:

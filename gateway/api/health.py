@@ -1,9 +1,9 @@
-"""Liveness (/healthz), readiness (/readyz: a usable LLM pod) and /metrics."""
+"""Liveness (/healthz) and readiness (/readyz: a usable LLM pod). /metrics is served on the
+metrics port (gateway/serving.py), never on the client-facing one."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import APIRouter
 
 from gateway.api.deps import GatewayDep
 from gateway.errors import APIError
@@ -25,9 +25,3 @@ async def readyz(gateway: GatewayDep) -> dict:
     if not gateway.ready():
         raise APIError(503, f"no usable LLM pod among {len(pods)}", code="not_ready")
     return {"status": "ready", "pods": sum(pod.usable for pod in pods)}
-
-
-@router.get("/metrics")
-async def prometheus_metrics() -> Response:
-    """Prometheus exposition of the gateway's metrics."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,7 +1,8 @@
-"""OpenAI fields that would change what the model returns and that Iris does not honour:
-each is a 400 naming it, never silently dropped. Fields that change nothing about the
-output (user, metadata, store, service_tier, ...) are accepted and ignored; docs/api-fields.md keeps
-the table."""
+"""Fields a request carries beyond what its schema declares: each is either known to change
+nothing about the output (accepted and ignored), or refused with a 400 naming it. A field
+that would change the output is never silently dropped; an unknown field is refused too
+(as OpenAI does), since Iris cannot know it changes nothing. docs/api-fields.md keeps the
+one table of every field."""
 
 from __future__ import annotations
 
@@ -9,7 +10,23 @@ from pydantic import BaseModel
 
 from gateway.errors import bad_request
 
-CHAT_REFUSED = {
+# Accepted and ignored: they do not change what the model returns.
+IGNORED = frozenset(
+    {
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "prompt_cache_key",
+        "safety_identifier",
+        "request_id",
+        "priority",
+        "guided_decoding_backend",  # Iris has one grammar backend (xgrammar)
+    }
+)
+
+# Would change the output and are not honoured: why, for the 400.
+REFUSED = {
     "audio": "audio output is not supported",
     "prediction": "predicted outputs are not supported",
     "web_search_options": "web search is not supported",
@@ -17,20 +34,65 @@ CHAT_REFUSED = {
     "function_call": "the deprecated `function_call` is not supported: use `tool_choice`",
     "reasoning_effort": "this model does not reason: reasoning_effort is not supported",
     "verbosity": "verbosity is not supported",
+    "use_beam_search": "beam search is not supported",
+    "best_of": "best_of is not supported on chat",
+    "echo": "echo is not supported",
+    "length_penalty": "length_penalty (beam search) is not supported",
+    "early_stopping": "early_stopping (beam search) is not supported",
+    "prompt_logprobs": "prompt_logprobs is not supported",
+    "truncate_prompt_tokens": "truncating the prompt is not supported: send a shorter one",
+    "allowed_token_ids": "allowed_token_ids is not supported: use logit_bias or a constraint",
+    "bad_words": "bad_words is not supported: use logit_bias",
+    "guided_whitespace_pattern": "guided_whitespace_pattern is not supported",
+    "spaces_between_special_tokens": "spaces_between_special_tokens is not supported",
+    "logits_processors": "logits_processors is not supported",
+    "return_tokens_as_token_ids": "return_tokens_as_token_ids is not supported",
+    "chat_template": "a request's own chat_template is not supported",
+    "chat_template_kwargs": "chat_template_kwargs is not supported",
+    "documents": "documents is not supported",
+    "mm_processor_kwargs": "mm_processor_kwargs is not supported",
+    "continue_final_message": "continue_final_message is not supported",
+    "add_generation_prompt": "add_generation_prompt is not supported (always true)",
+    "add_special_tokens": "add_special_tokens is not supported",
+    "structural_tag": "structural_tag is not supported: use tools or guided_grammar",
+    "thinking": "this model does not reason: thinking is not supported",
+    "enable_thinking": "this model does not reason: enable_thinking is not supported",
+    "top_a": "top_a is not supported",
+    "typical_p": "typical_p is not supported",
+    "tfs": "tfs is not supported",
+    "mirostat": "mirostat is not supported",
+    "dynatemp_range": "dynamic temperature is not supported",
+    "n_probs": "n_probs is not supported: use logprobs",
+    "image_detail": "image_detail is not supported",
+    "lora_request": "LoRA adapters are not supported",
+    "kv_transfer_params": "kv_transfer_params is not supported",
+    "vllm_xargs": "vllm_xargs is not supported",
 }
 
 
 def refuse_unhonoured(body: BaseModel) -> None:
-    """A 400 for the first field set that Iris would otherwise ignore. The fields are not
-    declared by the request's schema: they are read from what it kept undeclared."""
+    """A 400 for the first undeclared field set that Iris does not honour (declared fields
+    are the schema's; undeclared ones are what it kept in `model_extra`)."""
     extra = body.model_extra or {}
-    for name, why in CHAT_REFUSED.items():
-        if extra.get(name) is not None:
-            raise bad_request(f"{name}: {why}", name, "unsupported_parameter")
     modalities = extra.get("modalities")
     if modalities is not None and modalities != ["text"]:
         raise bad_request(
-            f"modalities = {modalities!r} is not supported: only ['text'] output",
+            f"modalities = {str(modalities)[:60]} is not supported: only ['text'] output",
             "modalities",
             "unsupported_parameter",
+        )
+    for name, value in extra.items():
+        if name in IGNORED or name == "modalities":
+            continue
+        why = REFUSED.get(name)
+        if why is not None:
+            if value is None:
+                continue  # null is the field's default: nothing asked
+            raise bad_request(f"{name}: {why}", name, "unsupported_parameter")
+        shown = name if len(name) <= 60 else name[:60] + "..."
+        raise bad_request(
+            f"unrecognized request field {shown!r}: Iris does not know what it would change, "
+            "so it refuses it (docs/api-fields.md lists every field)",
+            shown,
+            "unknown_parameter",
         )

@@ -22,6 +22,7 @@ def sampling_params(
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if any(not text for text in stops):
         raise bad_request("stop strings must not be empty", "stop")
+    check_min_tokens(request.min_tokens, max_tokens)
     params = common_pb2.SamplingParams(
         temperature=1.0 if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
@@ -36,6 +37,11 @@ def sampling_params(
         logprobs=logprobs,
         top_logprobs=top_logprobs,
     )
+    params.stop_token_ids.extend(request.stop_token_ids or [])
+    params.min_tokens = request.min_tokens
+    params.include_stop_str_in_output = request.include_stop_str_in_output
+    if request.skip_special_tokens is not None:
+        params.skip_special_tokens = request.skip_special_tokens
     if request.seed is not None:
         params.seed = (request.seed + choice) % 2**64
     if constraint is not None:
@@ -43,6 +49,25 @@ def sampling_params(
     if logit_bias:
         params.logit_bias.update(logit_bias)
     return params
+
+
+def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
+    """`min_tokens` must not pass the completion's budget (the pod's engine holds back EOS,
+    stop token ids and stop strings until that many tokens)."""
+    if min_tokens > max_tokens:
+        raise bad_request(
+            f"min_tokens = {min_tokens} is above max_tokens = {max_tokens}", "min_tokens"
+        )
+
+
+def check_stop_token_ids(ids, vocab_size: int) -> None:
+    """Every stop token id inside the vocabulary."""
+    for index, token in enumerate(ids or []):
+        if token >= vocab_size:
+            raise bad_request(
+                f"stop_token_ids[{index}] = {token} is outside the vocabulary [0, {vocab_size})",
+                "stop_token_ids",
+            )
 
 
 def resolve_max_tokens(

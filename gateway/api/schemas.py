@@ -12,13 +12,27 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
 )
 
-_MAX_STOP = 16
+# Bounds on every list and string a request may carry (docs/api-fields.md). pydantic checks
+# a list's length before its items, so an over-long list costs no more than its parse,
+# which gateway/middleware.py bounds per route.
+MAX_STOP = 16
+MAX_STOP_CHARS = 1024
+MAX_MESSAGES = 4096
+MAX_PARTS = 1024  # content parts of one message
+MAX_TOOL_CALLS = 128  # of one earlier assistant message
+MAX_PROMPTS = 128  # of one completions request (n x prompts is bounded by max_n after)
+MAX_PROMPT_IDS = 1 << 20  # per token-id prompt; the model's context bounds it further
+MAX_STOP_TOKEN_IDS = 64
+MAX_CHOICES = 256  # guided_choice entries
+MAX_CHOICE_CHARS = 1024  # each
+MAX_PATTERN_CHARS = 64 * 1024  # guided_regex, guided_grammar
 
 
 def _unicode_text(text: str) -> str:
@@ -34,6 +48,17 @@ def _unicode_text(text: str) -> str:
 
 # Text that reaches the tokenizer, the template or the pod: a string of valid Unicode.
 Text = Annotated[StrictStr, AfterValidator(_unicode_text)]
+
+
+def bounded_text(max_length: int, min_length: int = 0):
+    """Text of a bounded length (checked before the Unicode check, so the message reads
+    "String should have at most N characters")."""
+    length = Field(min_length=min_length, max_length=max_length)
+    return Annotated[StrictStr, length, AfterValidator(_unicode_text)]
+
+
+# One stop string: at most MAX_STOP_CHARS (each is copied into every choice's Generate).
+StopText = bounded_text(MAX_STOP_CHARS)
 
 
 class _Lenient(BaseModel):
@@ -74,9 +99,9 @@ class ToolCall(_Lenient):
 
 class ChatMessage(_Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Text | list[ContentPart] | None = None
+    content: Text | Annotated[list[ContentPart], Field(max_length=MAX_PARTS)] | None = None
     name: Text | None = None
-    tool_calls: Annotated[list[ToolCall], Field(max_length=128)] | None = None
+    tool_calls: Annotated[list[ToolCall], Field(max_length=MAX_TOOL_CALLS)] | None = None
     tool_call_id: Text | None = None
 
 
@@ -92,7 +117,7 @@ class _SamplingFields(_Lenient):
     top_p: StrictFloat | None = Field(None, gt=0, le=1)
     top_k: StrictInt | None = Field(None, ge=-1, le=2**31 - 1)  # int32 on the wire
     min_p: StrictFloat | None = Field(None, ge=0, le=1)  # vLLM's and SGLang's extension
-    stop: Text | Annotated[list[Text], Field(max_length=_MAX_STOP)] | None = None
+    stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP)] | None = None
     seed: StrictInt | None = Field(None, ge=0, lt=2**63)
     frequency_penalty: StrictFloat | None = Field(None, ge=-2, le=2)
     presence_penalty: StrictFloat | None = Field(None, ge=-2, le=2)
@@ -105,10 +130,30 @@ class _SamplingFields(_Lenient):
     cache_salt: Any = None
     logit_bias: Any = None
     response_format: Any = None  # on /v1/completions an extension
+    # vLLM's and SGLang's extensions that Iris honours (docs/api-fields.md).
+    stop_token_ids: (
+        Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(max_length=MAX_STOP_TOKEN_IDS)]
+        | None
+    ) = None
+    min_tokens: StrictInt = Field(0, ge=0, le=2**31 - 1)  # <= max_tokens: api/sampling.py
+    skip_special_tokens: StrictBool | None = None
+    include_stop_str_in_output: StrictBool = False
+    # Constraints, one at most with response_format: gateway/api/structured.py.
+    guided_json: Any = None
+    guided_regex: bounded_text(MAX_PATTERN_CHARS, 1) | None = None
+    guided_choice: (
+        Annotated[
+            list[bounded_text(MAX_CHOICE_CHARS, 1)],
+            Field(min_length=1, max_length=MAX_CHOICES),
+        ]
+        | None
+    ) = None
+    guided_grammar: bounded_text(MAX_PATTERN_CHARS, 1) | None = None
+    structured_outputs: Any = None  # vLLM's newer form: {json | regex | choice | grammar}
 
 
 class ChatCompletionRequest(_SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
@@ -122,18 +167,69 @@ class ChatCompletionRequest(_SamplingFields):
     model_config = ConfigDict(extra="allow")
 
 
-TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
+TokenIds = Annotated[
+    list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1, max_length=MAX_PROMPT_IDS)
+]
+# The prompt's shape for /openapi.json (validation is `_prompt`'s).
+PromptSchema = (
+    Text
+    | Annotated[list[Text], Field(min_length=1, max_length=MAX_PROMPTS)]
+    | TokenIds
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
+)
+
+
+def _prompt(value: Any) -> str | list[str] | list[int] | list[list[int]]:
+    """A completions prompt, checked in one pass that stops at the first error. (A pydantic
+    union would validate a long list once per alternative and build an error per item.)"""
+    if isinstance(value, str):
+        return _unicode_text(value)
+    if not isinstance(value, list) or not value:
+        raise ValueError("must be a string, a list of strings, token ids, or lists of token ids")
+    first = value[0]
+    if isinstance(first, str):
+        _bounded(value, MAX_PROMPTS, "strings")
+        for index, text in enumerate(value):
+            if not isinstance(text, str):
+                raise ValueError(f"item {index} is not a string like item 0")
+            _unicode_text(text)
+        return value
+    if isinstance(first, list):
+        _bounded(value, MAX_PROMPTS, "token-id lists")
+        for index, ids in enumerate(value):
+            if not isinstance(ids, list):
+                raise ValueError(f"item {index} is not a list of token ids like item 0")
+            _token_ids(ids, f"item {index}: ")
+        return value
+    _token_ids(value, "")
+    return value
+
+
+def _bounded(items: list, limit: int, what: str) -> None:
+    if len(items) > limit:
+        raise ValueError(f"holds {len(items)} {what}, over the limit of {limit}")
+
+
+def _token_ids(ids: list, where: str) -> None:
+    if not ids:
+        raise ValueError(f"{where}a token-id list must not be empty")
+    _bounded(ids, MAX_PROMPT_IDS, "token ids")
+    # type() is int: not bool, not float (strict, like the rest of the schema).
+    if not all(type(token) is int for token in ids):
+        index = next(i for i, token in enumerate(ids) if type(token) is not int)
+        raise ValueError(f"{where}token id {index} is {ids[index]!r:.40}, not an integer")
+    if min(ids) < 0:
+        index = next(i for i, token in enumerate(ids) if token < 0)
+        raise ValueError(f"{where}token id {index} is {ids[index]}, below 0")
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: (
-        Text
-        | Annotated[list[Text], Field(min_length=1)]
-        | TokenIds
-        | Annotated[list[TokenIds], Field(min_length=1)]
-    )
+    # A text, texts, token ids or lists of them: checked by `_prompt` (one pass, first error).
+    prompt: Annotated[Any, PlainValidator(_prompt, json_schema_input_type=PromptSchema)]
     max_tokens: StrictInt | None = Field(16, ge=1)
     logprobs: StrictInt | None = Field(None, ge=0, le=20)
     echo: StrictBool = False
     suffix: Text | None = None
     best_of: StrictInt | None = Field(None, ge=1)
+    # As on chat: undeclared fields are kept so that gateway/api/refused.py can refuse them.
+    model_config = ConfigDict(extra="allow")

@@ -143,3 +143,121 @@ def name_constraint_error(err: APIError, param: str | None) -> APIError:
     if param and err.status == 400 and err.message.startswith(_CONSTRAINT_FIELD):
         return bad_request(f"{param}: {err.message}", param, "invalid_schema")
     return err
+
+
+@dataclass(frozen=True)
+class RequestConstraint:
+    """What a request's output must match: the constraint (None: free text), the JSON
+    schema when it is one (tools combine it with their calls), and the request field it
+    came from (for errors)."""
+
+    constraint: common_pb2.Constraint | None = None
+    schema: dict | None = None
+    param: str | None = None
+
+
+_GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+_STRUCTURED_OUTPUTS = {"json": "guided_json", "regex": "guided_regex", "choice": "guided_choice"}
+
+
+def request_constraint(body, limits: SchemaLimits) -> RequestConstraint:
+    """THE one place a request's output constraint is made: `response_format`, vLLM's
+    `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`, and vLLM's newer
+    `structured_outputs` ({json | regex | choice | grammar}) all become one internal
+    `Constraint` here (at most one of them may be set: two are a 400 naming both). A check
+    that must apply to every constraint (a grammar's size, say) belongs here."""
+    fields = {name: getattr(body, name, None) for name in _GUIDED}
+    fields["response_format"] = body.response_format
+    outputs = getattr(body, "structured_outputs", None)
+    if outputs is not None:
+        fields.update(_structured_outputs(outputs))
+    given = [name for name, value in fields.items() if value is not None]
+    if not given:
+        return RequestConstraint()
+    if len(given) > 1:
+        raise bad_request(
+            f"{given[0]} and {given[1]} both constrain the output: send one", given[1]
+        )
+    (param,) = given
+    value = fields[param]
+    if param == "response_format":
+        constraint, schema = response_constraint(value, limits)
+        return RequestConstraint(constraint, schema, param if constraint else None)
+    if param.endswith("guided_json") or param.endswith(".json"):
+        if isinstance(value, str):
+            value = _json_text(value, param)
+        text = checked_schema(value, param, limits)
+        constraint = common_pb2.Constraint(kind=common_pb2.Constraint.JSON_SCHEMA, value=text)
+        return RequestConstraint(constraint, value, param)
+    if param.endswith("guided_regex") or param.endswith(".regex"):
+        kind = common_pb2.Constraint.REGEX
+        return RequestConstraint(common_pb2.Constraint(kind=kind, value=value), None, param)
+    if param.endswith("guided_choice") or param.endswith(".choice"):
+        grammar = "root ::= " + " | ".join(_ebnf_literal(choice) for choice in value)
+        kind = common_pb2.Constraint.EBNF
+        return RequestConstraint(common_pb2.Constraint(kind=kind, value=grammar), None, param)
+    kind = common_pb2.Constraint.EBNF  # guided_grammar: xgrammar's EBNF, root rule `root`
+    return RequestConstraint(common_pb2.Constraint(kind=kind, value=value), None, param)
+
+
+def _structured_outputs(outputs) -> dict:
+    """vLLM's `structured_outputs` object as the guided_* field it stands for, checked the
+    same way (the params name `structured_outputs.<key>`)."""
+    if not isinstance(outputs, dict):
+        raise bad_request("structured_outputs must be an object", "structured_outputs")
+    found = {}
+    for key, value in outputs.items():
+        if value is None:
+            continue
+        param = f"structured_outputs.{key}"
+        if key == "json":
+            found[param] = value
+        elif key in ("regex", "grammar"):
+            if not isinstance(value, str) or not value or len(value) > 64 * 1024:
+                raise bad_request(f"{param} must be a non-empty string of at most 65536", param)
+            found[param] = value
+        elif key == "choice":
+            if (
+                not isinstance(value, list)
+                or not 1 <= len(value) <= 256
+                or not all(isinstance(c, str) and 0 < len(c) <= 1024 for c in value)
+            ):
+                raise bad_request(
+                    f"{param} must be 1 to 256 non-empty strings of at most 1024 characters",
+                    param,
+                )
+            found[param] = value
+        else:
+            raise bad_request(
+                f"{param} is not supported: use json, regex, choice or grammar", param
+            )
+    return found
+
+
+def _json_text(text: str, param: str) -> dict:
+    """A schema sent as a JSON string (vLLM accepts both)."""
+    if len(text) > 1 << 20:
+        raise bad_request(f"{param} is over {1 << 20} characters", param, "schema_too_large")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise bad_request(f"{param} is not valid JSON", param, "invalid_schema") from None
+
+
+def _ebnf_literal(text: str) -> str:
+    """`text` as an EBNF string literal: quotes, backslashes and control characters escaped."""
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\r":
+            out.append("\\r")
+        elif char == "\t":
+            out.append("\\t")
+        elif ord(char) < 0x20:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'

@@ -77,7 +77,7 @@ class ToolCallStream:
     def _call(self, body: str) -> dict | None:
         try:
             parsed = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # a model may write JSON nested past the stack
             return None
         if not isinstance(parsed, dict):
             return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from gateway.api.structured import SCHEMA_NAME, SchemaLimits, checked_schema, response_constraint
+from gateway.api.structured import SCHEMA_NAME, SchemaLimits, checked_schema, request_constraint
 from gateway.errors import bad_request
 from iris.models.tool_format import ToolCallFormat
 from iris.proto import common_pb2
@@ -98,7 +98,8 @@ def forced_name(tool_choice, names: set[str]) -> str | None:
 
 def plan_chat_output(body, limits: SchemaLimits, max_tools: int, fmt: ToolCallFormat) -> OutputPlan:
     """The plan for a chat request; a 400 naming the field for anything malformed."""
-    response, response_schema = response_constraint(body.response_format, limits)
+    wanted = request_constraint(body, limits)
+    response, response_schema = wanted.constraint, wanted.schema
     choice, tools = body.tool_choice, body.tools
     if body.parallel_tool_calls is not None and not isinstance(body.parallel_tool_calls, bool):
         raise bad_request("parallel_tool_calls must be a boolean", "parallel_tool_calls")
@@ -106,7 +107,7 @@ def plan_chat_output(body, limits: SchemaLimits, max_tools: int, fmt: ToolCallFo
     if tools is None:
         if choice not in (None, "none"):
             raise bad_request("tool_choice needs tools", "tool_choice")
-        return OutputPlan(constraint=response, constraint_param="response_format")
+        return OutputPlan(constraint=response, constraint_param=wanted.param)
     tools = checked_tools(tools, limits, max_tools)
     names = {tool["function"]["name"] for tool in tools}
     if choice is None:
@@ -117,7 +118,7 @@ def plan_chat_output(body, limits: SchemaLimits, max_tools: int, fmt: ToolCallFo
         tag = calls_format(forced, fmt, parallel=False)
         return _forced(tools, tag, {name})
     if choice == "none":
-        return OutputPlan(constraint=response, constraint_param="response_format")
+        return OutputPlan(constraint=response, constraint_param=wanted.param)
     if choice == "required":
         return _forced(tools, calls_format(tools, fmt, parallel), names)
     if choice != "auto":
@@ -128,10 +129,15 @@ def plan_chat_output(body, limits: SchemaLimits, max_tools: int, fmt: ToolCallFo
         )
     constraint, param = None, None
     if response is not None:
-        # The answer is either the response format's JSON or tool calls.
+        if response_schema is None:
+            raise bad_request(
+                f"{wanted.param} cannot be combined with tools (only a JSON schema can)",
+                wanted.param,
+            )
+        # The answer is either the requested JSON or tool calls.
         content = _json_format(response_schema)
         tag = {"type": "or", "elements": [content, calls_format(tools, fmt, parallel)]}
-        constraint, param = _tag_constraint(tag), "response_format"
+        constraint, param = _tag_constraint(tag), wanted.param
     return OutputPlan(tools, constraint, param, parse_tools=True, tool_names=names)
 
 

@@ -158,15 +158,31 @@ class PromptBuilder:
             # possible unsalted. Either way nothing the caller sent becomes a key.
             ignored = disagreeing_mm_hashes(mm_hashes, [item.identity for item in items])
             metrics.MM_HASHES_IGNORED.inc(len(ignored))
+        self._check_length_of(template, tools)
         try:
-            prompt = self.adapter.apply_chat_template(
-                template, add_generation_prompt=True, tools=tools
-            )
+            # Only the template emits control tokens: text is tokenized as text.
+            ids = self.adapter.chat_prompt_ids(template, add_generation_prompt=True, tools=tools)
         except ValueError as err:
             raise bad_request(f"cannot render the chat template: {err}", "messages") from None
-        self._check_length(prompt, "messages")
-        ids = self.adapter.encode_prompt(prompt)
+        except RecursionError:
+            raise bad_request(
+                "messages nest too deeply for the chat template to render", "messages"
+            ) from None
         return self._expand(ids, items, datas, "messages", salts)
+
+    def _check_length_of(self, messages: Sequence[dict], tools) -> None:
+        """400 for messages (and tools) whose text cannot fit the context, before the
+        template renders it: the total characters of every string they hold."""
+        total, stack = 0, [list(messages), tools or []]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, str):
+                total += len(node)
+            elif isinstance(node, dict):
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        self._check_length("", "messages", total)
 
     async def text(
         self, prompt: str, param: str = "prompt", salts: RequestSalts = NO_SALTS
@@ -176,16 +192,18 @@ class PromptBuilder:
         ids = await asyncio.to_thread(self.adapter.encode_prompt, prompt)
         return self._expand(ids, [], [], param, salts)
 
-    def _check_length(self, text: str, param: str) -> None:
-        """400 for a text that cannot fit the context whatever it tokenizes to."""
+    def _check_length(self, text: str, param: str, length: int | None = None) -> None:
+        """400 for a text (or `length` characters) that cannot fit the context whatever it
+        tokenizes to."""
         if self.max_model_len is None:
             return
         context = self.max_model_len()
+        length = len(text) if length is None else length
         # x4: normalisation (NFC and the like) may merge a few characters into one.
         most = context * self.max_token_chars * 4
-        if len(text) > most:
+        if length > most:
             raise bad_request(
-                f"{param} is {len(text)} characters: more than a context of {context} tokens "
+                f"{param} is {length} characters: more than a context of {context} tokens "
                 f"can hold with this tokenizer (at most {most} characters)",
                 param,
                 "context_length_exceeded",
@@ -194,7 +212,17 @@ class PromptBuilder:
     def tokens(
         self, ids: Sequence[int], param: str = "prompt", salts: RequestSalts = NO_SALTS
     ) -> PreparedPrompt:
-        """A completions token-id prompt; every id must be in [0, vocab_size)."""
+        """A completions token-id prompt; at most the context's length, every id in
+        [0, vocab_size)."""
+        if self.max_model_len is not None and len(ids) >= self.max_model_len():
+            context = self.max_model_len()
+            raise bad_request(
+                f"{param} is {len(ids)} token ids; the model's context is {context}",
+                param,
+                "context_length_exceeded",
+            )
+        if ids and max(ids) < self.vocab_size:
+            return self._expand(list(ids), [], [], param, salts)
         for index, token in enumerate(ids):
             if not 0 <= token < self.vocab_size:
                 raise bad_request(

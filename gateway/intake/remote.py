@@ -31,6 +31,24 @@ TUNNELS = tuple(
     ipaddress.ip_network(prefix)
     for prefix in ("2002::/16", "2001::/32", "64:ff9b::/96", "64:ff9b:1::/48")
 )
+# Every block of the IANA IPv4 and IPv6 special-purpose address registries, refused whatever
+# its "globally reachable" column says (the standard library misses some: 192.88.99.0/24,
+# the 6to4 relay anycast, and fec0::/10, the deprecated site-local block), plus multicast.
+SPECIAL_PURPOSE = tuple(
+    ipaddress.ip_network(prefix)
+    for prefix in (
+        # IPv4 (RFC 6890 and its updates)
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.31.196.0/24", "192.52.193.0/24",
+        "192.88.99.0/24", "192.168.0.0/16", "192.175.48.0/24", "198.18.0.0/15",
+        "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+        "255.255.255.255/32",
+        # IPv6
+        "::/128", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64",
+        "2001::/23", "2001:db8::/32", "2002::/16", "2620:4f:8000::/48", "3fff::/20",
+        "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+    )
+)  # fmt: skip
 
 
 def address_is_public(address: IPAddress) -> bool:
@@ -40,6 +58,8 @@ def address_is_public(address: IPAddress) -> bool:
             address = address.ipv4_mapped
         elif any(address in tunnel for tunnel in TUNNELS):
             return False
+    if any(address in block for block in SPECIAL_PURPOSE if block.version == address.version):
+        return False
     return not (
         address.is_private
         or address.is_loopback
@@ -49,6 +69,27 @@ def address_is_public(address: IPAddress) -> bool:
         or address.is_unspecified
         or not address.is_global
     )
+
+
+def _checked_host(host: str, param: str) -> str:
+    """The URL's host as an ASCII name or address literal; an invalid name (a bad IDNA
+    label, an empty or over-long label, stray characters) is a 400, never a 500."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except (UnicodeError, ValueError):
+        raise bad_request(f"image host {host[:100]!r} is not a valid host name", param) from None
+    labels = ascii_host.rstrip(".").split(".")
+    if len(ascii_host) > 253 or not all(
+        label and len(label) <= 63 and all(c.isalnum() or c in "-_" for c in label)
+        for label in labels
+    ):
+        raise bad_request(f"image host {host[:100]!r} is not a valid host name", param)
+    return ascii_host
 
 
 def host_allowed(host: str, allow_list: Sequence[str]) -> bool:
@@ -105,6 +146,7 @@ class RemoteImageFetcher:
         host = parts.hostname
         if parts.scheme not in ("http", "https") or not host:
             raise bad_request(f"image URL {url[:100]!r} is not an http(s) URL", param)
+        host = _checked_host(host, param)
         if not host_allowed(host, self.allow_list):
             raise bad_request(f"image host {host!r} is not on the allow-list", param)
         port = port or (443 if parts.scheme == "https" else 80)
@@ -124,8 +166,8 @@ class RemoteImageFetcher:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM
             )
-        except OSError as err:
-            raise bad_request(f"image host {host!r} does not resolve: {err}", param) from None
+        except (OSError, UnicodeError, ValueError):
+            raise bad_request(f"image host {host[:100]!r} does not resolve", param) from None
         addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
         # One internal answer among public ones is enough to refuse the whole name.
         for address in addresses:
@@ -149,7 +191,9 @@ class RemoteImageFetcher:
         body = bytearray()
         try:
             async with (
-                httpx.AsyncClient(follow_redirects=False) as client,
+                # trust_env=False: proxy variables (HTTP_PROXY, ...) would send the pinned
+                # request elsewhere, past the address check.
+                httpx.AsyncClient(follow_redirects=False, trust_env=False) as client,
                 client.stream("GET", pinned, headers=headers, extensions=extensions) as response,
             ):
                 self._check_response(response, param)
@@ -161,7 +205,9 @@ class RemoteImageFetcher:
                     if len(body) > self.max_bytes:
                         raise self._too_large(param)
         except httpx.HTTPError as err:
-            raise bad_request(f"image URL failed: {err}", param, "image_fetch") from None
+            raise bad_request(
+                f"image URL failed: {type(err).__name__}", param, "image_fetch"
+            ) from None
         return bytes(body)
 
     def _check_response(self, response: httpx.Response, param: str) -> None:

@@ -41,6 +41,7 @@ class PodRegistry:
     timeout_s: float
     tls: TLSFiles | None = None
     _connections: dict[str, PodConnection] = field(default_factory=dict, init=False, repr=False)
+    _added: int = field(default=0, init=False, repr=False)
 
     def pods(self) -> list[Pod]:
         return [connection.pod for connection in self._connections.values()]
@@ -54,7 +55,10 @@ class PodRegistry:
         for address in set(self._connections) - wanted:
             await self._remove(address)
         for address in sorted(wanted - set(self._connections)):
-            pod = Pod(address)
+            # `pod-N` until the pod's handshake tells its own name (metrics never show an
+            # address: docs/design.md §3.6).
+            pod = Pod(address, name=f"pod-{self._added}")
+            self._added += 1
             channel = open_channel(address, self.tls, "llm")
             stub = llm_pb2_grpc.LLMStub(channel)
             watcher = PodWatcher(
@@ -76,7 +80,7 @@ class PodRegistry:
         await asyncio.gather(connection.task, return_exceptions=True)
         await connection.channel.close()
         self.index.forget(address)
-        metrics.forget_pod(address)
+        metrics.forget_pod(connection.pod.name)
         log.info("LLM pod %s left", address)
 
     async def close(self) -> None:

@@ -73,7 +73,9 @@ class PodWatcher:
             self.pod.refused = "pod reports page_size 0"
             log.error("refusing LLM pod %s: %s", self.pod.address, self.pod.refused)
             return False
-        self.pod.name = info.pod_name or self.pod.address
+        if info.pod_name and info.pod_name != self.pod.name:
+            metrics.forget_pod(self.pod.name)  # series shown under the provisional name
+            self.pod.name = info.pod_name
         self.pod.page_size = info.page_size
         self.pod.max_model_len = info.max_model_len
         self.pod.healthy = True
@@ -101,7 +103,7 @@ class PodWatcher:
                 self.pod.load.pending_prefill_tokens = load.pending_prefill_tokens
                 self.pod.inflight.observe(load.running, load.pending_prefill_tokens, mine_before)
             mine = self.pod.inflight.view()
-            metrics.show_inflight(self.pod.address, mine.requests, mine.prefill_tokens)
+            metrics.show_inflight(self.pod.name, mine.requests, mine.prefill_tokens)
             await asyncio.sleep(self.poll_interval_s)
 
     async def _watch_health(self) -> None:
@@ -151,7 +153,7 @@ class PodWatcher:
             llm_pb2.KVSnapshotRequest(), timeout=self.timeout_s
         )
         self.index.load_snapshot(address, snapshot.seq, snapshot.block_hashes)
-        metrics.POD_KV_EVENT_SEQ.labels(address).set(snapshot.seq)
+        metrics.POD_KV_EVENT_SEQ.labels(self.pod.name).set(snapshot.seq)
         stream = self.stub.StreamKVEvents(llm_pb2.KVEventsRequest(since_seq=snapshot.seq))
         try:
             async for batch in stream:
@@ -162,7 +164,7 @@ class PodWatcher:
                         self.index.seq(address),
                     )
                     return
-                metrics.POD_KV_EVENT_SEQ.labels(address).set(self.index.seq(address))
+                metrics.POD_KV_EVENT_SEQ.labels(self.pod.name).set(self.index.seq(address))
             self.index.fall_back(address)
         finally:
             stream.cancel()

@@ -148,16 +148,11 @@ class ModelAdapter(ABC):
         into the adapter's own system instruction (iris.models.tool_format).
 
         Raises ValueError if the rendered prompt's placeholders do not match the number of
-        images (for example a user's text that spells out the placeholder token).
+        images (for example a user's text that spells out the placeholder token). For the
+        ids to serve, use `chat_prompt_ids`: this text, tokenized, would turn a special
+        token typed in a message into a control token.
         """
-        extra = {}
-        if self.template_renders_tools:
-            messages = for_tool_template(messages)
-            if tools:
-                extra["tools"] = list(tools)
-        else:
-            messages = with_tool_instruction(messages, tools, self.tool_call_format)
-        template_messages, images = to_template_messages(messages)
+        template_messages, images, extra = self._template_inputs(messages, tools)
         tokenizer = self.tokenizer()
         prompt = tokenizer.apply_chat_template(
             template_messages,
@@ -180,6 +175,60 @@ class ModelAdapter(ABC):
                 f"for {images} image(s)"
             )
         return prompt
+
+    def chat_prompt_ids(
+        self,
+        messages: Sequence[dict],
+        add_generation_prompt: bool = True,
+        tools: Sequence[dict] | None = None,
+    ) -> list[int]:
+        """The token ids of the rendered messages, where only the chat template emits
+        control tokens: a special token spelled inside a message's text, a tool's
+        description or a call's arguments is tokenized as the text it is (transformers'
+        `sanitize_control_tokens`), so a user cannot forge a system turn or an image
+        placeholder. An honest prompt's ids are those of `encode_prompt(apply_chat_template)`.
+
+        Raises ValueError if the ids' image placeholders do not match the images.
+        """
+        template_messages, images, extra = self._template_inputs(messages, tools)
+        tokenizer = self.tokenizer()
+        encoded = tokenizer.apply_chat_template(
+            template_messages,
+            tokenize=True,
+            add_generation_prompt=add_generation_prompt,
+            sanitize_control_tokens=True,
+            **extra,
+        )
+        ids = list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+        found = ids.count(self.image_token_id)
+        if found != images:
+            # A template that renders only string content: the placeholders would be text
+            # here, so render the flattened form and tokenize it (its control tokens are not
+            # sanitized; no registered family needs this path).
+            ids = self.encode_prompt(
+                self.apply_chat_template(messages, add_generation_prompt, tools)
+            )
+            found = ids.count(self.image_token_id)
+        if found != images:
+            raise ValueError(
+                f"prompt has {found} image placeholder(s) {self.image_token!r} "
+                f"for {images} image(s)"
+            )
+        return ids
+
+    def _template_inputs(
+        self, messages: Sequence[dict], tools: Sequence[dict] | None
+    ) -> tuple[list[dict], int, dict]:
+        """(template messages, number of images, extra template arguments)."""
+        extra = {}
+        if self.template_renders_tools:
+            messages = for_tool_template(messages)
+            if tools:
+                extra["tools"] = list(tools)
+        else:
+            messages = with_tool_instruction(messages, tools, self.tool_call_format)
+        template_messages, images = to_template_messages(messages)
+        return template_messages, images, extra
 
     @cached_property
     def template_renders_tools(self) -> bool:

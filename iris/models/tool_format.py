@@ -10,10 +10,36 @@ tool results into text the template can render.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+# Arguments nested deeper than this stay the string they came as: a template that walks a
+# deeper object (tojson, loops) could exhaust the stack.
+MAX_ARGUMENT_DEPTH = 64
+
+
+def parsed_arguments(text: str) -> object:
+    """A call's `arguments` string as the JSON value it holds, or the string itself when it
+    is not JSON or nests deeper than MAX_ARGUMENT_DEPTH (never a RecursionError)."""
+    if _bracket_depth(text) > MAX_ARGUMENT_DEPTH:
+        return text
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+
+
+def _bracket_depth(text: str) -> int:
+    # An upper bound of the nesting (brackets inside strings count too): cheap, no parse.
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 @dataclass(frozen=True)
@@ -30,8 +56,7 @@ class ToolCallFormat:
     def call_text(self, name: str, arguments: object) -> str:
         if isinstance(arguments, str):
             # A client's earlier call that was not JSON is shown as the string it was.
-            with contextlib.suppress(ValueError):
-                arguments = json.loads(arguments)
+            arguments = parsed_arguments(arguments)
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         return f"{self.call_begin}{body}{self.call_end}"
 
@@ -85,8 +110,7 @@ def _call_for_template(call: dict) -> dict:
     function = dict(call.get("function") or {})
     arguments = function.get("arguments")
     if isinstance(arguments, str):
-        with contextlib.suppress(ValueError):
-            function["arguments"] = json.loads(arguments)
+        function["arguments"] = parsed_arguments(arguments)
     return {**call, "function": function}
 
 

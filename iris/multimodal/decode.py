@@ -2,19 +2,27 @@
 
 Formats allowed, a byte limit, a pixel limit checked from the header before any pixel is
 decoded (decompression bombs are refused), and EXIF orientation applied, so the size read
-from the header is the size after rotation.
+from the header is the size after rotation. An animated image (GIF, WebP, APNG) counts by
+its canvas, and only its first frame is ever decoded.
 """
 
 from __future__ import annotations
 
 import io
+import re
+import warnings
 from dataclasses import dataclass, field
 
 from PIL import Image, UnidentifiedImageError
 
-# The pixel limit is the policy's, checked from the header before decoding; PIL's own global
-# bomb check would refuse first with a message naming neither our limit nor our value.
-Image.MAX_IMAGE_PIXELS = None
+DEFAULT_MAX_PIXELS = 40_000_000
+
+# PIL's own decompression-bomb check stays on, at the policy's limit (raised to the largest
+# policy a process makes: see DecodePolicy): it refuses in Image.open past twice the limit,
+# before our header check, which refuses past the limit itself with the value and the limit.
+# Between the two PIL only warns, and our check answers.
+Image.MAX_IMAGE_PIXELS = DEFAULT_MAX_PIXELS
+warnings.simplefilter("ignore", Image.DecompressionBombWarning)
 
 EXIF_ORIENTATION = 0x0112
 # Orientations 5..8 rotate by 90 or 270 degrees: width and height swap.
@@ -31,8 +39,12 @@ class DecodePolicy:
         default_factory=lambda: frozenset({"JPEG", "PNG", "WEBP", "GIF", "BMP"})
     )
     max_bytes: int = 20 * 1024 * 1024
-    max_pixels: int = 40_000_000
+    max_pixels: int = DEFAULT_MAX_PIXELS
     min_side: int = 1
+
+    def __post_init__(self) -> None:
+        # PIL's bomb check must not refuse what this policy allows.
+        Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, self.max_pixels)
 
 
 @dataclass(frozen=True)
@@ -50,8 +62,16 @@ def _open(data: bytes | memoryview, policy: DecodePolicy) -> Image.Image:
         raise ImageDecodeError("image is empty (0 bytes)")
     try:
         image = Image.open(io.BytesIO(data))
-    except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise ImageDecodeError(f"cannot identify image: {err}") from None
+    except Image.DecompressionBombError as err:
+        # PIL's message holds the image's size: "Image size (N pixels) exceeds ...".
+        found = re.search(r"\((\d+) pixels\)", str(err))
+        pixels = found.group(1) if found else f"more than {2 * policy.max_pixels}"
+        raise ImageDecodeError(
+            f"image has {pixels} pixels, over the limit of {policy.max_pixels}"
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        # PIL's message names the stream object (`<_io.BytesIO object at 0x…>`): not sent.
+        raise ImageDecodeError("cannot identify image: not a supported image file") from None
     if image.format not in policy.formats:
         allowed = ", ".join(sorted(policy.formats))
         raise ImageDecodeError(f"image format {image.format} not allowed (allowed: {allowed})")
@@ -113,15 +133,25 @@ def decode_image(data: bytes | memoryview, policy: DecodePolicy | None = None) -
     header = read_image_header(data, policy)
     image = _open(data, policy)
     try:
-        image.load()
+        image.load()  # the first frame only: an animation's other frames are never decoded
         rgb = image.convert("RGB")
         if header.orientation in _TRANSPOSE:
             rgb = rgb.transpose(_TRANSPOSE[header.orientation])
+    except Image.DecompressionBombError:
+        raise ImageDecodeError(f"image is over the limit of {policy.max_pixels} pixels") from None
     except (OSError, ValueError, SyntaxError) as err:
-        raise ImageDecodeError(f"image data is corrupt: {err}") from None
+        raise ImageDecodeError(f"image data is corrupt: {_clean(err)}") from None
     if rgb.size != (header.width, header.height):
         raise ImageDecodeError(
             f"decoded size {rgb.size[0]}x{rgb.size[1]} differs from header "
             f"{header.width}x{header.height}"
         )
     return rgb
+
+
+def _clean(err: Exception) -> str:
+    """An exception's text without object reprs (`<... at 0x…>`), cut short."""
+    text = str(err)
+    if " at 0x" in text:
+        return type(err).__name__
+    return text[:200]

@@ -90,6 +90,7 @@ class Service:
     child: ChildProcess
     address: str  # host:port of its main endpoint
     health_url: str | None  # None: redis, which answers PING on `address` instead
+    metrics_port: int | None = None  # where it serves /metrics (None: redis)
 
     def exited(self) -> bool:
         """Started, and no longer running."""
@@ -150,7 +151,11 @@ class Platform:
         env = _settings_env(
             kind, {"host": HOST, "port": str(port), "metrics_port": str(metrics_port), **settings}
         )
-        return self._python_service(name, kind, env, port, f"http://{HOST}:{metrics_port}/healthz")
+        service = self._python_service(
+            name, kind, env, port, f"http://{HOST}:{metrics_port}/healthz"
+        )
+        service.metrics_port = metrics_port
+        return service
 
     def _start_redis(self) -> str:
         server = shutil.which("redis-server")
@@ -225,10 +230,11 @@ class Platform:
                 tensor_parallel_size=str(self.config.tensor_parallel_size),
             )
             self.services.append(pod)
-        gateway_port = free_port()
+        gateway_port, gateway_metrics_port = free_port(), free_port()
         gateway_settings = {
             "host": HOST,
             "port": str(gateway_port),
+            "metrics_port": str(gateway_metrics_port),
             "model": model,
             "cache_address": cache.address,
             "encoder_addresses": ",".join(self.addresses("encoder")),
@@ -238,15 +244,15 @@ class Platform:
         }
         if self.config.api_keys:
             gateway_settings["api_keys"] = json.dumps(list(self.config.api_keys))
-        self.services.append(
-            self._python_service(
-                "gateway",
-                "gateway",
-                _settings_env("gateway", gateway_settings),
-                gateway_port,
-                f"http://{HOST}:{gateway_port}/readyz",
-            )
+        gateway = self._python_service(
+            "gateway",
+            "gateway",
+            _settings_env("gateway", gateway_settings),
+            gateway_port,
+            f"http://{HOST}:{gateway_port}/readyz",
         )
+        gateway.metrics_port = gateway_metrics_port
+        self.services.append(gateway)
 
     # --- running -------------------------------------------------------------------------
 
@@ -262,6 +268,10 @@ class Platform:
     @property
     def gateway_url(self) -> str:
         return f"http://{self.service('gateway').address}"
+
+    def metrics_url(self, name: str) -> str:
+        """Where the service `name` serves /metrics (its own port, for every service)."""
+        return f"http://{HOST}:{self.service(name).metrics_port}/metrics"
 
     def start(self, interrupted: threading.Event | None = None) -> None:
         """Start every service and wait until each reports healthy (or fail with its log).

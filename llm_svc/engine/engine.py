@@ -139,7 +139,9 @@ class LLMEngine:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
         self.grammars = self._make_grammars()
         self.compiling = CompilingRequests()
-        self.constraints = StepConstraints(self.model_config.vocab_size, self.runner.device)
+        self.constraints = StepConstraints(
+            self.model_config.vocab_size, self.runner.device, frozenset(self.eos_token_ids)
+        )
         self.requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self.overlap = config.overlap_scheduling
@@ -505,7 +507,9 @@ class LLMEngine:
         reason = self._stop_reason(seq, sampled.token_id)
         if reason is not None:
             seq.text += seq.detokenizer.flush()
-        if seq.params.stop and self._trim_stop_string(seq, text_before):
+        # Stop strings count only from min_tokens on (as vLLM: the end is held back before).
+        stops_count = seq.num_output_tokens >= seq.params.min_tokens
+        if seq.params.stop and stops_count and self._trim_stop_string(seq, text_before):
             reason = FinishReason.STOP
         if reason is not None:
             self._finish(seq, reason)

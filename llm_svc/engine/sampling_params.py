@@ -43,6 +43,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     seed: int | None = None
     max_tokens: int = 16
+    min_tokens: int = 0  # no EOS or stop token id (nor stop string) before this many
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
@@ -84,6 +85,8 @@ class SamplingParams:
             value = getattr(self, name)
             _check(name, value, -2.0 <= value <= 2.0, "in [-2, 2]")
         _check("max_tokens", self.max_tokens, self.max_tokens >= 1, ">= 1")
+        ok = isinstance(self.min_tokens, int) and 0 <= self.min_tokens <= self.max_tokens
+        _check("min_tokens", self.min_tokens, ok, f"in [0, max_tokens = {self.max_tokens}]")
         if self.seed is not None:
             _check("seed", self.seed, 0 <= self.seed < 2**63, "in [0, 2^63)")
         if self.logprobs is not None:

@@ -48,9 +48,14 @@ def sampling_params(
         frequency_penalty=float(proto.frequency_penalty),
         presence_penalty=float(proto.presence_penalty),
         max_tokens=int(max_tokens),
+        min_tokens=int(proto.min_tokens),
         stop=list(proto.stop),
         stop_token_ids=[int(token) for token in proto.stop_token_ids],
         ignore_eos=proto.ignore_eos,
+        include_stop_str_in_output=proto.include_stop_str_in_output,
+        skip_special_tokens=(
+            proto.skip_special_tokens if proto.HasField("skip_special_tokens") else True
+        ),
         logprobs=int(proto.top_logprobs) if proto.logprobs else None,
         logit_bias={int(token): float(value) for token, value in proto.logit_bias.items()},
         constraint=constraint(proto.constraint) if proto.HasField("constraint") else None,

@@ -62,7 +62,7 @@ def same_answer(a, b) -> bool:
 
 
 def gateway_counter(platform, name: str) -> float:
-    return scrape(f"{platform.gateway_url}/metrics").get(name, 0.0)
+    return scrape(platform.metrics_url("gateway")).get(name, 0.0)
 
 
 def encoded_images(platform) -> float:

@@ -39,3 +39,13 @@ def qwen_gateway_parts(tiny_qwen2_vl_dir, qwen_adapter, cache_process):
     }
     pod_server.stop(0)
     encoder_server.stop(0)
+
+
+@pytest.fixture(scope="session")
+def hostile(qwen_gateway_parts, tmp_path_factory):
+    """One real gateway process with small door limits, for every hostile-input module."""
+    from tests.gateway.hostile_door import start_hostile
+
+    running = start_hostile(qwen_gateway_parts, tmp_path_factory.mktemp("hostile") / "gw.log")
+    yield running
+    running.child.stop()

@@ -8,7 +8,7 @@ wait out the 1 s body deadline and answer 408), a trickled body is a 408, a requ
 that never completes gets the connection closed, each key has its own request and
 prompt-token buckets (429 with Retry-After), a request's images have a total byte and
 pixel budget, an Encode too large for one message is a 413, uvicorn's concurrency is
-bounded (on a second process whose deadlines are long, so that idle connections stay
+bounded with a JSON 503 (on a second process whose deadlines are long, so that idle connections stay
 open), and none of it logs a key, a prompt or an image.
 """
 
@@ -53,6 +53,7 @@ def start_door(parts, log_path, **settings: str):
         "IRIS_GATEWAY_MODEL": str(parts["model_dir"]),
         "IRIS_GATEWAY_HOST": "127.0.0.1",
         "IRIS_GATEWAY_PORT": str(port),
+        "IRIS_GATEWAY_METRICS_PORT": "0",  # any free port: two doors run at once
         "IRIS_GATEWAY_LLM_ADDRESSES": parts["pod_address"],
         "IRIS_GATEWAY_ENCODER_ADDRESSES": parts["encoder_address"],
         "IRIS_GATEWAY_CACHE_ADDRESS": parts["cache_address"],
@@ -275,11 +276,16 @@ def test_a_request_head_that_never_completes_is_closed(door):
     assert httpx.get(door.url + "/healthz").status_code == 200
 
 
-def test_uvicorn_concurrency_is_bounded(roomy_door):
+def test_connections_are_bounded_with_a_json_503(roomy_door):
     url, port = roomy_door.url, roomy_door.port
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS - 1)]
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
     try:
-        assert httpx.get(url + "/healthz").status_code == 503  # uvicorn's own refusal
+        refused = httpx.get(url + "/healthz")  # one more than the limit
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        error = openai_error(refused.json())
+        assert error["code"] == "overloaded"
+        assert f"limit is {MAX_CONNECTIONS}" in error["message"]
     finally:
         for sock in idle:
             sock.close()

@@ -19,9 +19,11 @@ def image_url(colour: str, size=(96, 64)) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def indexed_seq(platform, pod: str) -> float:
-    """The pod's last KV event seq that the gateway's prefix index has applied."""
-    page = scrape(f"{platform.gateway_url}/metrics", {LABEL_LLM_POD: pod})
+def indexed_seq(platform, address: str) -> float:
+    """The pod's last KV event seq that the gateway's prefix index has applied (the metric
+    names the pod by its name, never its address)."""
+    pod = next(service.name for service in platform.by_kind("llm") if service.address == address)
+    page = scrape(platform.metrics_url("gateway"), {LABEL_LLM_POD: pod})
     return page.get(GATEWAY_POD_KV_EVENT_SEQ, -1.0)
 
 
@@ -99,7 +101,7 @@ def test_errors_arrive_as_openai_exceptions(platform):
         )
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="other", messages=user("x"))
-    with pytest.raises(openai.UnprocessableEntityError):
+    with pytest.raises(openai.BadRequestError, match="temperature"):
         client.chat.completions.create(model=platform.model_name, messages=user("x"), temperature=9)
     assert [m.id for m in client.models.list().data] == [platform.model_name]
 

@@ -21,7 +21,9 @@ def pods(manifests: list[dict]) -> dict[str, Endpoint]:
 
 
 def ports(values: dict) -> dict[str, dict[str, int]]:
-    out = {"gateway": {"http": values["gateway"]["port"]}}
+    out = {
+        "gateway": {"http": values["gateway"]["port"], "metrics": values["gateway"]["metricsPort"]}
+    }
     for component in ("encoder", "cache", "llm"):
         out[component] = {
             "grpc": values[component]["port"],
@@ -68,7 +70,7 @@ def test_only_the_gateway_is_reachable_from_outside(case):
     for component, pod in release.items():
         for name, port in port_map[component].items():
             reachable = allowed(policies, pod, outsider, port, "Ingress")
-            if component == "gateway" and not ingress_from:
+            if (component, name) == ("gateway", "http") and not ingress_from:
                 assert reachable and allowed(policies, pod, internet, port, "Ingress")
             else:
                 assert not reachable, (component, name)
@@ -86,9 +88,10 @@ def test_metrics_ports_open_to_monitoring_only(case):
     release = pods(manifests)
     port_map = ports(values)
     monitor = monitoring_pod(values)
+    open_http = not values["networkPolicy"]["gatewayIngressFrom"]  # open to everyone
     for component, pod in release.items():
         for name, port in port_map[component].items():
-            expected = name in ("metrics", "http")
+            expected = name == "metrics" or (name == "http" and open_http)
             got = allowed(policies, pod, monitor, port, "Ingress")
             assert got is expected, (component, name)
 
@@ -200,6 +203,7 @@ def test_ingress_sources_within_the_release(case):
         ("llm", "metrics"): {"operator"},
         ("cache", "metrics"): set(),
         ("operator", "metrics"): set(),
+        ("gateway", "metrics"): set(),
         ("redis", "redis"): {"cache"},
     }
     for (target, port_name), sources in expected.items():

@@ -47,6 +47,7 @@ def leaf_paths(values: dict, prefix: str = "") -> set[str]:
 
 def test_ports_are_the_ones_in_iris_metrics():
     assert VALUES["gateway"]["port"] == metrics.GATEWAY_HTTP_PORT
+    assert VALUES["gateway"]["metricsPort"] == metrics.GATEWAY_METRICS_PORT
     for service in ("encoder", "cache", "llm"):
         assert VALUES[service]["port"] == metrics.DEFAULT_PORTS[service]
         assert VALUES[service]["metricsPort"] == metrics.METRICS_PORTS[service]

@@ -29,6 +29,7 @@ def engine(llama_dir):
         (PROMPT, SamplingParams(temperature=float("nan")), "temperature"),
         (PROMPT, SamplingParams(logprobs=21), "logprobs"),
         (PROMPT, SamplingParams(stop_token_ids=[999]), "stop_token_ids"),
+        (PROMPT, SamplingParams(max_tokens=4, min_tokens=5), "min_tokens"),
         (PROMPT, SamplingParams(stop=[""]), "stop"),
         (PROMPT, SamplingParams(max_tokens="7"), "max_tokens='7'"),
         (PROMPT, SamplingParams(temperature=None), "temperature=None"),
@@ -82,6 +83,19 @@ def test_streamed_deltas_add_up_and_stop_strings_are_trimmed(engine):
         engine, {"k": (PROMPT, greedy(12, stop=[stop], include_stop_str_in_output=True))}
     )
     assert "".join(o.new_text for o in kept["k"]) == full_text[: full_text.index(stop) + 2]
+
+
+def test_min_tokens_holds_back_stop_tokens_and_strings(engine):
+    reference = token_ids(run_all(engine, {"r": (PROMPT, greedy(8))})["r"])
+    first = reference[0]
+    held = greedy(8, stop_token_ids=[first], min_tokens=3)
+    ids = token_ids(run_all(engine, {"m": (PROMPT, held)})["m"])
+    # The first token would have ended it at once: masked until three tokens exist.
+    assert len(ids) >= 3 and first not in ids[:3]
+    text = engine.tokenizer.decode(reference[:1])
+    if text.strip():  # a stop string the first token spells is not matched before 3 either
+        ids = token_ids(run_all(engine, {"s": (PROMPT, greedy(8, stop=[text], min_tokens=3))})["s"])
+        assert len(ids) >= 3
 
 
 def test_stop_token_ids_and_eos(engine):

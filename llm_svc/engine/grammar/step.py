@@ -1,6 +1,7 @@
-"""Per step: logit_bias, then one token bitmask for every constrained row, applied to the
-logits in place on their device before sampling. Rows without a constraint or a bias are
-never touched, so a free request samples exactly what it would alone."""
+"""Per step: logit_bias and min_tokens' hold on the end tokens, then one token bitmask for
+every constrained row, applied to the logits in place on their device before sampling.
+Rows without a constraint, a bias or a min_tokens are never touched, so a free request
+samples exactly what it would alone."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ class StepConstraints:
     """Owns the step's bitmask (CPU, pinned on CUDA, grown to the largest batch seen) and
     xgrammar's batch matcher, which fills the constrained rows on its threads."""
 
-    def __init__(self, vocab_size: int, device: torch.device) -> None:
+    def __init__(
+        self, vocab_size: int, device: torch.device, eos_token_ids: frozenset[int] = frozenset()
+    ) -> None:
         self.vocab_size = vocab_size
         self.device = device
+        self.eos_token_ids = eos_token_ids
         self._bitmask: torch.Tensor | None = None
         self._batch = None
 
@@ -28,6 +32,8 @@ class StepConstraints:
         for row, seq in enumerate(seqs):
             if seq.params.logit_bias:
                 self._add_bias(logits[row], seq.params.logit_bias)
+            if seq.params.min_tokens:
+                self._hold_back_the_end(logits[row], seq)
         rows = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
         if not rows:
             return
@@ -40,6 +46,18 @@ class StepConstraints:
         if logits.device.type != "cpu":
             mask = mask.to(logits.device, non_blocking=True)
         xgrammar.apply_token_bitmask_inplace(logits, mask, indices=rows, vocab_size=self.vocab_size)
+
+    def _hold_back_the_end(self, row: torch.Tensor, seq: Sequence) -> None:
+        """Before `min_tokens` tokens (sampled, read or not), no EOS or stop token id."""
+        sampled = len(seq.token_ids) - seq.num_prompt_tokens
+        if sampled >= seq.params.min_tokens:
+            return
+        ends = set(seq.params.stop_token_ids)
+        if not seq.params.ignore_eos:
+            ends |= self.eos_token_ids
+        ends = [token for token in ends if 0 <= token < row.shape[0]]
+        if ends:
+            row[torch.tensor(ends, dtype=torch.int64, device=row.device)] = float("-inf")
 
     def _add_bias(self, row: torch.Tensor, bias: dict[int, float]) -> None:
         ids = torch.tensor(list(bias), dtype=torch.int64, device=row.device)

@@ -94,12 +94,11 @@ async def test_the_image_salt_goes_into_the_identity(qwen_adapter):
     assert not np.array_equal(prompt.input_ids, shared.input_ids)  # other sentinels
 
 
-async def test_placeholder_typed_by_the_user_is_refused(qwen_adapter):
+async def test_placeholder_typed_by_the_user_stays_text(qwen_adapter):
     spoof = {"role": "user", "content": f"look {qwen_adapter.image_token} here"}
-    with pytest.raises(APIError) as caught:
-        await builder(qwen_adapter).chat([spoof])
-    assert caught.value.status == 400
-    assert "placeholder" in caught.value.message
+    prompt = await builder(qwen_adapter).chat([spoof])
+    assert not prompt.items
+    assert qwen_adapter.image_token_id not in prompt.input_ids.tolist()
 
 
 async def test_image_limits_are_400_naming_the_limit(qwen_adapter):
@@ -158,7 +157,8 @@ async def test_tokenizing_runs_off_the_event_loop(qwen_adapter):
 
 
 class _CountingAdapter:
-    """The real adapter, recording each encode_prompt call (its length, or `record`'s)."""
+    """The real adapter, recording each encode_prompt and chat_prompt_ids call (its length,
+    or `record`'s)."""
 
     def __init__(self, adapter, calls, record=len):
         self._adapter, self._calls, self._record = adapter, calls, record
@@ -166,6 +166,10 @@ class _CountingAdapter:
     def encode_prompt(self, prompt):
         self._calls.append(self._record(prompt))
         return self._adapter.encode_prompt(prompt)
+
+    def chat_prompt_ids(self, messages, *args, **kwargs):
+        self._calls.append(self._record(messages))
+        return self._adapter.chat_prompt_ids(messages, *args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._adapter, name)

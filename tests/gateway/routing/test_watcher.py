@@ -114,8 +114,8 @@ async def test_each_poll_publishes_the_pods_in_flight_count(fake_pod):
     from gateway import metrics
     from iris import metrics as names
 
-    def shown(name):
-        return REGISTRY.get_sample_value(name, {names.LABEL_LLM_POD: address})
+    def shown(name, label="fake"):  # the name the fake pod reports; never its address
+        return REGISTRY.get_sample_value(name, {names.LABEL_LLM_POD: label})
 
     address, _ = fake_pod
     pod, channel, task = await start(address, KVIndex())
@@ -127,8 +127,9 @@ async def test_each_poll_publishes_the_pods_in_flight_count(fake_pod):
         assert shown(names.GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT) == 120
         streaming.close()
         await eventually(lambda: shown(names.GATEWAY_POD_REQUESTS_IN_FLIGHT) == 1)
+        assert shown(names.GATEWAY_POD_REQUESTS_IN_FLIGHT, address) is None
     finally:
         task.cancel()
         await channel.close()
-    metrics.forget_pod(address)  # what the registry does when a pod leaves
+    metrics.forget_pod(pod.name)  # what the registry does when a pod leaves
     assert shown(names.GATEWAY_POD_REQUESTS_IN_FLIGHT) is None

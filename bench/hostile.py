@@ -1,0 +1,246 @@
+"""The gateway's event loop under hostile requests: does any client stall it?
+
+One platform (`iris up` processes on the tiny random Qwen2-VL checkpoint). Several sender
+processes send the heavy requests of every registered section (each class of issue 32:
+the largest bodies each route's caps let through to the parser, long lists, big and many
+tool schemas, deep nesting, long stop strings, big headers, a 16 MB image body, ...) while
+one more client, in this process, probes GET /healthz back to back. A probe's latency is
+how long the loop kept it waiting (its quiet median, measured first, is printed beside).
+
+    python bench/hostile.py [--requests 120] [--senders 3] [--model DIR]
+        [--sections bounds,schemas,...] [--env IRIS_GATEWAY_X=Y ...]
+
+Prints per section its requests and statuses, then the quiet probe median and last
+`hostile: loop lag p99 X ms, worst Y ms over N heavy requests` (targets X <= 50 ms,
+Y <= 200 ms). A benchmark, not a test: the figures depend on the machine.
+
+Sections: `SECTIONS` maps a name to a function (model name) -> list of `Heavy`; another
+file registers one with one line: `SECTIONS["grammar"] = grammar_requests`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)]
+
+from iris.up.platform import Platform, UpConfig  # noqa: E402
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+
+
+@dataclass
+class Heavy:
+    """One heavy request: its label, path, body (bytes) and extra headers."""
+
+    label: str
+    path: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _json(payload) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _chat(model: str, messages: list, **fields) -> bytes:
+    return _json({"model": model, "messages": messages, **fields})
+
+
+def _complete(model: str, prompt, **fields) -> bytes:
+    return _json({"model": model, "prompt": prompt, **fields})
+
+
+def bounds(model: str) -> list[Heavy]:
+    """Lists and strings at (and over) their bounds: the parse is what costs."""
+    letters = [{"role": "user", "content": "a"}] * 4000
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}] * 8000}]
+    huge_text = [{"role": "user", "content": "ipsum " * 2_700_000}]
+    stops = {"n": 8, "stop": ["s" * 262_144] * 16}
+    bias = {"logit_bias": {str(i): 1 for i in range(120_000)}}
+    return [
+        Heavy("130k token ids", COMPLETIONS, _complete(model, [7] * 130_000)),
+        Heavy("2M token ids (over)", COMPLETIONS, _complete(model, [7] * 2_000_000)),
+        Heavy("4000 messages", CHAT, _chat(model, letters, max_tokens=1)),
+        Heavy("150k messages (over)", CHAT, _chat(model, letters * 38)),
+        Heavy("8000 parts", CHAT, _chat(model, parts)),
+        Heavy("4 MB text", COMPLETIONS, _complete(model, "lorem " * 690_000)),
+        Heavy("16 MB text", CHAT, _chat(model, huge_text)),
+        Heavy("16 x 256 KiB stops, n=8", CHAT, _chat(model, letters[:1], **stops)),
+        Heavy("120k logit_bias", CHAT, _chat(model, letters[:1], **bias)),
+    ]
+
+
+def _schema(width: int) -> dict:
+    field = {"type": "string", "pattern": "^[a-z]+$", "maxLength": 8}
+    properties = {f"p{i}": field for i in range(width)}
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def schemas(model: str) -> list[Heavy]:
+    """Schemas to meta-validate: 128 tools as wide as the object cap allows, a wide
+    response_format, the same as guided_json."""
+    user = [{"role": "user", "content": "call"}]
+    tools = [
+        {"type": "function", "function": {"name": f"t{i}", "parameters": _schema(60)}}
+        for i in range(128)
+    ]
+    wide = _schema(900)
+    fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": wide}}
+    return [
+        Heavy("128 tools x 60 properties", CHAT, _chat(model, user, tools=tools, max_tokens=1)),
+        Heavy("wide response_format", CHAT, _chat(model, user, response_format=fmt)),
+        Heavy("wide guided_json", COMPLETIONS, _complete(model, "x", guided_json=wide)),
+    ]
+
+
+def nesting(model: str) -> list[Heavy]:
+    """Nesting anywhere: tool-call arguments, a schema, the body itself."""
+    deep = "[" * 20_000 + "]" * 20_000
+    nested = b"[" * 40_000 + b"]" * 40_000
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": deep}}
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [call]}]
+    levels = 400  # 800 JSON levels: past every depth limit, within the JSON parser's
+    schema = '{"type":"object","properties":{"a":' * levels + "{}" + "}}" * levels
+    fmt = '{"type":"json_schema","json_schema":{"name":"d","schema":' + schema + "}}"
+    head = f'{{"model":"{model}","messages":[{{"role":"user","content":"x"}}],'
+    return [
+        Heavy("arguments 20k deep", CHAT, _chat(model, messages, max_tokens=1)),
+        Heavy("schema 800 deep", CHAT, (head + '"response_format":' + fmt + "}").encode()),
+        Heavy("body 40k deep", CHAT, b'{"model":"m","messages":' + nested + b"}"),
+    ]
+
+
+def images(model: str) -> list[Heavy]:
+    """An image body as large as the chat cap lets through, not an image."""
+    junk = base64.b64encode(os.urandom(12 * 1024 * 1024)).decode()
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + junk}}
+    return [Heavy("16 MB non-image", CHAT, _chat(model, [{"role": "user", "content": [part]}]))]
+
+
+def heads(model: str) -> list[Heavy]:
+    """Heads at their limits."""
+    big = {f"x-filler-{i}": "b" * 1000 for i in range(15)}
+    return [Heavy("15 KB of headers", COMPLETIONS, _complete(model, "hi", max_tokens=1), big)]
+
+
+SECTIONS: dict[str, Callable[[str], list[Heavy]]] = {
+    "bounds": bounds,
+    "schemas": schemas,
+    "nesting": nesting,
+    "images": images,
+    "heads": heads,
+}
+# Another file's section, registered here with one line each.
+try:
+    from bench.hostile_grammar import grammar_requests  # the tenants issue's section
+except ImportError:
+    pass
+else:
+    SECTIONS["grammar"] = grammar_requests
+
+
+def _send(job: tuple[str, list[Heavy], int, int]) -> list[tuple[str, int, float, float]]:
+    """One sender process: its share of the heavy requests, in turn; (label, status, start,
+    end) with times on the machine's monotonic clock."""
+    url, heavies, start, count = job
+    results = []
+    with httpx.Client(timeout=120) as client:
+        for i in range(start, start + count):
+            heavy = heavies[i % len(heavies)]
+            headers = {"Content-Type": "application/json", **heavy.headers}
+            started = time.monotonic()
+            try:
+                status = client.post(
+                    url + heavy.path, content=heavy.body, headers=headers
+                ).status_code
+            except httpx.HTTPError:
+                status = 0
+            results.append((heavy.label, status, started, time.monotonic()))
+    return results
+
+
+def _probe(url: str, stop: threading.Event, out: list[float], at: list[float]) -> None:
+    with httpx.Client(timeout=60) as client:
+        while not stop.is_set():
+            started = time.monotonic()
+            client.get(url + "/healthz")
+            out.append(time.monotonic() - started)
+            at.append(started)
+            time.sleep(0.005)
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=None, help="default: tiny Qwen2-VL")
+    parser.add_argument("--requests", type=int, default=120, help="heavy requests in all")
+    parser.add_argument("--senders", type=int, default=3)
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--env", action="append", default=[], help="IRIS_GATEWAY_X=Y")
+    args = parser.parse_args()
+    model = args.model
+    if model is None:
+        from iris.models.build import cached_tiny
+
+        model = cached_tiny("qwen2_vl", ROOT / ".cache" / "models")
+    name = Path(model).name
+    heavies = [h for section in args.sections.split(",") for h in SECTIONS[section](name)]
+    env = dict(item.split("=", 1) for item in args.env)
+    config = UpConfig(model_dir=model, torch_threads=1, extra_env={"gateway": env})
+    with Platform(config) as platform:
+        url = platform.gateway_url
+        quiet: list[float] = []
+        stop = threading.Event()
+        timer = threading.Timer(2.0, stop.set)
+        timer.start()
+        _probe(url, stop, quiet, [])
+        share = args.requests // args.senders
+        jobs = [(url, heavies, s * share, share) for s in range(args.senders)]
+        probes: list[float] = []
+        probed_at: list[float] = []
+        stop = threading.Event()
+        prober = threading.Thread(target=_probe, args=(url, stop, probes, probed_at))
+        with multiprocessing.get_context("spawn").Pool(args.senders) as pool:
+            prober.start()
+            results = [r for batch in pool.map(_send, jobs) for r in batch]
+        stop.set()
+        prober.join()
+        alive = httpx.get(url + "/healthz").status_code
+    by_label: dict[str, Counter] = {}
+    worst_during: dict[str, float] = {}
+    for label, status, started, ended in results:
+        by_label.setdefault(label, Counter())[status] += 1
+        during = [lag for lag, at in zip(probes, probed_at, strict=True) if started <= at <= ended]
+        worst_during[label] = max([worst_during.get(label, 0.0), *during])
+    for label, statuses in by_label.items():
+        shown = ", ".join(f"{status} x{n}" for status, n in sorted(statuses.items()))
+        print(f"  {label}: {shown}; worst probe during it {worst_during[label] * 1000:.0f} ms")
+    print(f"healthz quiet median {statistics.median(quiet) * 1000:.1f} ms, after: {alive}")
+    print(
+        f"hostile: loop lag p99 {_p(probes, 99) * 1000:.0f} ms, worst {max(probes) * 1000:.0f} ms "
+        f"over {len(results)} heavy requests"
+    )
+
+
+if __name__ == "__main__":
+    main()
