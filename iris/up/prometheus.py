@@ -1,10 +1,9 @@
 """A real Prometheus beside a local platform: its scrape configuration and its process.
 
 `scrape_config` is the one place that turns `iris up`'s list of services into scrape
-targets: the dashboard test and `iris up --prometheus` both use it. It reads each service's
-metrics address from the service itself (its `IRIS_<KIND>_METRICS_PORT` setting, else the
-HTTP endpoint that answers its health checks, where /metrics is served beside it), so a
-service that gains a metrics port of its own is scraped there without edits here.
+targets: the dashboard test and `iris up --prometheus` both use it. Each service's metrics
+address is the one `iris up` registered for it (`Service.metrics_port`; every Iris service,
+the gateway included, serves /metrics on a port of its own; Redis has none).
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import yaml
@@ -42,13 +40,10 @@ def find_tool(name: str) -> str | None:
 def metrics_address(service) -> str | None:
     """host:port where `service` (an `iris.up.platform.Service`) serves /metrics, or None
     for a service without metrics (Redis)."""
-    port = service.child.env.get(f"IRIS_{service.kind.upper()}_METRICS_PORT")
-    host = service.address.rpartition(":")[0]
-    if port and port != "0":
-        return f"{host}:{port}"
-    if service.health_url is None:
+    if service.metrics_port is None:
         return None
-    return urlsplit(service.health_url).netloc
+    host = service.address.rpartition(":")[0]
+    return f"{host}:{service.metrics_port}"
 
 
 def scrape_config(
