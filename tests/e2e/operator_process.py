@@ -60,7 +60,12 @@ def deployment(name: str, replicas: int) -> dict:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS},
+        # The operator scales only Deployments carrying its owner label (its default here).
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"app.kubernetes.io/part-of": "iris"},
+        },
         "spec": {"replicas": replicas},
         "status": {"replicas": replicas},
     }
