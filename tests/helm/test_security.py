@@ -105,6 +105,8 @@ def test_gpu_pods(render, scenario):
         resources = container["resources"]
         if component in ("encoder", "llm"):
             gpus = values[component]["gpus"]
+            if component == "llm":  # one set of GPUs per tensor-parallel rank
+                gpus *= values["llm"].get("tensorParallelSize", 1)
             assert resources["limits"]["nvidia.com/gpu"] == gpus
             assert pod_spec(workload)["nodeSelector"] == values[component]["nodeSelector"]
             assert pod_spec(workload)["tolerations"] == values[component]["tolerations"]
