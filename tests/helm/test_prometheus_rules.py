@@ -8,6 +8,7 @@ A missing promtool fails these tests: scripts/setup.sh installs it into .tools/.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,6 +22,35 @@ RULES = CHART / "rules" / "iris.rules.yaml"
 UNIT_TESTS = sorted((Path(__file__).parent / "rules").glob("*_test.yaml"))
 # The release name whose pods the unit tests name (iris-llm-0, ...): fullname "iris".
 RELEASE = "iris"
+# Non-default burn-rate windows and factors; 10m and 12h are windows the rules file does
+# not record, so the chart must render their error-ratio recording rules.
+BURN_VALUES = (
+    "prometheusRule.burnRates.fast[0].long=2h",
+    "prometheusRule.burnRates.fast[0].short=10m",
+    "prometheusRule.burnRates.fast[0].factor=4",
+    "prometheusRule.burnRates.slow[0].long=12h",
+    "prometheusRule.burnRates.slow[0].short=1h",
+    "prometheusRule.burnRates.slow[0].factor=0.5",
+)
+BURN_CASES = Path(__file__).parent / "rules" / "burn_windows.yaml"
+BURN_ALERTS = {
+    "IrisAvailabilityBudgetBurnFast": (
+        "iris:availability_errors",
+        "availability",
+        "2h",
+        "10m",
+        "4",
+    ),
+    "IrisTTFTBudgetBurnFast": ("iris:ttft_slow", "ttft", "2h", "10m", "4"),
+    "IrisAvailabilityBudgetBurnSlow": (
+        "iris:availability_errors",
+        "availability",
+        "12h",
+        "1h",
+        "0.5",
+    ),
+    "IrisTTFTBudgetBurnSlow": ("iris:ttft_slow", "ttft", "12h", "1h", "0.5"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +135,75 @@ def test_values_set_objectives_threshold_and_for(helm):
     assert 'le="2.5"' not in json.dumps(groups)
     assert rules["IrisPodNotReady"]["for"] == "10m"
     assert 'pod=~"iris-.*"' in rules["IrisPodNotReady"]["expr"]
+
+
+def by_name(groups: list[dict]) -> dict[str, dict]:
+    return {rule.get("record") or rule["alert"]: rule for g in groups for rule in g["rules"]}
+
+
+def test_default_values_render_the_plain_file(rendered_rules):
+    # The burn-rate expressions are rebuilt from values; the defaults give back the file.
+    plain = yaml.safe_load(RULES.read_text())["groups"]
+    assert yaml.safe_load(rendered_rules.read_text())["groups"] == plain
+
+
+def test_burn_rate_windows_and_factors_from_values(helm, promtool, tmp_path):
+    groups = rendered_groups(helm, *BURN_VALUES)
+    rules = by_name(groups)
+    for alert, (prefix, objective, long, short, factor) in BURN_ALERTS.items():
+        cut = f"> on () group_left () ({factor} * (1 - iris:slo:{objective}_objective))"
+        expected = (
+            f"(\n  {prefix}:ratio_rate{long} {cut}\n  and {prefix}:ratio_rate{short} {cut}\n)\n"
+        )
+        assert rules[alert]["expr"] == expected, alert
+    assert "at 4x its rate" in rules["IrisAvailabilityBudgetBurnFast"]["annotations"]["description"]
+    # Every error ratio any rule reads is recorded; the new windows' rules read their window.
+    read = set(
+        re.findall(r"iris:(?:availability_errors|ttft_slow):ratio_rate\w+", json.dumps(groups))
+    )
+    assert read <= set(rules), f"read but not recorded: {read - set(rules)}"
+    for prefix in ("iris:availability_errors", "iris:ttft_slow"):
+        for window in ("10m", "12h"):
+            expr = rules[f"{prefix}:ratio_rate{window}"]["expr"]
+            assert f"[{window}]" in expr and "[1h]" not in expr
+    assert 'le="2.5"' in rules["iris:ttft_slow:ratio_rate10m"]["expr"]
+    # promtool accepts the rendered rules: the file's rules plus four new recording rules.
+    path = tmp_path / "rendered.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    plain = sum(len(g["rules"]) for g in yaml.safe_load(RULES.read_text())["groups"])
+    output = promtool_run(promtool, "check", "rules", str(path))
+    assert f"SUCCESS: {plain + 4} rules found" in output
+
+
+def test_burn_rate_alerts_fire_on_the_values_windows(helm, promtool, rendered_rules, tmp_path):
+    """burn_windows.yaml's cases pass on the rules rendered with BURN_VALUES and fail on
+    the defaults' (every firing case there is silent under the workbook's factors)."""
+    (tmp_path / "custom").mkdir()
+    (tmp_path / "default").mkdir()
+    custom = tmp_path / "custom" / "rendered.rules.yaml"
+    custom.write_text(yaml.safe_dump({"groups": rendered_groups(helm, *BURN_VALUES)}))
+    (tmp_path / "default" / "rendered.rules.yaml").write_text(rendered_rules.read_text())
+    for where in ("custom", "default"):
+        (tmp_path / where / BURN_CASES.name).write_text(BURN_CASES.read_text())
+    assert "SUCCESS" in promtool_run(
+        promtool, "test", "rules", BURN_CASES.name, cwd=tmp_path / "custom"
+    )
+    result = subprocess.run(
+        [promtool, "test", "rules", BURN_CASES.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path / "default",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert output.count("got:[]") == 3, output
+    for alert in (
+        "IrisAvailabilityBudgetBurnFast",
+        "IrisTTFTBudgetBurnFast",
+        "IrisAvailabilityBudgetBurnSlow",
+    ):
+        assert f"alertname: {alert}" in output, output
 
 
 def test_dashboard_queries_pass_promtool_check(promtool, tmp_path):
