@@ -12,8 +12,9 @@ pages, and their block hashes (hence KV events and the gateway's index) differ a
 A salted tree that loses its last page is dropped; the shared one (salt b"") stays.
 
 Cost: every operation touches only the nodes it is given or returns. The evictable leaves
-(unreferenced, childless) sit in an insertion-ordered dict that each change of a node's
-reference count or children updates in O(1), as vLLM's free-block queue does, so
+(unreferenced, childless) sit in a doubly linked list threaded through the nodes
+themselves (`prev` / `next`), which each change of a node's reference count or children
+updates in O(1), as vLLM's free-block queue does, so
 `evict(k)` pops k of them in O(k) whatever the cache's size (docs/design.md §3 "Prefix
 cache eviction order"). `visited` counts the nodes each operation touches, so a test can
 show that no step-path operation walks the tree.
@@ -22,7 +23,6 @@ show that no step-path operation walks the tree.
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from collections.abc import Sequence
 
 from iris.multimodal import next_block_hash, root_hash
@@ -30,7 +30,10 @@ from llm_svc.engine.kv_events import BlockRemoved, BlockStored, KVEvent
 
 
 class RadixNode:
-    __slots__ = ("key", "page", "block_hash", "parent", "children", "ref", "last_used", "salt")
+    __slots__ = (
+        "key", "page", "block_hash", "parent", "children", "ref", "last_used", "salt",
+        "prev", "next",
+    )  # fmt: skip
 
     def __init__(self, key: tuple[int, ...], page: int, block_hash: bytes, parent) -> None:
         self.key = key
@@ -41,6 +44,9 @@ class RadixNode:
         self.ref = 0
         self.last_used = 0
         self.salt: bytes | None = None  # set on roots only: the namespace they root
+        # Neighbours in the cache's eviction queue; None when not queued.
+        self.prev: RadixNode | None = None
+        self.next: RadixNode | None = None
 
 
 class RadixCache:
@@ -56,8 +62,9 @@ class RadixCache:
         self.events: list[KVEvent] = []
         self.visited = 0  # nodes touched by every operation so far (for cost tests)
         self._clock = itertools.count(1)
-        # Unreferenced leaves, front = next to evict. The dict's own order is the queue.
-        self._evictable: OrderedDict[RadixNode, None] = OrderedDict()
+        # The eviction queue's sentinel: head.next is evicted first, head.prev queued last.
+        head = self._queue = RadixNode((), -1, b"", None)
+        head.prev = head.next = head
 
     def root_for(self, salt: bytes) -> RadixNode:
         """The root of `salt`'s namespace (b"": the shared one), made on first use."""
@@ -101,8 +108,8 @@ class RadixCache:
             return existing, False
         node = RadixNode(key, page, next_block_hash(parent.block_hash, key), parent)
         node.ref, node.last_used = 1, next(self._clock)
-        if not parent.children:
-            self._evictable.pop(parent, None)  # no longer a leaf
+        if parent.prev is not None:
+            _unlink(parent)  # no longer a leaf
         parent.children[key] = node
         self.num_nodes += 1
         self.events.append(BlockStored(node.block_hash, parent.block_hash, key))
@@ -110,27 +117,28 @@ class RadixCache:
 
     def acquire(self, nodes: Sequence[RadixNode]) -> None:
         tick = next(self._clock)
-        evictable = self._evictable
         for node in nodes:
             if node.ref == 0:
                 self.num_unreferenced -= 1
-                if not node.children:
-                    del evictable[node]
+                if node.prev is not None:
+                    _unlink(node)
             node.ref += 1
             node.last_used = tick
         self.visited += len(nodes)
 
     def release(self, nodes: Sequence[RadixNode]) -> None:
         tick = next(self._clock)
-        evictable = self._evictable
+        head = self._queue
         for node in nodes:
             assert node.ref > 0, "released a page nobody holds"
             node.ref -= 1
             node.last_used = tick
             if node.ref == 0:
                 self.num_unreferenced += 1
-                if not node.children:
-                    evictable[node] = None  # newest at the back
+                if not node.children:  # queued last
+                    last = head.prev
+                    node.prev, node.next = last, head
+                    last.next = head.prev = node
         self.visited += len(nodes)
 
     def evict(self, count: int) -> list[int]:
@@ -139,9 +147,10 @@ class RadixCache:
         A sequence holding a node holds its whole path, so every unreferenced node is
         reachable this way and `num_unreferenced` pages can always be freed.
         """
-        evictable, freed = self._evictable, []
-        while evictable and len(freed) < count:
-            node, _ = evictable.popitem(last=False)
+        head, freed = self._queue, []
+        while head.next is not head and len(freed) < count:
+            node = head.next
+            _unlink(node)
             self.visited += 1
             parent = node.parent
             del parent.children[node.key]
@@ -158,9 +167,10 @@ class RadixCache:
                 # The parent is a leaf now. Used no later than the node just evicted (a
                 # released chain): it goes next, so a chain leaves tail first. Used later:
                 # it queues as if just released (approximate: it may be older than others).
-                evictable[parent] = None
-                if parent.last_used <= node.last_used:
-                    evictable.move_to_end(parent, last=False)
+                after = head if parent.last_used <= node.last_used else head.prev
+                parent.prev, parent.next = after, after.next
+                after.next.prev = parent
+                after.next = parent
         return freed
 
     def take_events(self) -> list[KVEvent]:
@@ -183,3 +193,10 @@ class RadixCache:
             self.visited += 1
             yield node
             stack.extend(node.children.values())
+
+
+def _unlink(node: RadixNode) -> None:
+    """Take `node` out of the eviction queue."""
+    before, after = node.prev, node.next
+    before.next, after.prev = after, before
+    node.prev = node.next = None
