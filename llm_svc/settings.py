@@ -16,9 +16,13 @@ class LLMSettings(GrpcServiceSettings):
     """Everything `iris llm` reads from the environment.
 
     KV cache size: `kv_num_pages` if set, else as many pages as fit in `kv_cache_bytes`,
-    else the engine's default (512 MiB on CPU; `gpu_memory_utilization` of the free GPU
-    memory on CUDA). `max_batch_tokens` is the per-step token budget shared by decodes and
-    prefill chunks, so it is also the largest prefill chunk. `max_waiting` bounds requests
+    else what the memory budget leaves (docs/design.md §3 "Memory budget"): on CUDA
+    `gpu_memory_utilization` × the GPU's memory − weights − a profiled step's peak −
+    `max_held_embedding_bytes`; on CPU the same against `memory_budget_bytes` (unset: the
+    KV cache gets 512 MiB). Image embeddings held by running requests stay under
+    `max_held_embedding_bytes`: admission waits for some to be released.
+    `max_batch_tokens` is the per-step token budget shared by decodes and prefill chunks,
+    so it is also the largest prefill chunk. `max_waiting` bounds requests
     that are submitted but not yet admitted; beyond it Generate answers RESOURCE_EXHAUSTED
     with `retry_after_ms` as a hint. `pod_name` falls back to the Kubernetes downward-API
     variable POD_NAME, then the host name.
@@ -54,6 +58,8 @@ class LLMSettings(GrpcServiceSettings):
     kv_cache_bytes: int | None = Field(None, gt=0)
     kv_num_pages: int | None = Field(None, gt=0)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    memory_budget_bytes: int | None = Field(None, gt=0)  # CPU only: the pod's whole budget
+    max_held_embedding_bytes: int = Field(1 << 30, gt=0)
     enable_prefix_caching: bool = True
     # Schedule step k+1 while step k runs on the device; unset: on for CUDA, off for CPU
     # (the host's own cores run the model there, so nothing overlaps: docs/design.md §3).

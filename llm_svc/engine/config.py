@@ -20,11 +20,15 @@ DEFAULT_CPU_KV_BYTES = 512 << 20
 class EngineConfig:
     """Knobs of one engine. `max_model_len` None = the model's max_position_embeddings.
     The KV cache holds `num_pages` pages if given, else as many as fit in
-    `kv_cache_bytes` (default: 512 MiB on CPU; on CUDA, `gpu_memory_utilization` of the
-    free memory after loading the weights). device / dtype "auto": CUDA + bfloat16 when a
-    GPU is present, else CPU + float32. `attention_backend` "auto": the Triton kernels on
-    CUDA, SDPA on CPU; "triton" or "sdpa" forces one (Triton falls back to SDPA, with a
-    warning, for a head dim or dtype its kernels do not cover).
+    `kv_cache_bytes`, else what the memory budget leaves (llm_svc/engine/memory_budget.py:
+    on CUDA `gpu_memory_utilization` × the device's memory − weights − a profiled step's
+    peak − `max_held_embedding_bytes` − memory outside torch; on CPU the same against
+    `memory_budget_bytes`, whose default leaves the KV cache 512 MiB). Image embeddings
+    held by running requests never exceed `max_held_embedding_bytes`: admission waits.
+    device / dtype "auto": CUDA + bfloat16 when a GPU is present, else CPU + float32.
+    `attention_backend` "auto": the Triton kernels on CUDA, SDPA on CPU; "triton" or
+    "sdpa" forces one (Triton falls back to SDPA, with a warning, for a head dim or dtype
+    its kernels do not cover).
 
     Images: with `cache_address` (host:port of the embedding cache) the engine fetches
     embeddings from it, waiting up to `embedding_wait_s` for an image still being encoded,
@@ -58,6 +62,8 @@ class EngineConfig:
     num_pages: int | None = None
     kv_cache_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
+    memory_budget_bytes: int | None = None
+    max_held_embedding_bytes: int = 1 << 30
     device: str = "auto"
     dtype: str = "auto"
     enable_prefix_caching: bool = True
@@ -103,11 +109,14 @@ class EngineConfig:
             "grammar_max_depth",
             "grammar_compile_threads",
             "grammar_cache_entries",
+            "max_held_embedding_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_pages is not None and self.num_pages < 1:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
+            raise ValueError(f"memory_budget_bytes must be >= 1, got {self.memory_budget_bytes}")
         if self.kv_cache_bytes is not None and self.kv_cache_bytes < 1:
             raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

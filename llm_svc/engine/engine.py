@@ -174,6 +174,7 @@ class LLMEngine:
             config.torch_dtype,
             self.runner.device,
             config.embedding_fetch_workers,
+            config.max_held_embedding_bytes,
         )
 
     def _make_grammars(self) -> GrammarCompilerPool:
@@ -241,6 +242,13 @@ class LLMEngine:
             image_token_id=self.image_token_id,
         )
         check_cache_salt(cache_salt)
+        if items and self.fetcher is not None:
+            held, limit = self.fetcher.bytes_for(items), self.config.max_held_embedding_bytes
+            if held > limit:  # it could never be admitted: the pod holds at most `limit`
+                raise InvalidRequestError(
+                    "items embedding bytes", held,
+                    f"must be at most {limit} (IRIS_LLM_MAX_HELD_EMBEDDING_BYTES)",
+                )  # fmt: skip
         if params.constraint is not None:
             self.grammars.check(params.constraint)
         if mrope_positions is not None and np.shape(mrope_positions) != (3, len(ids)):

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
-from llm_svc.engine.config import DEFAULT_CPU_KV_BYTES, EngineConfig
+from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.embeddings.assembly import assemble_input_embeds
+from llm_svc.engine.kv_sizing import kv_budget
 from llm_svc.engine.models import load_model
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.scheduler import ScheduledChunk
@@ -45,6 +46,7 @@ class ModelRunner:
         self.page_size = config.page_size
         mc = self.model_config
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
+        self.rank = 0 if group is None else group.rank
         self.num_pages = self._num_pages(config)
         self.kv_cache = KVCache.allocate(
             mc.num_layers, self.num_pages, self.page_size, self.num_kv_heads, mc.head_dim,
@@ -61,12 +63,8 @@ class ModelRunner:
             mc.num_layers, self.page_size, self.num_kv_heads, mc.head_dim, config.torch_dtype
         )
         budget = config.kv_cache_bytes
-        if budget is None:
-            if self.device.type == "cuda":
-                free, _ = torch.cuda.mem_get_info(self.device)
-                budget = int(free * config.gpu_memory_utilization)
-            else:
-                budget = DEFAULT_CPU_KV_BYTES
+        if budget is None:  # the memory budget: docs/design.md §3, llm_svc/engine/kv_sizing.py
+            return kv_budget(self, config, self.rank).num_pages(per_page)
         pages = budget // per_page
         if pages < 1:
             raise ValueError(f"KV budget {budget} bytes is less than one page ({per_page} bytes)")

@@ -3,18 +3,25 @@
 Each node is one page of `page_size` tokens; a path from the root spells a prefix. A node
 carries its chained block hash (iris.multimodal.next_block_hash over its parent's), a
 reference count (running sequences using the page) and a last-use tick. Pages nobody
-references stay cached until they are evicted, least recently used leaf first. Every
+references stay cached until they are evicted, least recently released leaf first. Every
 insertion and eviction is recorded as a KV event.
 
 There is one tree (namespace) per tenant salt, rooted at root_hash(fingerprint, salt): the
 tokens are the key, so only separate trees keep tenants with the same prompt from sharing
 pages, and their block hashes (hence KV events and the gateway's index) differ as well.
 A salted tree that loses its last page is dropped; the shared one (salt b"") stays.
+
+Cost: every operation touches only the nodes it is given or returns. The evictable leaves
+(unreferenced, childless) sit in a doubly linked list threaded through the nodes
+themselves (`prev` / `next`), which each change of a node's reference count or children
+updates in O(1), as vLLM's free-block queue does, so
+`evict(k)` pops k of them in O(k) whatever the cache's size (docs/design.md §3 "Prefix
+cache eviction order"). `visited` counts the nodes each operation touches, so a test can
+show that no step-path operation walks the tree.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Sequence
 
@@ -23,7 +30,10 @@ from llm_svc.engine.kv_events import BlockRemoved, BlockStored, KVEvent
 
 
 class RadixNode:
-    __slots__ = ("key", "page", "block_hash", "parent", "children", "ref", "last_used")
+    __slots__ = (
+        "key", "page", "block_hash", "parent", "children", "ref", "last_used", "salt",
+        "prev", "next",
+    )  # fmt: skip
 
     def __init__(self, key: tuple[int, ...], page: int, block_hash: bytes, parent) -> None:
         self.key = key
@@ -33,6 +43,10 @@ class RadixNode:
         self.children: dict[tuple[int, ...], RadixNode] = {}
         self.ref = 0
         self.last_used = 0
+        self.salt: bytes | None = None  # set on roots only: the namespace they root
+        # Neighbours in the cache's eviction queue; None when not queued.
+        self.prev: RadixNode | None = None
+        self.next: RadixNode | None = None
 
 
 class RadixCache:
@@ -46,7 +60,11 @@ class RadixCache:
         self.num_nodes = 0
         self.num_unreferenced = 0
         self.events: list[KVEvent] = []
+        self.visited = 0  # nodes touched by every operation so far (for cost tests)
         self._clock = itertools.count(1)
+        # The eviction queue's sentinel: head.next is evicted first, head.prev queued last.
+        head = self._queue = RadixNode((), -1, b"", None)
+        head.prev = head.next = head
 
     def root_for(self, salt: bytes) -> RadixNode:
         """The root of `salt`'s namespace (b"": the shared one), made on first use."""
@@ -54,6 +72,7 @@ class RadixCache:
         if root is None:
             root = RadixNode((), -1, root_hash(self.fingerprint, salt or None), None)
             root.ref = 1  # never evicted
+            root.salt = salt
             self.roots[salt] = root
         return root
 
@@ -68,6 +87,7 @@ class RadixCache:
             if node is None:
                 break
             nodes.append(node)
+        self.visited += len(nodes) + 1
         return nodes
 
     def insert(
@@ -82,11 +102,14 @@ class RadixCache:
         parent = parent or self.root_for(salt)
         key = tuple(tokens)
         assert len(key) == self.page_size, "only full pages enter the cache"
+        self.visited += 1
         existing = parent.children.get(key)
         if existing is not None:
             return existing, False
         node = RadixNode(key, page, next_block_hash(parent.block_hash, key), parent)
         node.ref, node.last_used = 1, next(self._clock)
+        if parent.prev is not None:
+            _unlink(parent)  # no longer a leaf
         parent.children[key] = node
         self.num_nodes += 1
         self.events.append(BlockStored(node.block_hash, parent.block_hash, key))
@@ -97,63 +120,83 @@ class RadixCache:
         for node in nodes:
             if node.ref == 0:
                 self.num_unreferenced -= 1
+                if node.prev is not None:
+                    _unlink(node)
             node.ref += 1
             node.last_used = tick
+        self.visited += len(nodes)
 
     def release(self, nodes: Sequence[RadixNode]) -> None:
         tick = next(self._clock)
+        head = self._queue
         for node in nodes:
             assert node.ref > 0, "released a page nobody holds"
             node.ref -= 1
             node.last_used = tick
             if node.ref == 0:
                 self.num_unreferenced += 1
+                if not node.children:  # queued last
+                    last = head.prev
+                    node.prev, node.next = last, head
+                    last.next = head.prev = node
+        self.visited += len(nodes)
 
     def evict(self, count: int) -> list[int]:
-        """Free up to `count` unreferenced pages, least recently used leaves first.
+        """Free up to `count` unreferenced pages, least recently released leaves first.
 
         A sequence holding a node holds its whole path, so every unreferenced node is
         reachable this way and `num_unreferenced` pages can always be freed.
         """
-        heap = [(n.last_used, id(n), n) for n in self._leaves() if n.ref == 0]
-        heapq.heapify(heap)
-        freed = []
-        while heap and len(freed) < count:
-            _, _, node = heapq.heappop(heap)
+        head, freed = self._queue, []
+        while head.next is not head and len(freed) < count:
+            node = head.next
+            _unlink(node)
+            self.visited += 1
             parent = node.parent
             del parent.children[node.key]
             self.num_nodes -= 1
             self.num_unreferenced -= 1
             freed.append(node.page)
             self.events.append(BlockRemoved(node.block_hash))
-            if parent.parent is not None and parent.ref == 0 and not parent.children:
-                heapq.heappush(heap, (parent.last_used, id(parent), parent))
-        self._drop_empty_namespaces()
+            if parent.children:
+                continue
+            if parent.parent is None:
+                if parent.salt:  # an emptied tenant namespace goes; the shared one stays
+                    del self.roots[parent.salt]
+            elif parent.ref == 0:
+                # The parent is a leaf now. Used no later than the node just evicted (a
+                # released chain): it goes next, so a chain leaves tail first. Used later:
+                # it queues as if just released (approximate: it may be older than others).
+                after = head if parent.last_used <= node.last_used else head.prev
+                parent.prev, parent.next = after, after.next
+                after.next.prev = parent
+                after.next = parent
         return freed
-
-    def _drop_empty_namespaces(self) -> None:
-        # Salts are per tenant (or per request in the no-reuse mode): an empty tree would
-        # otherwise stay for good.
-        for salt in [s for s, root in self.roots.items() if s and not root.children]:
-            del self.roots[salt]
 
     def take_events(self) -> list[KVEvent]:
         events, self.events = self.events, []
         return events
 
     def block_hashes(self) -> set[bytes]:
-        """Hashes of every cached page (for checks against an index built from events)."""
+        """Hashes of every cached page (for checks against an index built from events;
+        walks the whole tree, so never on the step path)."""
         return {node.block_hash for node in self._nodes()}
 
     def pages(self) -> set[int]:
+        """Every cached page (for checks; walks the whole tree)."""
         return {node.page for node in self._nodes()}
 
     def _nodes(self):
         stack = [node for root in self.roots.values() for node in root.children.values()]
         while stack:
             node = stack.pop()
+            self.visited += 1
             yield node
             stack.extend(node.children.values())
 
-    def _leaves(self):
-        return (node for node in self._nodes() if not node.children)
+
+def _unlink(node: RadixNode) -> None:
+    """Take `node` out of the eviction queue."""
+    before, after = node.prev, node.next
+    before.next, after.prev = after, before
+    node.prev = node.next = None

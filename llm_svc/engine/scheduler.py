@@ -10,9 +10,10 @@ head of the queue to be prefilled again, prompt and output so far.
 Images: at admission a sequence first shares its cached prefix (those pages stay locked by
 their reference count); the items with tokens past that prefix whose embeddings it does not
 hold yet are fetched by the `EmbeddingFetcher` on its threads while the sequence waits in
-FETCHING, out of the queue. When the fetch lands it goes back to the head of the queue and
-is admitted like any other — that first admission is its *acceptance*. An image wholly
-inside the cached prefix is never fetched.
+FETCHING, out of the queue — unless the embeddings running sequences hold would pass
+`max_held_embedding_bytes`: then the queue waits until some are released. When the fetch
+lands it goes back to the head of the queue and is admitted like any other — that first
+admission is its *acceptance*. An image wholly inside the cached prefix is never fetched.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.num_held_embedding_waits = 0  # steps admission waited at the embedding limit
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -111,9 +113,15 @@ class Scheduler:
             if missing:
                 if self.num_fetching >= self.max_num_seqs:
                     break
+                assert self.fetcher is not None, "items are refused without a fetcher"
+                if not self.fetcher.can_hold(seq, missing) and (self.running or self.num_fetching):
+                    # At the held-embedding limit: wait for a running request to release
+                    # (or a fetch to land), rather than run out of memory. With nothing
+                    # running or fetching nobody would release, so it goes ahead.
+                    self.num_held_embedding_waits += 1
+                    break
                 self.waiting.popleft()
                 seq.status = SequenceStatus.FETCHING
-                assert self.fetcher is not None, "items are refused without a fetcher"
                 self.fetcher.start(seq, missing)
                 continue
             count = min(seq.num_uncomputed_tokens, budget)

@@ -27,6 +27,8 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         num_pages=settings.kv_num_pages,
         kv_cache_bytes=settings.kv_cache_bytes,
         gpu_memory_utilization=settings.gpu_memory_utilization,
+        memory_budget_bytes=settings.memory_budget_bytes,
+        max_held_embedding_bytes=settings.max_held_embedding_bytes,
         device=settings.device,
         dtype=settings.dtype,
         enable_prefix_caching=settings.enable_prefix_caching,

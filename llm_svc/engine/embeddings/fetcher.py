@@ -28,7 +28,12 @@ class FetchResult:
 class EmbeddingFetcher:
     """`start(seq, indices)` → later `collect()` the finished ones; `cancel(seq)` for a
     sequence that ended meanwhile (what arrives for it is released). `num_fetched` counts
-    the items fetched (each one once per fetch)."""
+    the items fetched (each one once per fetch).
+
+    `held_bytes` counts the embeddings running sequences hold or are fetching, from the
+    start of a fetch until `release` / `cancel`; `can_hold` says whether another fetch
+    stays within `max_held_bytes` (IRIS_LLM_MAX_HELD_EMBEDDING_BYTES, a term of the memory
+    budget), and the scheduler waits when it does not."""
 
     def __init__(
         self,
@@ -37,9 +42,14 @@ class EmbeddingFetcher:
         dtype: torch.dtype,
         device: torch.device,
         workers: int = 4,
+        max_held_bytes: int = 1 << 62,
     ) -> None:
         self.source = source
         self.hidden, self.dtype, self.device = hidden, dtype, device
+        self.max_held_bytes = max_held_bytes
+        self.held_bytes = 0
+        self._held: dict[Sequence, int] = {}
+        self._row_bytes = hidden * torch.empty((), dtype=dtype).element_size()
         self.pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="llm-embeddings")
         self.inflight: dict[Sequence, cf.Future] = {}
         self.num_fetched = 0
@@ -47,10 +57,23 @@ class EmbeddingFetcher:
     def __len__(self) -> int:
         return len(self.inflight)
 
+    def bytes_for(self, items) -> int:
+        """Bytes the embeddings of `items` take once held."""
+        return sum(item.token_count for item in items) * self._row_bytes
+
+    def can_hold(self, seq: Sequence, indices: list[int]) -> bool:
+        """Whether fetching `seq`'s items `indices` keeps the held embeddings within
+        `max_held_bytes`."""
+        needed = self.bytes_for(seq.items[index] for index in indices)
+        return self.held_bytes + needed <= self.max_held_bytes
+
     def start(self, seq: Sequence, indices: list[int]) -> None:
         assert seq not in self.inflight, "one fetch per sequence at a time"
         items = {index: seq.items[index] for index in indices}
         self.num_fetched += len(items)
+        size = self.bytes_for(items.values())
+        self._held[seq] = self._held.get(seq, 0) + size
+        self.held_bytes += size
         if seq.context is None:
             self.inflight[seq] = self.pool.submit(self._fetch, items)
         else:  # in the request's context (a copy: a context runs in one thread at a time)
@@ -108,6 +131,7 @@ class EmbeddingFetcher:
 
     def cancel(self, seq: Sequence) -> None:
         """`seq` ended while fetching: drop its fetch and release what it brings."""
+        self.held_bytes -= self._held.pop(seq, 0)
         future = self.inflight.pop(seq, None)
         if future is None:
             return
@@ -121,6 +145,7 @@ class EmbeddingFetcher:
 
     def release(self, seq: Sequence) -> None:
         """`seq` has ended: give back the embeddings it held."""
+        self.held_bytes -= self._held.pop(seq, 0)
         if seq.embeddings:
             self.source.release([seq.items[index] for index in seq.embeddings])
             seq.embeddings = {}

@@ -1,0 +1,130 @@
+"""How many KV pages a model runner gets: the memory budget (memory_budget.py) with the step
+peak profiled on CUDA, or estimated against the configured budget on the CPU."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from llm_svc.engine.attention import KVCache, make_backend
+from llm_svc.engine.config import DEFAULT_CPU_KV_BYTES, EngineConfig
+from llm_svc.engine.embeddings.assembly import ChunkImageRows, assemble_input_embeds
+from llm_svc.engine.memory_budget import (
+    CudaProbe,
+    MemoryBudget,
+    estimated_step_peak,
+    measured_budget,
+    module_bytes,
+)
+from llm_svc.engine.sampling import Sampler
+from llm_svc.engine.sampling_params import SamplingParams
+from llm_svc.engine.scheduler import ScheduledChunk
+from llm_svc.engine.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+# The sampler's widest work per row: full-vocabulary sort (top-p alone), penalties over
+# prompt and output, logprobs' log-softmax. Half the profile rows add top-k.
+_WIDEST = dict(temperature=0.7, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
+               frequency_penalty=0.5, presence_penalty=0.5, logprobs=20)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """What `profile_step` ran: tokens in one forward, image rows assembled, sampler rows."""
+
+    tokens: int
+    image_rows: int
+    sampled_rows: int
+
+
+def holds_images(runner) -> bool:
+    """Whether the runner's model takes images (then embeddings may be held)."""
+    from iris.models import has_adapter
+
+    return has_adapter(runner.model_config.architecture)
+
+
+def kv_budget(runner, config: EngineConfig, rank: int = 0) -> MemoryBudget:
+    """`runner`'s budget (weights loaded, no KV yet), logged part by part. `rank`: which
+    tensor-parallel rank this runner is (each measures its own)."""
+    held = config.max_held_embedding_bytes if holds_images(runner) else 0
+    if runner.device.type == "cuda":
+        budget = measured_budget(
+            CudaProbe(runner.device),
+            config.gpu_memory_utilization,
+            held,
+            lambda: profile_step(runner, config),
+            rank,
+        )
+    else:
+        mc = runner.model_config
+        weights = module_bytes(runner.model)
+        peak = estimated_step_peak(
+            mc.hidden_size, mc.intermediate_size, mc.vocab_size,
+            config.max_num_batched_tokens, config.max_num_seqs, config.torch_dtype,
+        )  # fmt: skip
+        total = config.memory_budget_bytes
+        source = "CPU: configured budget, estimated step peak"
+        if total is None:
+            total = weights + peak + held + DEFAULT_CPU_KV_BYTES
+            source = "CPU: no budget configured, KV gets the default 512 MiB"
+        budget = MemoryBudget(total, 1.0, weights, peak, held, rank=rank, source=source)
+    budget.log()
+    return budget
+
+
+@torch.inference_mode()
+def profile_step(runner, config: EngineConfig) -> ProfiledStep:
+    """Run the largest step the engine may schedule on `runner`'s device, with a KV cache
+    just big enough for it: `max_num_batched_tokens` prefill tokens (spread over up to
+    `max_num_seqs` sequences) whose every row is an image row assembled into the input
+    embeddings, then the sampler's widest path over `max_num_seqs` rows."""
+    mc, page, device = runner.model_config, runner.page_size, runner.device
+    tokens, rows = config.max_num_batched_tokens, config.max_num_seqs
+    count = min(rows, tokens)
+    lengths = [tokens // count + (i < tokens % count) for i in range(count)]
+    num_pages = sum(-(-length // page) for length in lengths)
+    kv = KVCache.allocate(  # this rank's heads (tensor parallelism holds a share of them)
+        mc.num_layers, num_pages, page, runner.num_kv_heads, mc.head_dim, config.torch_dtype,
+        device,
+    )  # fmt: skip
+    seqs, chunks, next_page = [], [], 0
+    for i in range(rows):
+        params = SamplingParams(**_WIDEST, top_k=50 if i % 2 else 0, max_tokens=1)
+        length = lengths[i % count]
+        seq = Sequence(f"memory-profile-{i}", [i % mc.vocab_size] * length, params)
+        seqs.append(seq)
+        if i < count:
+            seq.block_table = list(range(next_page, next_page + -(-length // page)))
+            next_page += len(seq.block_table)
+            chunks.append(ScheduledChunk(seq, 0, length))
+    saved = runner.__dict__.get("backend")
+    runner.backend = make_backend(config.attention_backend, kv)
+    try:
+        inputs = runner.prepare(chunks)
+        images = [
+            ChunkImageRows(
+                torch.arange(chunk.num_tokens),
+                torch.zeros(
+                    chunk.num_tokens, mc.hidden_size, dtype=config.torch_dtype, device=device
+                ),
+            )  # fmt: skip
+            for chunk in chunks
+        ]
+        embeds = assemble_input_embeds(
+            runner.model.embed, inputs.input_ids, images, inputs.meta.query_starts, mc.vocab_size
+        )
+        logits = runner.execute(inputs, embeds)
+        # The sampler at the maximum batch: rows past the sequences computed repeat theirs.
+        logits = logits[torch.arange(rows, device=logits.device) % count]
+        sampled = Sampler(config.seed, device).sample(logits, seqs).resolve()
+    finally:
+        if saved is None:
+            del runner.backend
+        else:
+            runner.backend = saved
+    del kv
+    return ProfiledStep(int(inputs.input_ids.shape[0]), int(embeds.shape[0]), len(sampled))
