@@ -7,8 +7,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 def metrics_url(service) -> str:
-    """A service's /metrics URL, beside its /healthz (iris.up.platform.Service)."""
-    return service.health_url.rsplit("/", 1)[0] + "/metrics"
+    """A service's /metrics URL: the metrics port `iris up` registered for it
+    (iris.up.platform.Service; every Iris service, the gateway included, has its own)."""
+    host = service.address.rpartition(":")[0]
+    return f"http://{host}:{service.metrics_port}/metrics"
 
 
 def scrape(url: str, labels: dict[str, str] | None = None) -> dict[str, float]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from iris.up.metrics_page import metrics_url
 from iris.up.processes import ChildProcess, free_port, wait_until
 
 log = logging.getLogger(__name__)
@@ -271,7 +272,7 @@ class Platform:
 
     def metrics_url(self, name: str) -> str:
         """Where the service `name` serves /metrics (its own port, for every service)."""
-        return f"http://{HOST}:{self.service(name).metrics_port}/metrics"
+        return metrics_url(self.service(name))
 
     def start(self, interrupted: threading.Event | None = None) -> None:
         """Start every service and wait until each reports healthy (or fail with its log).
