@@ -168,12 +168,7 @@ class ModelAdapter(ABC):
                 add_generation_prompt=add_generation_prompt,
                 **extra,
             )
-        found = prompt.count(self.image_token)
-        if found != images:
-            raise ValueError(
-                f"prompt has {found} image placeholder(s) {self.image_token!r} "
-                f"for {images} image(s)"
-            )
+        self._check_placeholders(prompt.count(self.image_token), images)
         return prompt
 
     def chat_prompt_ids(
@@ -209,12 +204,16 @@ class ModelAdapter(ABC):
                 self.apply_chat_template(messages, add_generation_prompt, tools)
             )
             found = ids.count(self.image_token_id)
+        self._check_placeholders(found, images)
+        return ids
+
+    def _check_placeholders(self, found: int, images: int) -> None:
+        """ValueError unless the rendered prompt holds one placeholder per image."""
         if found != images:
             raise ValueError(
                 f"prompt has {found} image placeholder(s) {self.image_token!r} "
                 f"for {images} image(s)"
             )
-        return ids
 
     def _template_inputs(
         self, messages: Sequence[dict], tools: Sequence[dict] | None
