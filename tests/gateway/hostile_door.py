@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from dataclasses import dataclass
 
 import httpx
 
-from iris.up.processes import ChildProcess, free_port, wait_until
+from iris.up.processes import ChildProcess, free_port
+from tests.gateway.gateway_process import start_gateway
 
 KEY = f"sk-hostile-{os.urandom(6).hex()}"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -67,21 +67,7 @@ def start_hostile(parts, log_path) -> Hostile:
         "TRANSFORMERS_OFFLINE": "1",
         **{f"IRIS_GATEWAY_{name.upper()}": str(value) for name, value in LIMITS.items()},
     }
-    child = ChildProcess("gateway", [sys.executable, "-m", "iris.cli", "gateway"], env, log_path)
-    child.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(url + "/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        assert wait_until(ready, 60, 0.2), child.tail()
-    except BaseException:
-        child.stop()
-        raise
+    child, url = start_gateway(env, port, log_path)
     return Hostile(url, port, metrics_port, child, parts["model_dir"].name)
 
 

@@ -19,7 +19,6 @@ import io
 import json
 import os
 import socket
-import sys
 from dataclasses import dataclass
 
 import httpx
@@ -28,6 +27,7 @@ import pytest
 from PIL import Image
 
 from iris.up.processes import ChildProcess, free_port, wait_until
+from tests.gateway.gateway_process import start_gateway
 
 KEYS = {
     name: f"sk-{name}-{os.urandom(6).hex()}"
@@ -75,21 +75,7 @@ def start_door(parts, log_path, **settings: str):
         "TRANSFORMERS_OFFLINE": "1",
         **{f"IRIS_GATEWAY_{key.upper()}": value for key, value in settings.items()},
     }
-    child = ChildProcess("gateway", [sys.executable, "-m", "iris.cli", "gateway"], env, log_path)
-    child.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(url + "/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        assert wait_until(ready, 60, 0.2), child.tail()
-    except BaseException:
-        child.stop()
-        raise
+    child, url = start_gateway(env, port, log_path)
     return Door(url, port, child, parts["model_dir"].name)
 
 
