@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import os
 
 WORKER_MODULE = "llm_svc.engine.grammar.worker"
 START_TIMEOUT_S = 300.0  # the fork server's first start imports torch and xgrammar
+# Compiles yield the CPU to the step loop: a tenant's large grammar may take a core for its
+# whole timeout, but the engine thread (and on a GPU, its kernel launches) must not wait
+# behind it. At nice 10 a contended worker gets about a tenth of a core's share.
+WORKER_NICENESS = 10
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload([WORKER_MODULE])
@@ -27,6 +32,7 @@ class WorkerDied(Exception):
 
 
 def _run(module: str, conn) -> None:
+    os.nice(WORKER_NICENESS)
     importlib.import_module(module).serve(conn)
 
 
