@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import threading
 
 WORKER_MODULE = "llm_svc.engine.grammar.worker"
 START_TIMEOUT_S = 300.0  # the fork server's first start imports torch and xgrammar
@@ -46,6 +47,9 @@ class CompileWorker:
         self.process.start()
         child.close()
         self.ready = False
+        # A pool closing while a spare is being made may kill a worker from two threads.
+        self._kill_lock = threading.Lock()
+        self._killed = False
         self._send(tokenizer_info_json)
 
     @property
@@ -65,10 +69,15 @@ class CompileWorker:
         return self._receive(timeout_s)
 
     def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        self._conn.close()
+        """End the worker and close its pipe (once, whichever thread asks first)."""
+        with self._kill_lock:
+            if self._killed:
+                return
+            self._killed = True
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join()
+            self._conn.close()
 
     def _send(self, message) -> None:
         try:
