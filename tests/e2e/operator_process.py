@@ -17,30 +17,7 @@ import httpx
 import kmock as kmocklib
 
 from iris.up.processes import ChildProcess, free_port, wait_until
-
-NS = "iris"
-DEPLOYMENTS = "apps/v1/deployments"
-AUTOSCALERS = "iris.dev/v1alpha1/irisautoscalers"
-PODS = "v1/pods"
-
-
-def _declare(k8s: kmocklib.KubernetesEmulator) -> None:
-    verbs = ["get", "list", "watch", "patch", "create"]
-    k8s.resources["v1/namespaces"] = {"kind": "Namespace", "namespaced": False, "verbs": verbs}
-    k8s.resources[PODS] = {"kind": "Pod", "namespaced": True, "verbs": verbs}
-    k8s.resources["v1/events"] = {"kind": "Event", "namespaced": True, "verbs": verbs}
-    k8s.resources[DEPLOYMENTS] = {
-        "kind": "Deployment",
-        "namespaced": True,
-        "verbs": verbs,
-        "subresources": ["scale"],
-    }
-    k8s.resources[AUTOSCALERS] = {
-        "kind": "IrisAutoscaler",
-        "namespaced": True,
-        "verbs": verbs,
-        "subresources": ["status"],
-    }
+from tests.operators.kmock_api import NS, declare_resources
 
 
 def pod(name: str, ip: str, component: str) -> dict:
@@ -109,7 +86,7 @@ class KubeEmulator:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         async with kmocklib.KubernetesEmulator() as k8s, kmocklib.Server(k8s):
-            _declare(k8s)
+            declare_resources(k8s)
             for key, body in self.objects.items():
                 k8s.objects[key] = body
             self.url = str(k8s.url)

@@ -26,6 +26,7 @@ from tests.e2e import operator_process as op
 from tests.e2e.helpers import image_message, image_png
 from tests.fixtures.platform import FAST_GATEWAY, TestPlatform
 from tests.helm.chart import CHART
+from tests.operators.kmock_api import AUTOSCALERS, DEPLOYMENTS, NS, PODS
 
 pytestmark = pytest.mark.slow
 
@@ -97,14 +98,14 @@ def stack(tmp_path_factory, tiny_qwen2_vl_dir):
         encoder = platform.service("encoder-0").child.env["IRIS_ENCODER_METRICS_PORT"]
         kube = op.KubeEmulator(
             {
-                (op.DEPLOYMENTS, op.NS, "iris-llm"): op.deployment("iris-llm", 1),
+                (DEPLOYMENTS, NS, "iris-llm"): op.deployment("iris-llm", 1),
                 # An idle encoder pool of 3: the operator scales it down (scale events).
-                (op.DEPLOYMENTS, op.NS, "iris-encoder"): op.deployment("iris-encoder", 3),
-                (op.PODS, op.NS, "llm-0"): op.pod("llm-0", "127.0.0.1", "llm"),
+                (DEPLOYMENTS, NS, "iris-encoder"): op.deployment("iris-encoder", 3),
+                (PODS, NS, "llm-0"): op.pod("llm-0", "127.0.0.1", "llm"),
                 # Ready, but nothing listens there: the operator's scrape failures.
-                (op.PODS, op.NS, "llm-gone"): op.pod("llm-gone", "127.0.0.3", "llm"),
-                (op.PODS, op.NS, "encoder-0"): op.pod("encoder-0", "127.0.0.1", "encoder"),
-                (op.AUTOSCALERS, op.NS, "pair"): op.autoscaler(int(llm), int(encoder)),
+                (PODS, NS, "llm-gone"): op.pod("llm-gone", "127.0.0.3", "llm"),
+                (PODS, NS, "encoder-0"): op.pod("encoder-0", "127.0.0.1", "encoder"),
+                (AUTOSCALERS, NS, "pair"): op.autoscaler(int(llm), int(encoder)),
             }
         )
         kube.start()

@@ -23,11 +23,7 @@ from operators.handlers import committed_history
 from operators.policy import History
 from operators.run import serve
 from operators.settings import OperatorSettings
-
-NS = "iris"
-DEPLOYMENTS = "apps/v1/deployments"
-AUTOSCALERS = "iris.dev/v1alpha1/irisautoscalers"
-PODS = "v1/pods"
+from tests.operators.kmock_api import AUTOSCALERS, DEPLOYMENTS, NS, PODS, declare_resources
 
 
 def _free_port() -> int:
@@ -126,26 +122,6 @@ def _autoscaler(llm_port: int, encoder_port: int, **overrides) -> dict:
     }
 
 
-def _declare_resources(k8s: kmocklib.KubernetesEmulator) -> None:
-    verbs = ["get", "list", "watch", "patch", "create"]
-    # kopf waits until namespaces are discoverable even with exact namespace names.
-    k8s.resources["v1/namespaces"] = {"kind": "Namespace", "namespaced": False, "verbs": verbs}
-    k8s.resources[PODS] = {"kind": "Pod", "namespaced": True, "verbs": verbs}
-    k8s.resources["v1/events"] = {"kind": "Event", "namespaced": True, "verbs": verbs}
-    k8s.resources[DEPLOYMENTS] = {
-        "kind": "Deployment",
-        "namespaced": True,
-        "verbs": verbs,
-        "subresources": ["scale"],
-    }
-    k8s.resources[AUTOSCALERS] = {
-        "kind": "IrisAutoscaler",
-        "namespaced": True,
-        "verbs": verbs,
-        "subresources": ["status"],
-    }
-
-
 @contextlib.asynccontextmanager
 async def _operator(k8s: kmocklib.KubernetesEmulator) -> AsyncIterator[None]:
     settings = OperatorSettings.load(
@@ -219,7 +195,7 @@ async def test_operator_scales_both_deployments_and_writes_status(kmock, pods_ht
     }
     await pods_http.start("127.0.0.21", encoder_port, idle_encoder)
 
-    _declare_resources(kmock)
+    declare_resources(kmock)
     kmock.objects[DEPLOYMENTS, NS, "iris-llm"] = _deployment("iris-llm", 2)
     kmock.objects[DEPLOYMENTS, NS, "iris-encoder"] = _deployment("iris-encoder", 3)
     kmock.objects[PODS, NS, "llm-a"] = _pod("llm-a", "127.0.0.11", "llm")
@@ -272,7 +248,7 @@ async def test_operator_scales_both_deployments_and_writes_status(kmock, pods_ht
 async def test_bad_spec_is_reported_and_nothing_is_scaled(kmock):
     """minReplicas above maxReplicas passes a schema (it cannot compare two fields): the
     operator refuses it permanently, names the field in the Ready condition, scales nothing."""
-    _declare_resources(kmock)
+    declare_resources(kmock)
     kmock.objects[DEPLOYMENTS, NS, "iris-llm"] = _deployment("iris-llm", 2)
     kmock.objects[DEPLOYMENTS, NS, "iris-encoder"] = _deployment("iris-encoder", 1)
     bad = _autoscaler(9103, 9101)
@@ -292,7 +268,7 @@ async def test_bad_spec_is_reported_and_nothing_is_scaled(kmock):
 
 async def test_missing_deployment_is_reported(kmock):
     """A Deployment that does not exist is a temporary error: Ready=False, DeploymentNotFound."""
-    _declare_resources(kmock)
+    declare_resources(kmock)
     kmock.objects[DEPLOYMENTS, NS, "iris-llm"] = _deployment("iris-llm", 2)
     kmock.objects[AUTOSCALERS, NS, "pair"] = _autoscaler(9103, 9101)
 
@@ -308,7 +284,7 @@ async def test_missing_deployment_is_reported(kmock):
 async def test_a_deployment_without_the_release_label_is_refused_and_not_scaled(kmock):
     """An autoscaler naming a Deployment that is not the release's (here a foreign
     workload) is refused with a NotOwned condition; neither Deployment is scaled."""
-    _declare_resources(kmock)
+    declare_resources(kmock)
     kmock.objects[DEPLOYMENTS, NS, "payments"] = _deployment("payments", 2, owned=False)
     kmock.objects[DEPLOYMENTS, NS, "iris-encoder"] = _deployment("iris-encoder", 3)
     autoscaler = _autoscaler(9103, 9101)
@@ -362,7 +338,7 @@ async def test_failed_scale_write_skips_nothing_else(kmock, pods_http):
     }
     await pods_http.start("127.0.0.41", encoder_port, idle_encoder)
 
-    _declare_resources(kmock)
+    declare_resources(kmock)
     kmock.objects[DEPLOYMENTS, NS, "iris-llm"] = _deployment("iris-llm", 2)
     kmock.objects[DEPLOYMENTS, NS, "iris-encoder"] = _deployment("iris-encoder", 3)
     kmock.objects[PODS, NS, "llm-a"] = _pod("llm-a", "127.0.0.31", "llm")
