@@ -2,7 +2,9 @@
 one whose every engine step fails (the test-only step-fault hook, which the pod reads only
 under IRIS_TEST_HOOKS=1). Every request completes on the other pod; the broken pod reports
 itself not ready, exits non-zero after its failures in a row, and the supervisor restarts
-it. Nothing waits on time: each wait polls for a state with a generous bound."""
+it. The gateway routes round-robin: the default policy may send every request to the pod
+that already holds the chat template's prefix, and the broken pod must be sent one. Nothing
+waits on time: each wait polls for a state with a generous bound."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from tests.fixtures.platform import POD_HEADER, start_platform
 pytestmark = pytest.mark.slow
 BOUND_S = 120.0
 MAX_ROUNDS = 30  # rounds of 4 concurrent requests until the broken pod has taken one
+ROUND_ROBIN_GATEWAY = {**POD_HEADER, "IRIS_GATEWAY_ROUTER_CONFIG": "round-robin"}
 
 
 def chat(platform, text: str) -> httpx.Response:
@@ -41,7 +44,7 @@ def test_a_broken_pod_leaves_rotation_and_is_restarted(tmp_path, tiny_qwen2_vl_d
         tiny_qwen2_vl_dir,
         tmp_path,
         llm_pods=2,
-        extra_env={"gateway": POD_HEADER, "llm-1": broken_env},
+        extra_env={"gateway": ROUND_ROBIN_GATEWAY, "llm-1": broken_env},
     )
     reports: list[str] = []
     supervisor = Supervisor(
