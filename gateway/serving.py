@@ -17,6 +17,7 @@ from gateway.app import create_app
 from gateway.http_protocol import HeadLimits, door_protocol
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
+from iris.heap import freeze_startup_heap
 from iris.metrics_http import MetricsHTTPServer
 
 
@@ -58,6 +59,7 @@ def serve(settings: GatewaySettings) -> None:
         REGISTRY, lambda: {"ok": True}, settings.host, settings.metrics_port, "gateway-metrics"
     )
     metrics_http.start()
+    freeze_startup_heap()  # the adapter and tokenizer are loaded: iris/heap.py
     try:
         DrainingServer(config, gateway, settings.shutdown_grace_s).run()
     finally:

@@ -75,11 +75,14 @@ def run_service(
 
 
 async def serve_with_tracing(service_name: str, settings: ServiceSettings, server: Server) -> None:
-    """Start `server`, wait until cancelled, stop it and flush the spans."""
+    """Start `server`, freeze its startup heap (iris/heap.py), wait until cancelled, stop
+    it and flush the spans."""
+    from iris.heap import freeze_startup_heap
     from iris.telemetry import setup_tracing, shutdown_tracing
 
     setup_tracing(service_name, settings.otlp_endpoint)
     await server.start()
+    freeze_startup_heap()
     try:
         await server.wait()
     finally:
