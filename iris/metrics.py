@@ -65,6 +65,8 @@ LLM_TPOT_SECONDS = "iris_llm_time_per_output_token_seconds"  # histogram
 LLM_TOKENS_PER_SECOND = "iris_llm_tokens_per_second"  # gauge
 LLM_REQUESTS_FINISHED = "iris_llm_requests_finished_total"  # counter, label reason
 LLM_PREEMPTIONS = "iris_llm_preemptions_total"  # counter
+LLM_GRAMMAR_COMPILES = "iris_llm_grammar_compiles_total"  # counter: compiles started
+LLM_GRAMMAR_COMPILE_TIMEOUTS = "iris_llm_grammar_compile_timeouts_total"  # counter: workers killed
 
 # --- encoder (encoder_svc) -----------------------------------------------------------
 ENCODER_QUEUED_IMAGES = "iris_encoder_queued_images"  # gauge

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from llm_svc.engine import EngineConfig, LLMEngine
+from llm_svc.server.grammar_hook import grammar_worker_from_env
 from llm_svc.settings import LLMSettings
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         grammar_queue_timeout_s=settings.grammar_queue_timeout_s,
         grammar_compile_threads=settings.grammar_compile_threads,
         grammar_cache_entries=settings.grammar_cache_entries,
+        grammar_worker_module=grammar_worker_from_env(),
         tensor_parallel_size=settings.tensor_parallel_size,
         tensor_parallel_timeout_s=settings.tensor_parallel_timeout_s,
     )

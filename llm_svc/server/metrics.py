@@ -12,6 +12,8 @@ import time
 from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from iris import metrics as names
 from llm_svc.engine import EngineStats
@@ -66,6 +68,10 @@ class LLMMetrics:
         self._admitted_prompt = self._admitted_hits = 0
         self._preemptions = 0
 
+    def watch_grammars(self, pool) -> None:
+        """Export the grammar compile pool's counts (read at scrape time)."""
+        self.registry.register(GrammarCollector(pool))
+
     # --- engine thread -----------------------------------------------------------------
     def observe_stats(self, stats: EngineStats) -> None:
         self.kv_utilisation.set(stats.kv_utilisation)
@@ -112,3 +118,23 @@ class LLMMetrics:
     def _forget_before(self, cutoff: float) -> None:
         while self._samples and self._samples[0][0] < cutoff:
             self._samples.popleft()
+
+
+class GrammarCollector(Collector):
+    """The compile pool's counters: compiles started (cache misses) and compiles killed
+    with their worker at the compile timeout (llm_svc/engine/grammar/compiler.py)."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+
+    def collect(self):
+        yield CounterMetricFamily(
+            names.LLM_GRAMMAR_COMPILES.removesuffix("_total"),
+            "Grammar compiles started",
+            value=self.pool.num_compiled,
+        )
+        yield CounterMetricFamily(
+            names.LLM_GRAMMAR_COMPILE_TIMEOUTS.removesuffix("_total"),
+            "Grammar compiles killed with their worker at the compile timeout",
+            value=self.pool.num_timed_out,
+        )

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,15 @@ from iris.json_depth import json_depth
 from llm_svc.engine.errors import InvalidRequestError
 from llm_svc.engine.grammar.failures import FailureCache
 from llm_svc.engine.grammar.spec import Constraint, ConstraintKind
-from llm_svc.engine.grammar.workers import WORKER_MODULE, CompileWorker, WorkerDied, WorkerTimeout
+from llm_svc.engine.grammar.workers import (
+    WORKER_MODULE,
+    CompileWorker,
+    WorkerDied,
+    WorkerTimeout,
+    lower_priority,
+)
+
+log = logging.getLogger(__name__)
 
 FIELD = "constraint"  # the name the engine's errors give the field (the gateway maps it)
 _MESSAGE_CHARS = 300  # of xgrammar's error message, in ours
@@ -114,7 +123,8 @@ class GrammarCompilerPool:
         self.workers: list[CompileWorker | None] = [None] * max(1, threads)
         self.num_compiled = 0  # compiles started (cache misses), for tests and metrics
         self.ready_since: float | None = None  # when a worker first answered ready
-        self.killed_pids: list[int] = []  # workers killed at the compile timeout
+        self.num_timed_out = 0  # compiles killed with their worker at the timeout
+        self.killed_pids: deque[int] = deque(maxlen=64)  # the latest of those workers
         self._spare: queue.SimpleQueue = queue.SimpleQueue()  # a warm worker for a killed one
         self._threads: list[threading.Thread] = []
 
@@ -172,7 +182,9 @@ class GrammarCompilerPool:
     # --- slot threads ------------------------------------------------------------------
     def _serve(self, slot: int) -> None:
         """One compile slot: its worker (started now, so that the first job finds it warm)
-        and the jobs it takes from the queue."""
+        and the jobs it takes from the queue. The thread runs at the workers' niceness: it
+        deserialises each compiled grammar, CPU the engine thread must not wait behind."""
+        lower_priority(threading.get_native_id())
         try:
             self.workers[slot] = self._new_worker()
         except Exception:  # noqa: BLE001 - the slot starts one when a job comes
@@ -211,7 +223,14 @@ class GrammarCompilerPool:
                 constraint.kind.value, constraint.value, self.limits.compile_timeout_s
             )
         except WorkerTimeout:
+            self.num_timed_out += 1
             self.killed_pids.append(worker.pid)
+            log.warning(
+                "grammar compile worker %d killed: %s did not compile within %g s",
+                worker.pid,
+                name,
+                self.limits.compile_timeout_s,
+            )
             self.workers[slot] = None if self._closed else self._replacement()
             raise InvalidRequestError(
                 FIELD,
