@@ -4,18 +4,25 @@ constraints slow another client's ordinary structured output?
 One platform (`iris up` processes) on the tiny random Qwen2-VL checkpoint (or `--model`;
 the demo checkpoint's 49k-token vocabulary makes compiles costlier). A well-behaved client
 sends streamed chat requests with a few ordinary JSON schemas (compiled once, then cached,
-as a real application's are), one after another:
+as a real application's are), one after another. Each of `--rounds` rounds has three phases,
+side by side, so that drift in the machine's load falls on both:
 
-1. unloaded: alone; its TTFT p99 is the reference;
-2. under attack: while an attacker sends 20 distinct near-limit constraints (regexes and
+1. unloaded: the client alone, `--requests` requests;
+2. plain load: a second client sends the attack's 20 pod-bound requests without their
+   constraints, to show what a second client's load alone costs;
+3. under attack: the second client sends 20 distinct near-limit constraints (regexes and
    schemas with repetition bounds just under the gateway's limit, every one a fresh
-   compile), several at a time, and a few over the limit (refused at the gateway).
+   compile: no round repeats another's numbers) and 4 over the limit (refused at the
+   gateway), one after another (`--attackers` at a time).
 
-Printed last: `grammar: well-behaved structured TTFT p99 under attack / unloaded = R`
-(target R <= 2). `measure_grammar` is the section a bench registry (bench/hostile.py) calls
-with a running platform.
+In phases 2 and 3 only the well-behaved requests sent while the second client's requests
+last count. The TTFTs of all rounds are pooled per phase (a p99 over one short phase is its maximum,
+which one scheduling hiccup sets). Printed last:
+`grammar: well-behaved structured TTFT p99 under attack / unloaded = R` (target R <= 2).
+`measure_grammar` is the section a bench registry (bench/hostile.py) calls with a running
+platform.
 
-    python bench/hostile_grammar.py [--model DIR] [--requests 60] [--attackers 4]
+    python bench/hostile_grammar.py [--model DIR] [--rounds 6] [--requests 30] [--attackers 1]
 """
 
 from __future__ import annotations
@@ -52,13 +59,18 @@ ORDINARY = [
 
 
 def near_limit(index: int) -> dict:
-    """The attacker's index-th constraint: distinct, just under the default limits."""
+    """The attacker's index-th constraint: distinct, just under the default limits (index
+    below 400)."""
     bound = 1000 - index
     shapes = [
         {"type": "string", "pattern": f"[a-z]{{1,{bound}}}"},
         {"type": "string", "pattern": f"([a-z0-9]{{1,{bound // 10}}}-){{1,9}}"},
         {"type": "string", "minLength": bound // 2, "maxLength": bound},
-        {"type": "array", "maxItems": 90 - index, "items": {"type": "string", "maxLength": bound}},
+        {
+            "type": "array",
+            "maxItems": 90 - index % 80,
+            "items": {"type": "string", "maxLength": bound},
+        },
     ]
     return shapes[index % len(shapes)]
 
@@ -97,13 +109,24 @@ async def well_behaved(client, url: str, model: str, requests: int) -> list[floa
     return times
 
 
-async def attack(client, url: str, model: str, concurrency: int) -> dict[int, int]:
-    """20 near-limit constraints and 4 over the limit, `concurrency` at a time; the
-    statuses seen, counted."""
-    bodies = [structured_body(model, near_limit(i), f"a{i}", False, 2) for i in range(20)]
+def attack_bodies(model: str, first: int) -> list[dict]:
+    """20 near-limit constraints (near_limit(first) onwards) and 4 over the limit."""
+    bodies = [structured_body(model, near_limit(first + i), f"a{i}", False, 2) for i in range(20)]
     for i in range(4):
-        over = {"type": "string", "pattern": f"[a-z]{{1,{12000 + i}}}"}
+        over = {"type": "string", "pattern": f"[a-z]{{1,{12000 + first + i}}}"}
         bodies.append(structured_body(model, over, f"over{i}", False, 2))
+    return bodies
+
+
+def plain_bodies(model: str) -> list[dict]:
+    """The attack's 20 pod-bound requests without their constraints (as long)."""
+    body = structured_body(model, {}, "plain", False, 2)
+    del body["response_format"]
+    return [body] * 20
+
+
+async def send_all(client, url: str, bodies: list[dict], concurrency: int) -> dict[int, int]:
+    """POST every body, `concurrency` at a time; the statuses seen, counted."""
     statuses: dict[int, int] = {}
     gate = asyncio.Semaphore(concurrency)
 
@@ -116,24 +139,53 @@ async def attack(client, url: str, model: str, concurrency: int) -> dict[int, in
     return statuses
 
 
-async def measure_grammar(url: str, model: str, requests: int = 60, attackers: int = 4) -> float:
-    """The grammar section: prints its lines and returns R (p99 under attack / unloaded)."""
+async def while_sending(good, bad, url: str, model: str, bodies, concurrency: int):
+    """The well-behaved client's TTFTs for the requests it sends while `bad` sends
+    `bodies`, and the statuses `bad` saw."""
+    sending = asyncio.create_task(send_all(bad, url, bodies, concurrency))
+    times = []
+    while not sending.done():
+        times += await well_behaved(good, url, model, 1)
+    return times, await sending
+
+
+def _line(name: str, times: list[float]) -> str:
+    return (
+        f"grammar: {name} structured TTFT p50 {np.median(times) * 1000:.1f} ms, "
+        f"p99 {np.percentile(times, 99) * 1000:.1f} ms ({len(times)} requests)"
+    )
+
+
+async def measure_grammar(
+    url: str, model: str, rounds: int = 6, requests: int = 30, attackers: int = 1
+) -> float:
+    """The grammar section: prints its lines and returns R (p99 under attack / unloaded).
+    Each round also sends the attack's traffic without constraints (`plain`): the share of
+    the slowdown that is the second client's load, not its grammars."""
     limits = httpx.Timeout(TIMEOUT_S)
+    phases: dict[str, list[float]] = {"unloaded": [], "plain load": [], "under attack": []}
+    statuses: dict[int, int] = {}
     async with httpx.AsyncClient(timeout=limits) as good, httpx.AsyncClient(timeout=limits) as bad:
         await well_behaved(good, url, model, len(ORDINARY))  # compile the ordinary schemas
-        unloaded = await well_behaved(good, url, model, requests)
-        attacked_task = asyncio.create_task(attack(bad, url, model, attackers))
-        under_attack = []
-        while not attacked_task.done() or len(under_attack) < requests:
-            under_attack += await well_behaved(good, url, model, 1)
-        statuses = await attacked_task
-    base, loaded = np.percentile(unloaded, 99), np.percentile(under_attack, 99)
-    print(f"grammar: unloaded structured TTFT p99 {base * 1000:.1f} ms ({len(unloaded)} requests)")
+        for round_ in range(rounds):
+            phases["unloaded"] += await well_behaved(good, url, model, requests)
+            times, _ = await while_sending(good, bad, url, model, plain_bodies(model), attackers)
+            phases["plain load"] += times
+            bodies = attack_bodies(model, 20 * round_)
+            times, seen = await while_sending(good, bad, url, model, bodies, attackers)
+            phases["under attack"] += times
+            for status, count in seen.items():
+                statuses[status] = statuses.get(status, 0) + count
+    for name, times in phases.items():
+        print(_line(name, times))
     print(
-        f"grammar: under attack TTFT p99 {loaded * 1000:.1f} ms ({len(under_attack)} requests);"
-        f" attacker's answers by status {dict(sorted(statuses.items()))}"
+        f"grammar: {rounds} rounds, {attackers} attack request(s) at a time; "
+        f"attacker's answers by status {dict(sorted(statuses.items()))}"
     )
-    ratio = loaded / base
+    base = np.percentile(phases["unloaded"], 99)
+    plain = np.percentile(phases["plain load"], 99) / base
+    print(f"grammar: well-behaved structured TTFT p99 under plain load / unloaded = {plain:.2f}")
+    ratio = np.percentile(phases["under attack"], 99) / base
     print(f"grammar: well-behaved structured TTFT p99 under attack / unloaded = {ratio:.2f}")
     return ratio
 
@@ -141,8 +193,9 @@ async def measure_grammar(url: str, model: str, requests: int = 60, attackers: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="default: tiny Qwen2-VL")
-    parser.add_argument("--requests", type=int, default=60, help="per phase, at least")
-    parser.add_argument("--attackers", type=int, default=4, help="attack requests at a time")
+    parser.add_argument("--rounds", type=int, default=6, help="unloaded / attack rounds")
+    parser.add_argument("--requests", type=int, default=30, help="unloaded requests a round")
+    parser.add_argument("--attackers", type=int, default=1, help="attack requests at a time")
     args = parser.parse_args()
     model = args.model
     if model is None:
@@ -153,7 +206,9 @@ def main() -> None:
     with Platform(config) as platform:
         print(f"platform up at {platform.gateway_url}", flush=True)
         asyncio.run(
-            measure_grammar(platform.gateway_url, Path(model).name, args.requests, args.attackers)
+            measure_grammar(
+                platform.gateway_url, Path(model).name, args.rounds, args.requests, args.attackers
+            )
         )
 
 
