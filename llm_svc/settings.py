@@ -83,7 +83,7 @@ class LLMSettings(GrpcServiceSettings):
     # compile worker, compile workers, compiled grammars kept.
     grammar_max_bytes: int = Field(64 << 10, gt=0)
     grammar_max_depth: int = Field(32, gt=0)
-    grammar_compile_timeout_s: float = Field(4.0, gt=0)
+    grammar_compile_timeout_s: float = Field(3.0, gt=0)
     grammar_queue_timeout_s: float = Field(4.0, gt=0)
     grammar_compile_threads: int = Field(2, gt=0)
     grammar_cache_entries: int = Field(256, gt=0)

@@ -78,7 +78,7 @@ class EngineConfig:
     embedding_fetch_workers: int = 4
     grammar_max_bytes: int = 64 << 10
     grammar_max_depth: int = 32
-    grammar_compile_timeout_s: float = 4.0
+    grammar_compile_timeout_s: float = 3.0
     grammar_queue_timeout_s: float = 4.0
     grammar_compile_threads: int = 2
     grammar_cache_entries: int = 256

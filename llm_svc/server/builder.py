@@ -12,6 +12,7 @@ from llm_svc.settings import LLMSettings
 
 log = logging.getLogger(__name__)
 RANK_FAILED_EXIT = 3  # the pod's exit code when a tensor-parallel rank fails
+GRAMMAR_READY_TIMEOUT_S = 120.0
 
 
 def engine_config(settings: LLMSettings) -> EngineConfig:
@@ -62,7 +63,13 @@ def build_engine(settings: LLMSettings) -> LLMEngine:
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("IRIS_LLM_DEVICE=cuda but no CUDA device is available")
     engine = LLMEngine(engine_config(settings))
-    engine.grammars.warm()  # compile workers start with the pod, not with its first schema
+    # Compile workers start with the pod, not with its first schema, and the pod is ready
+    # only once one is: a structured request right after start does not wait for them.
+    if not engine.grammars.wait_ready(GRAMMAR_READY_TIMEOUT_S):
+        log.warning(
+            "no grammar compile worker is ready after %g s; structured output waits for one",
+            GRAMMAR_READY_TIMEOUT_S,
+        )
     if settings.tensor_parallel_size > 1:
         engine.runner.on_failure = end_pod
     return engine

@@ -48,7 +48,7 @@ class GrammarLimits:
 
     max_bytes: int = 64 << 10
     max_depth: int = 32
-    compile_timeout_s: float = 4.0
+    compile_timeout_s: float = 3.0
     queue_timeout_s: float = 4.0
 
     def __post_init__(self) -> None:
@@ -123,6 +123,7 @@ class GrammarCompilerPool:
         self.workers: list[CompileWorker | None] = [None] * max(1, threads)
         self.num_compiled = 0  # compiles started (cache misses), for tests and metrics
         self.ready_since: float | None = None  # when a worker first answered ready
+        self._ready = threading.Event()  # set then
         self.num_timed_out = 0  # compiles killed with their worker at the timeout
         self.killed_pids: deque[int] = deque(maxlen=64)  # the latest of those workers
         self._spare: queue.SimpleQueue = queue.SimpleQueue()  # a warm worker for a killed one
@@ -143,6 +144,12 @@ class GrammarCompilerPool:
             for thread in self._threads:
                 thread.start()
         threading.Thread(target=self._make_spare, name="grammar-spare", daemon=True).start()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until a worker can take a compile (the fork server's first start imports
+        torch and xgrammar); False if none could within `timeout_s`."""
+        self.warm()
+        return self._ready.wait(timeout_s)
 
     def check(self, constraint: Constraint) -> None:
         check_constraint(constraint, self.limits)
@@ -186,9 +193,14 @@ class GrammarCompilerPool:
         deserialises each compiled grammar, CPU the engine thread must not wait behind."""
         lower_priority(threading.get_native_id())
         try:
-            self.workers[slot] = self._new_worker()
+            worker = self.workers[slot] = self._new_worker()
+            worker.wait_ready()
         except Exception:  # noqa: BLE001 - the slot starts one when a job comes
+            if self.workers[slot] is not None:
+                self.workers[slot].kill()
             self.workers[slot] = None
+        else:
+            self._worker_ready()
         while True:
             job = self._jobs.get()
             if job is None or self._closed:
@@ -217,8 +229,7 @@ class GrammarCompilerPool:
         try:
             if not worker.ready:
                 worker.wait_ready()
-                if self.ready_since is None:
-                    self.ready_since = time.monotonic()
+                self._worker_ready()
             reply = worker.compile(
                 constraint.kind.value, constraint.value, self.limits.compile_timeout_s
             )
@@ -245,6 +256,11 @@ class GrammarCompilerPool:
             message = reply["error"][:_MESSAGE_CHARS]
             raise InvalidRequestError(FIELD, name, f"cannot be compiled: {message}")
         return xgrammar.CompiledGrammar.deserialize_json(reply["compiled"], self._tokenizer_info())
+
+    def _worker_ready(self) -> None:
+        if self.ready_since is None:
+            self.ready_since = time.monotonic()
+        self._ready.set()
 
     def _replacement(self) -> CompileWorker:
         """A killed worker's successor: the spare, warm already (another spare starts)."""
