@@ -23,7 +23,7 @@ which one scheduling hiccup sets). Printed last:
 `measure_grammar` is the section a bench registry (bench/hostile.py) calls with a running
 platform.
 
-    python bench/hostile_grammar.py [--model DIR] [--rounds 6] [--requests 30] [--attackers 1]
+    python bench/hostile_grammar.py [--model DIR] [--rounds 20] [--requests 30] [--attackers 1]
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _line(name: str, times: list[float]) -> str:
 
 
 async def measure_grammar(
-    url: str, model: str, rounds: int = 6, requests: int = 30, attackers: int = 1
+    url: str, model: str, rounds: int = 20, requests: int = 30, attackers: int = 1
 ) -> float:
     """The grammar section: prints its lines and returns R (p99 under attack / unloaded).
     Each round also sends the attack's traffic with ordinary schemas (`ordinary load`): the
@@ -196,7 +196,7 @@ async def measure_grammar(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="default: tiny Qwen2-VL")
-    parser.add_argument("--rounds", type=int, default=6, help="unloaded / attack rounds")
+    parser.add_argument("--rounds", type=int, default=20, help="unloaded / attack rounds")
     parser.add_argument("--requests", type=int, default=30, help="unloaded requests a round")
     parser.add_argument("--attackers", type=int, default=1, help="attack requests at a time")
     args = parser.parse_args()

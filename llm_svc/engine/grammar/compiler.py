@@ -25,13 +25,14 @@ from typing import Any
 from iris.json_depth import json_depth
 from llm_svc.engine.errors import InvalidRequestError
 from llm_svc.engine.grammar.failures import FailureCache
+from llm_svc.engine.grammar.priority import idle_priority
 from llm_svc.engine.grammar.spec import Constraint, ConstraintKind
 from llm_svc.engine.grammar.workers import (
     WORKER_MODULE,
     CompileWorker,
     WorkerDied,
     WorkerTimeout,
-    lower_priority,
+    start_fork_server,
 )
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class GrammarCompilerPool:
         with self._lock:
             if self._threads or self._closed:
                 return
+            start_fork_server()
             self._threads = [
                 threading.Thread(
                     target=self._serve, args=(slot,), name=f"grammar-compile-{slot}", daemon=True
@@ -189,9 +191,9 @@ class GrammarCompilerPool:
     # --- slot threads ------------------------------------------------------------------
     def _serve(self, slot: int) -> None:
         """One compile slot: its worker (started now, so that the first job finds it warm)
-        and the jobs it takes from the queue. The thread runs at the workers' niceness: it
-        deserialises each compiled grammar, CPU the engine thread must not wait behind."""
-        lower_priority(threading.get_native_id())
+        and the jobs it takes from the queue. The thread deserialises each compiled grammar,
+        CPU the engine thread must not wait behind: it runs idle (priority.py)."""
+        idle_priority(threading.get_native_id())
         try:
             worker = self.workers[slot] = self._new_worker()
             worker.wait_ready()

@@ -8,23 +8,24 @@ timeout counts from when the job is sent to a ready worker."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import multiprocessing
-import os
+import multiprocessing.forkserver
 import threading
+
+from llm_svc.engine.grammar.priority import lower_priority
 
 WORKER_MODULE = "llm_svc.engine.grammar.worker"
 START_TIMEOUT_S = 300.0  # the fork server's first start imports torch and xgrammar
-# Compiles yield the CPU to the step loop: a tenant's large grammar may take a core for its
-# whole timeout, but the engine thread (and on a GPU, its kernel launches) must not wait
-# behind it. At nice 10 a contended worker gets about a tenth of a core's share. The pool's
-# slot threads, which deserialise the compiled grammar in the pod's own process (up to a
-# fifth of a second of CPU for a near-limit one), run at the same niceness.
-WORKER_NICENESS = 10
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload([WORKER_MODULE])
+
+
+def start_fork_server() -> None:
+    """Start the fork server now, from the calling thread, whose scheduling policy it and
+    every worker inherit: the pool's slot threads run idle (priority.py), workers must not."""
+    multiprocessing.forkserver.ensure_running()
 
 
 class WorkerTimeout(Exception):
@@ -35,17 +36,8 @@ class WorkerDied(Exception):
     """The worker exited or broke the protocol (it has been killed)."""
 
 
-def lower_priority(thread_id: int = 0) -> None:
-    """Set a process's, or on Linux one thread's, niceness to WORKER_NICENESS (0: the
-    caller's process; a thread's native id: that thread alone)."""
-    # Refused only when the caller is nicer still (lowering niceness needs privilege):
-    # then the compiles keep that lower priority.
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, thread_id, WORKER_NICENESS)
-
-
 def _run(module: str, conn) -> None:
-    lower_priority()
+    lower_priority()  # priority.py
     importlib.import_module(module).serve(conn)
 
 
