@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 from iris.up.processes import ChildProcess, free_port, wait_until
 
@@ -73,10 +72,16 @@ def test_children_die_with_a_killed_parent(tmp_path):
 
 
 def test_sigterm_ignoring_child_is_killed(tmp_path):
-    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
-    process = ChildProcess("stubborn", [sys.executable, "-c", script])
+    # The child says when it ignores SIGTERM: a stop sent before that would end it by
+    # SIGTERM, however slow the machine is to start Python.
+    ignoring = tmp_path / "ignoring"
+    script = (
+        "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"
+    )
+    process = ChildProcess("stubborn", [sys.executable, "-c", script, str(ignoring)])
     process.start()
-    time.sleep(0.3)
+    assert wait_until(ignoring.exists, 60)
     process.stop(timeout_s=1)
     assert not process.running()
     assert process.process.returncode == -signal.SIGKILL
