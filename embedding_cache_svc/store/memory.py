@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from embedding_cache_svc.entry import Failed, Header, InvalidRequest, Status
@@ -35,11 +35,19 @@ def _failure_key(key: bytes, token_count: int) -> bytes:
 
 
 class MemoryStore(Store):
-    """LRU under `capacity_bytes`; entries live `ttl_s` (0 = forever), failures `failed_ttl_s`."""
+    """LRU under `capacity_bytes`; entries live `ttl_s` (0 = forever), failures `failed_ttl_s`.
+    `clock` is monotonic seconds (tests pass one they move by hand)."""
 
     name = "memory"
 
-    def __init__(self, capacity_bytes: int, ttl_s: float, failed_ttl_s: float) -> None:
+    def __init__(
+        self,
+        capacity_bytes: int,
+        ttl_s: float,
+        failed_ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
         self._capacity = capacity_bytes
         self._ttl_s = ttl_s
         self._failed_ttl_s = failed_ttl_s
@@ -51,7 +59,7 @@ class MemoryStore(Store):
     # --- internals -------------------------------------------------------------------
     def _live(self, key: bytes) -> _Slot | None:
         slot = self._slots.get(key)
-        if slot is not None and slot.expires_at and slot.expires_at <= time.monotonic():
+        if slot is not None and slot.expires_at and slot.expires_at <= self._clock():
             self._remove(key)
             return None
         return slot
@@ -108,9 +116,8 @@ class MemoryStore(Store):
         failure = self._failure(key, token_count)
         return None if failure is None else ItemState(Status.FAILED, failure.reason)
 
-    @staticmethod
-    def _expiry(ttl_s: float) -> float:
-        return time.monotonic() + ttl_s if ttl_s else 0.0
+    def _expiry(self, ttl_s: float) -> float:
+        return self._clock() + ttl_s if ttl_s else 0.0
 
     # --- Store -----------------------------------------------------------------------
     async def put(self, key: bytes, header: Header, data: bytes | bytearray) -> None:
@@ -140,7 +147,7 @@ class MemoryStore(Store):
         return value is not None and value[0] == header and self._remove(key)
 
     async def abandon(self, keys: Sequence[bytes]) -> int:
-        now = time.monotonic()
+        now = self._clock()
         live = [key for key in keys if self._lease_live(key, now)]
         for key in keys:
             self._leases.pop(key, None)
@@ -166,7 +173,7 @@ class MemoryStore(Store):
     ) -> list[ItemState]:
         """Each item's state; with `lease_ms`, an item neither stored nor leased (with
         `take_over`: leased or not) is leased to the caller (RESERVED), else it is FREE."""
-        now = time.monotonic()
+        now = self._clock()
         out = []
         for key, token_count in items:
             state = self._state(key, token_count)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from embedding_cache_svc.entry import Failed, Header, Status
 from embedding_cache_svc.store.memory import MemoryStore
 from tests.embedding_cache_svc.helpers import (
@@ -18,14 +16,15 @@ HEADER = Header(2, 2, "float32", 0, FINGERPRINT)
 
 
 async def test_memory_store_expires_entries_failures_and_leases():
-    store = MemoryStore(1 << 20, ttl_s=0.05, failed_ttl_s=0.05)
+    now = [1000.0]  # the store's clock, moved by hand: no outcome rests on the machine's speed
+    store = MemoryStore(1 << 20, ttl_s=0.05, failed_ttl_s=0.05, clock=lambda: now[0])
     entry_key, failed_key, leased_key = (FINGERPRINT + new_key() for _ in range(3))
     await store.put(entry_key, HEADER, bytearray(16))
     await store.fail(failed_key, 2, "bad image")
     assert [s.status for s in await store.reserve([(leased_key, 2)], 50)] == [Status.RESERVED]
     assert isinstance(await store.open(failed_key, 1024, 2), Failed)
     assert [s.status for s in await store.probe([(entry_key, 2)])] == [Status.PRESENT]
-    await asyncio.sleep(0.1)
+    now[0] += 0.1
     assert await store.open(entry_key, 1024) is None
     assert await store.open(failed_key, 1024, 2) is None
     assert [s.status for s in await store.probe([(leased_key, 2)])] == [Status.FREE]
