@@ -9,11 +9,14 @@ timeout counts from when the job is sent to a ready worker."""
 from __future__ import annotations
 
 import importlib
+import logging
 import multiprocessing
 import multiprocessing.forkserver
 import threading
 
 from llm_svc.engine.grammar.priority import lower_priority
+
+log = logging.getLogger(__name__)
 
 WORKER_MODULE = "llm_svc.engine.grammar.worker"
 START_TIMEOUT_S = 300.0  # the fork server's first start imports torch and xgrammar
@@ -24,8 +27,12 @@ _CONTEXT.set_forkserver_preload([WORKER_MODULE])
 
 def start_fork_server() -> None:
     """Start the fork server now, from the calling thread, whose scheduling policy it and
-    every worker inherit: the pool's slot threads run idle (priority.py), workers must not."""
-    multiprocessing.forkserver.ensure_running()
+    every worker inherit: the pool's slot threads run idle (priority.py), workers must not.
+    A failure is left to the first worker's start, which reports it per request."""
+    try:
+        multiprocessing.forkserver.ensure_running()
+    except OSError as err:
+        log.warning("grammar fork server did not start: %s", err)
 
 
 class WorkerTimeout(Exception):
