@@ -40,10 +40,18 @@ _tracer = tracer("gateway.dispatch")
 
 EMBEDDING_MISSING = "embedding missing"
 CACHE_UNAVAILABLE = "embedding cache unavailable"  # llm_svc/server/errors.py: not the pod's fault
-_NEXT_POD = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# Before acceptance: the pod did not take the request, so another pod may. A pod that is
+# stopping cancels, in gRPC itself, a call that reaches it before its servicer takes it: a
+# CANCELLED the gateway reads is the pod's (a call the gateway cancels is never read again).
+_NEXT_POD = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.CANCELLED,
+}
 # After acceptance: the pod (not the request) failed, so another pod may serve it (a pod
-# whose engine step failed says UNAVAILABLE; so does a call whose pod died).
-_POD_FAILED = {grpc.StatusCode.UNAVAILABLE}
+# whose engine step failed says UNAVAILABLE; so does a call whose pod died; a pod stopping
+# past its grace cancels the calls left).
+_POD_FAILED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 
 def item_to_proto(item) -> common_pb2.MultimodalItem:

@@ -42,9 +42,16 @@ class QueueFullError(RequestError):
 
 
 class AbortedBeforeAcceptance(RequestError):
-    """Abort (or shutdown) reached the request while it still waited for admission."""
+    """An Abort reached the request while it still waited for admission."""
 
     code = grpc.StatusCode.CANCELLED
+
+
+class StoppedBeforeAcceptance(RequestError):
+    """The pod stopped while the request still waited for admission. The pod, not the
+    request, is the reason: UNAVAILABLE, so a gateway tries another pod."""
+
+    code = grpc.StatusCode.UNAVAILABLE
 
 
 class EngineFailure(RequestError):

@@ -20,7 +20,11 @@ from typing import Any
 
 from llm_svc.engine import EngineStats, LLMEngine, RequestOutput
 from llm_svc.engine.sequence import Sequence, SequenceStatus
-from llm_svc.server.errors import AbortedBeforeAcceptance, EngineFailure
+from llm_svc.server.errors import (
+    AbortedBeforeAcceptance,
+    EngineFailure,
+    StoppedBeforeAcceptance,
+)
 from llm_svc.server.events import Admitted, Produced, Rejected, StreamEvent, Submission
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.metrics import LLMMetrics
@@ -81,6 +85,7 @@ class EngineWorker:
         self._on_fault = on_fault
         self._on_fatal = on_fatal
         self._failures = 0  # failed steps and probes since the last successful step
+        self._stopping = False  # told to stop: what still waits is dropped as UNAVAILABLE
         # Why the pod must not take work while it probes (None: healthy), and why the
         # thread ended for good; written by the engine thread, read by readiness.
         self.fault: str | None = None
@@ -146,6 +151,7 @@ class EngineWorker:
             if self._progress_at is None:
                 self._progress_at = time.monotonic()
             if not running:
+                self._stopping = True
                 self._abort_all()
             if self.engine.has_unfinished():
                 self._step()
@@ -304,9 +310,15 @@ class EngineWorker:
             return
         if not live.admitted:  # aborted while waiting for admission
             del self._live[output.request_id]
-            error = output.error or AbortedBeforeAcceptance(
-                f"request {output.request_id!r} aborted while waiting"
-            )
+            error = output.error
+            if error is None and self._stopping:
+                error = StoppedBeforeAcceptance(
+                    f"the pod stopped while request {output.request_id!r} waited"
+                )
+            elif error is None:
+                error = AbortedBeforeAcceptance(
+                    f"request {output.request_id!r} aborted while waiting"
+                )
             self._events.append(Rejected(output.request_id, error))
             return
         if output.error is not None:  # its own data failed mid-way: it alone ends

@@ -58,6 +58,28 @@ def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two
         assert refused in {r.request_id for r in b.requests}
 
 
+def test_a_pod_cancelling_before_acceptance_is_skipped(qwen_gateway_parts, two_pods):
+    """A stopping pod's gRPC cancels a call its servicer has not taken (seen when a broken
+    pod exits): that CANCELLED is the pod's, so the request goes to the other pod."""
+    (a_address, a), (b_address, b) = two_pods
+    with make_client(
+        qwen_gateway_parts, llm_addresses=[a_address, b_address], router_config="round-robin"
+    ) as client:
+        wait_pods(client, 2)
+        body = {
+            "model": qwen_gateway_parts["model_dir"].name,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        seen_by_a = len(a.requests)
+        a.script.refusals.append((grpc.StatusCode.CANCELLED, "CANCELLED"))
+        for _ in range(2):  # round-robin: one of the two meets A first
+            response = client.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+        assert a.script.refusals == []
+        refused = a.requests[seen_by_a].request_id
+        assert refused in {r.request_id for r in b.requests}
+
+
 def test_a_dead_encoder_is_skipped_and_none_left_is_503(qwen_gateway_parts):
     parts = dict(qwen_gateway_parts)
     server, live_address, encoder = serve_encoder()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 
@@ -320,10 +321,14 @@ def _status_patches(k8s: kmocklib.KubernetesEmulator) -> list[dict]:
     ]
 
 
-async def test_failed_scale_write_skips_nothing_else(kmock, pods_http):
+async def test_failed_scale_write_skips_nothing_else(kmock, pods_http, caplog):
     """The first PATCH of the LLM Deployment's scale answers 500. In that same round the
     encoder pool is still scaled and the status is still written, naming the failed write;
     the next round writes the LLM pool again (its history did not move on)."""
+    # Once in about ten fresh-clone runs the operator never saw llm-a as a ready pod (no
+    # LLM write, "no pod's /metrics could be read", no warning logged); kopf's debug log
+    # of the pod watch and index is kept so that a failure shows what it received.
+    caplog.set_level(logging.DEBUG, logger="kopf")
     llm_port, encoder_port = _free_port(), _free_port()
     busy_llm = {
         metrics.LLM_KV_UTILISATION: 0.9,

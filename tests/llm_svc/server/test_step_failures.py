@@ -13,7 +13,7 @@ import pytest
 
 from llm_svc.engine import SamplingParams
 from llm_svc.server.builder import build_engine
-from llm_svc.server.errors import EngineFailure, status_of
+from llm_svc.server.errors import EngineFailure, StoppedBeforeAcceptance, status_of
 from llm_svc.server.events import Produced, Rejected, Submission
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.step_failures import step_fault, step_fault_from_env
@@ -111,6 +111,40 @@ def test_a_failed_step_fails_its_requests_only_then_a_probe_serves_again(engine)
     assert run.fatal == []
     assert run.worker.call(idle_engine_state).result(WAIT_S)["pages_in_use"] == 0
     run.worker.stop()
+
+
+def test_a_request_waiting_when_the_pod_stops_is_unavailable_not_cancelled(engine):
+    """The pod, not the request, is why it ends: UNAVAILABLE, so the gateway tries another
+    pod (CANCELLED is for an Abort, whose caller no longer waits). The step hook holds the
+    engine thread in a step of "seated" while the stop is queued, so "waiting" is still
+    waiting when the stop is handled, however fast the machine."""
+    entered, release = threading.Event(), threading.Event()
+    engine_requests = engine.requests
+
+    def gate() -> None:
+        seated = engine_requests.get("seated")
+        if seated is not None and seated.num_output_tokens >= 1 and not entered.is_set():
+            entered.set()
+            assert release.wait(WAIT_S)
+
+    run = Run(engine)
+    engine.step_fault = gate
+    try:
+        run.submit("seated", 50)
+        run.submit("waiting", 4)  # one sequence at a time: it waits for admission
+        assert entered.wait(WAIT_S)
+        stopper = threading.Thread(target=run.worker.stop)
+        stopper.start()
+        while run.worker._inbox.empty():  # the stop is queued behind the held step
+            stopper.join(0.001)
+        release.set()
+        stopper.join(WAIT_S)
+    finally:
+        release.set()
+        engine.step_fault = None
+    waiting = run.ended("waiting")
+    assert isinstance(waiting, Rejected) and isinstance(waiting.error, StoppedBeforeAcceptance)
+    assert status_of(waiting.error)[0] is grpc.StatusCode.UNAVAILABLE
 
 
 def test_failures_in_a_row_counting_probes_end_the_thread(engine):
