@@ -25,6 +25,19 @@ def wait_pods(client, count):
     raise AssertionError(f"{count} pods never became usable")
 
 
+def _one_refusal_is_served_by_the_other_pod(client, a, b, body, refusal) -> None:
+    """Pod A refuses one call with `refusal` (code, details); round-robin sends one of two
+    requests to A first. Both are served, the refused one on B under its request id."""
+    seen_by_a = len(a.requests)
+    a.script.refusals.append(refusal)
+    for _ in range(2):
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+    assert a.script.refusals == []
+    refused = a.requests[seen_by_a].request_id
+    assert refused in {r.request_id for r in b.requests}
+
+
 def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two_pods, caplog):
     (a_address, a), (b_address, b) = two_pods
     parts = qwen_gateway_parts
@@ -49,13 +62,9 @@ def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two
         assert "draining" in caplog.text
         # Only A refuses: whichever pod a request meets first, every request is served,
         # and the one A refused was retried on B under the same request id.
-        seen_by_a = len(a.requests)
-        a.script.refusals.append((grpc.StatusCode.UNAVAILABLE, "draining"))
-        for _ in range(2):
-            assert client.post("/v1/chat/completions", json=body).status_code == 200
-        assert a.script.refusals == []
-        refused = a.requests[seen_by_a].request_id
-        assert refused in {r.request_id for r in b.requests}
+        _one_refusal_is_served_by_the_other_pod(
+            client, a, b, body, (grpc.StatusCode.UNAVAILABLE, "draining")
+        )
 
 
 def test_a_pod_cancelling_before_acceptance_is_skipped(qwen_gateway_parts, two_pods):
@@ -70,14 +79,9 @@ def test_a_pod_cancelling_before_acceptance_is_skipped(qwen_gateway_parts, two_p
             "model": qwen_gateway_parts["model_dir"].name,
             "messages": [{"role": "user", "content": "hi"}],
         }
-        seen_by_a = len(a.requests)
-        a.script.refusals.append((grpc.StatusCode.CANCELLED, "CANCELLED"))
-        for _ in range(2):  # round-robin: one of the two meets A first
-            response = client.post("/v1/chat/completions", json=body)
-            assert response.status_code == 200, response.text
-        assert a.script.refusals == []
-        refused = a.requests[seen_by_a].request_id
-        assert refused in {r.request_id for r in b.requests}
+        _one_refusal_is_served_by_the_other_pod(
+            client, a, b, body, (grpc.StatusCode.CANCELLED, "CANCELLED")
+        )
 
 
 def test_a_dead_encoder_is_skipped_and_none_left_is_503(qwen_gateway_parts):
