@@ -1,0 +1,88 @@
+"""The packed trip of a parsed body back from a parse worker (gateway/parsing/transport.py):
+what is unpacked equals what was packed, whatever its shape, and a heavy container travels
+as pieces of bounded weight."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from gateway.api.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.parsing import transport
+from gateway.parsing.transport import pack, unpack
+from gateway.parsing.worker import parse_body
+
+
+def _round_trip(value):
+    back = unpack(pack(value))
+    assert back == value
+    assert type(back) is type(value)
+    return back
+
+
+def test_plain_data_of_every_shape_comes_back_equal():
+    nested = {
+        "a": [{"k": i, "v": [i] * 3} for i in range(3000)],
+        "b": {str(i): i for i in range(9000)},
+    }
+    _round_trip(nested)
+    _round_trip([[1, 2]] * 5000)
+    _round_trip(list(range(100_000)))  # int64 bytes
+    mixed = [*range(5000), True, 2**70, -(2**63)]  # a bool, an int past int64: not as bytes
+    back = _round_trip(mixed)
+    assert back[5000] is True
+    _round_trip(["x" * 10, 1.5, None, False] * 3000)
+
+
+def test_long_texts_come_back_whole_across_their_slices(monkeypatch):
+    monkeypatch.setattr(transport, "TEXT_SLICE", 7)  # cuts fall inside multi-byte characters
+    for text in ("é" * 50, "a€😀" * 40, "x" + "\ud800" * 20 + "y" * 9, "plain ascii " * 9):
+        assert _round_trip({"t": text})["t"] == text
+
+
+def test_a_heavy_container_travels_as_bounded_pieces(monkeypatch):
+    monkeypatch.setattr(transport, "STRETCH", 64)
+    sizes = []
+    real_dumps = transport._dumps
+
+    def measured(value, weights):
+        data = real_dumps(value, weights)
+        sizes.append(len(data))
+        return data
+
+    monkeypatch.setattr(transport, "_dumps", measured)
+    value = {"bias": {str(i): i for i in range(5000)}, "rows": [{"x": "y" * 3}] * 4000}
+    assert unpack(pack(value)) == value
+    assert len(sizes) > 100  # cut into many pieces
+    assert max(sizes[:-1]) < 64 * 40  # each piece a few dozen values (the last: the top)
+
+
+def test_models_come_back_equal_to_the_in_process_parse():
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}] * 3}] * 3000,
+        "logit_bias": {str(i): 1 for i in range(5000)},
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}] * 40,
+        "metadata": {"kept": "as an extra"},
+    }
+    for model, body in (
+        (ChatCompletionRequest, chat),
+        (CompletionRequest, {"model": "m", "prompt": list(range(200_000))}),
+        (CompletionRequest, {"model": "m", "prompt": ["é" * 3_000_000, "b"]}),
+    ):
+        raw = json.dumps(body).encode()
+        kind, value = unpack(parse_body(model, raw))
+        assert kind == "model"
+        assert value == model.model_validate(json.loads(raw))
+        assert value.model_extra == model.model_validate(json.loads(raw)).model_extra
+
+
+def test_only_a_parsed_bodys_classes_are_unpacked():
+    class Evil:
+        def __reduce__(self):
+            return (print, ("never",))
+
+    with pytest.raises(pickle.UnpicklingError, match="not part of a parsed body"):
+        unpack(pickle.dumps(Evil()))
