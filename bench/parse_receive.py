@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -47,10 +48,8 @@ async def _worst_wait(work) -> float:
     ticker, stop = Ticker(), asyncio.Event()
     watching = asyncio.create_task(ticker.watch(stop))
     await asyncio.sleep(0.005)
-    try:
+    with contextlib.suppress(Exception):  # a refusal is an outcome like any other here
         await work()
-    except Exception:  # a refusal is an outcome like any other here
-        pass
     await asyncio.sleep(0.005)
     stop.set()
     await watching
@@ -62,11 +61,14 @@ async def main(rounds: int) -> None:
     parser = BodyParser(workers=2, in_process_max_bytes=0)
     parser.start()
     await asyncio.sleep(3)  # the processes spawn
-    heavies = [h for section in ("bounds", "schemas", "nesting", "images") for h in
-               SECTIONS[section]("m")]
+    heavies = [
+        h for section in ("bounds", "schemas", "nesting", "images") for h in SECTIONS[section]("m")
+    ]
     worst_loop = worst_pool = 0.0
     for heavy in heavies:
-        model = ChatCompletionRequest if heavy.path.endswith("chat/completions") else CompletionRequest
+        model = (
+            ChatCompletionRequest if heavy.path.endswith("chat/completions") else CompletionRequest
+        )
 
         async def on_loop(body=heavy.body, model=model):
             model.model_validate(json.loads(body), from_attributes=True)
@@ -79,11 +81,15 @@ async def main(rounds: int) -> None:
             loop_ms = max(loop_ms, await _worst_wait(on_loop) * 1000)
             pool_ms = max(pool_ms, await _worst_wait(via_pool) * 1000)
         worst_loop, worst_pool = max(worst_loop, loop_ms), max(worst_pool, pool_ms)
-        print(f"  {heavy.label:28s} {len(heavy.body) / 1e6:6.2f} MB: on the loop "
-              f"{loop_ms:6.1f} ms, via the pool {pool_ms:5.1f} ms")
+        print(
+            f"  {heavy.label:28s} {len(heavy.body) / 1e6:6.2f} MB: on the loop "
+            f"{loop_ms:6.1f} ms, via the pool {pool_ms:5.1f} ms"
+        )
     await parser.stop()
-    print(f"parse: loop's longest wait, in process {worst_loop:.1f} ms (worst body), "
-          f"via the pool {worst_pool:.1f} ms")
+    print(
+        f"parse: loop's longest wait, in process {worst_loop:.1f} ms (worst body), "
+        f"via the pool {worst_pool:.1f} ms"
+    )
 
 
 if __name__ == "__main__":
