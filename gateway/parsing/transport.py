@@ -4,9 +4,9 @@ holds the GIL only in short stretches.
 `pack` pickles a value, but every list or dict heavier than `STRETCH` (its items, counted
 through nested containers and models) is cut into pieces of at most that weight, each
 pickled apart; a list of integers travels as int64 bytes, a long string as UTF-8 slices.
-`unpack` unpickles piece by piece, rejoining them in Python between the pieces: each piece is one C call of bounded
-length, and between them the interpreter may hand the GIL to the event loop (run `unpack`
-on a worker thread). One `pickle.loads` of the whole would hold the GIL for as long as the
+`unpack` unpickles piece by piece, rejoining them in Python between the pieces: each piece
+is one C call of bounded length, and between them the interpreter may hand the GIL to the
+event loop (run `unpack` on a worker thread). One `pickle.loads` of the whole would hold the GIL for as long as the
 body is large: 120k dict entries take ~20 ms, 4,000 messages ~6 ms.
 """
 
