@@ -12,7 +12,12 @@ from typing import Any
 import blake3
 import numpy as np
 
-from iris.multimodal import check_vocab_size, processor_fingerprint
+from iris.multimodal import (
+    PrefixResumeRule,
+    all_full,
+    check_vocab_size,
+    processor_fingerprint,
+)
 from llm_svc.engine.block_manager import BlockManager
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.detokenizer import IncrementalDetokenizer
@@ -126,7 +131,12 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache)
+        # Every family built today attends fully; a family with sliding layers reports
+        # them here (iris.multimodal.layers_from_windows), and GetModelInfo passes them on.
+        self.resume_rule = PrefixResumeRule(
+            config.page_size, all_full(self.model_config.num_layers)
+        )
+        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache, self.resume_rule)
         self.adapter = load_vlm_adapter(
             config.model_dir, self.model_config.architecture, config.model_revision
         )
