@@ -11,11 +11,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.errors import APIError
+from gateway.parsing.shared_body import BodyBuffer, SharedBody
 
 # Paths that label metrics as themselves; anything else is "other" (bounded cardinality).
 KNOWN_ROUTES = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/models", "/healthz", "/readyz"}
 )
+# The scope key under which a large body is handed on in shared memory (BodyLimit).
+SHARED_BODY = "iris.shared_body"
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,20 @@ class BodyLimit:
     A path that takes no body (probes, /v1/models, docs, unknown paths) answers any method
     but GET / HEAD with a 405, and a GET carrying a body with a 413, without reading it."""
 
-    def __init__(self, app: ASGIApp, caps: dict[str, BodyCaps], timeout_s: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        caps: dict[str, BodyCaps],
+        timeout_s: float,
+        spill_over_bytes: int | None = None,
+    ) -> None:
+        """`spill_over_bytes`: a body past this many bytes is kept in shared memory as it
+        arrives, never joined, and handed on as `scope[SHARED_BODY]` (an empty body is
+        replayed): the parse pool reads it there (gateway/parsing/). None: always joined."""
         self.app = app
         self.caps = caps
         self.timeout_s = timeout_s
+        self.spill_over_bytes = spill_over_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,9 +79,26 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > caps.max_bytes:
             await too_large.response()(scope, receive, send)
             return
+        buffer = BodyBuffer(self.spill_over_bytes, caps.max_bytes)
+        try:
+            await self._answer(scope, receive, send, caps, buffer, too_large)
+        finally:
+            buffer.release()
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        caps: BodyCaps,
+        buffer: BodyBuffer,
+        too_large: APIError,
+    ) -> None:
         try:
             async with asyncio.timeout(self.timeout_s):
-                body = await self._read(receive, caps.max_bytes, BodyCount(caps, scope["path"]))
+                body = await self._read(
+                    receive, caps.max_bytes, BodyCount(caps, scope["path"]), buffer
+                )
         except TimeoutError:
             slow = APIError(
                 408,
@@ -82,16 +112,20 @@ class BodyLimit:
         if isinstance(body, APIError):
             await body.response()(scope, receive, send)
             return
-        if len(body) > caps.max_bytes:
+        if body > caps.max_bytes:
             await too_large.response()(scope, receive, send)
             return
+        kept = buffer.body()
+        if isinstance(kept, SharedBody):
+            scope[SHARED_BODY] = kept
+            kept = b""
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
+                return {"type": "http.request", "body": kept, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)
@@ -116,13 +150,14 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
     async def _read(
-        self, receive: Receive, max_bytes: int, count: BodyCount
-    ) -> bytes | APIError | None:
-        """The body (cut short just past `max_bytes`), its refusal by count, or None if the
-        client left. Each chunk is counted as it arrives (a count of the whole at the end
-        would hold the loop for ~10 ms on 16 MB); a body found over a count is read to its
-        end without being kept, so that the client, still sending, reads the 413."""
-        chunks, size = [], 0
+        self, receive: Receive, max_bytes: int, count: BodyCount, buffer: BodyBuffer
+    ) -> int | APIError | None:
+        """The body's size (its bytes kept in `buffer`, cut short just past `max_bytes`),
+        its refusal by count, or None if the client left. Each chunk is counted as it
+        arrives (a count of the whole at the end would hold the loop for ~10 ms on 16 MB);
+        a body found over a count is read to its end without being kept, so that the
+        client, still sending, reads the 413."""
+        size = 0
         refusal: APIError | None = None
         while True:
             message = await receive()
@@ -132,11 +167,12 @@ class BodyLimit:
             size += len(chunk)
             if refusal is None:
                 refusal = count.add(chunk)
-                chunks.append(chunk)
-                if refusal is not None:
-                    chunks = []
+                if refusal is None and size <= max_bytes:
+                    await buffer.add(chunk)
+                else:
+                    buffer.drop()
             if size > max_bytes or not message.get("more_body", False):
-                return refusal or b"".join(chunks)
+                return refusal or size
 
 
 class BodyCount:

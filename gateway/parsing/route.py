@@ -13,6 +13,10 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from gateway import metrics
+from gateway.middleware import SHARED_BODY
+
+# What FastAPI reads as the body of a request already parsed (it only checks it is not empty).
+_PARSED = b"{}"
 
 
 class ParsedBodyRoute(APIRoute):
@@ -26,10 +30,16 @@ class ParsedBodyRoute(APIRoute):
 
         async def parse_then_handle(request: Request) -> Response:
             parser = request.app.state.gateway.bodies
-            body = await request.body()
-            if parser.takes(body) and _is_json(request.headers.get("content-type")):
-                # Starlette's Request.json() returns `_json` when set.
+            shared = request.scope.get(SHARED_BODY)
+            body = shared if shared is not None else await request.body()
+            is_json = _is_json(request.headers.get("content-type"))
+            if parser.takes(body) and is_json:
+                # Starlette's Request.json() returns `_json` when set; FastAPI reads the body
+                # first and only asks for its JSON when the body is not empty.
                 request._json = await parser.parse(model, body)
+                request._body = _PARSED
+            elif shared is not None:  # not JSON: FastAPI's own answer, from the bytes
+                request._body = shared.to_bytes()
             elif body:
                 metrics.BODY_PARSES.labels("loop").inc()
             return await handler(request)

@@ -1,5 +1,7 @@
-"""What a parse worker process runs: a body's bytes → the outcome FastAPI's own parse and
-validation would reach, packed for the trip back (gateway/parsing/transport.py).
+"""What a parse worker process runs: a body (in shared memory, or bytes) → the outcome
+FastAPI's own parse and validation would reach, packed for the trip back
+(gateway/parsing/transport.py) and, when large, left in a shared-memory segment of its own
+for the gateway to read in bounded pieces and remove.
 
 Outcomes: ("model", the validated request), ("errors", the first validation errors, as
 FastAPI reports them), ("http", status, detail) for a body no JSON parser can read. Imports
@@ -9,6 +11,7 @@ nothing heavy: the pool spawns these processes with the gateway.
 from __future__ import annotations
 
 import json
+from multiprocessing.shared_memory import SharedMemory
 
 from pydantic import BaseModel, ValidationError
 
@@ -16,11 +19,35 @@ from gateway.parsing.transport import pack
 
 MAX_ERRORS = 5  # what the error handler shows (gateway/api/errors.py)
 MAX_INPUT_CHARS = 1000  # of an error's input: it is shown cut to 60 characters
+INLINE_RESULT_BYTES = 64 * 1024  # a packed outcome up to this size travels in the pipe
 
 
 def ready() -> bool:
     """A no-op, to have the pool start its processes."""
     return True
+
+
+def parse_shared(model: type[BaseModel], name: str, size: int) -> bytes | tuple[str, int]:
+    """The body in shared-memory segment `name` (its first `size` bytes) parsed as
+    `parse_body` does: the packed outcome, or (segment name, size) where it was left."""
+    segment = SharedMemory(name=name)
+    try:
+        body = bytes(segment.buf[:size])
+    finally:
+        segment.close()
+    return _handed_back(parse_body(model, body))
+
+
+def _handed_back(packed: bytes) -> bytes | tuple[str, int]:
+    if len(packed) <= INLINE_RESULT_BYTES:
+        return packed
+    # The gateway's process removes the segment once read (or when the request is gone).
+    segment = SharedMemory(create=True, size=len(packed))
+    try:
+        segment.buf[: len(packed)] = packed
+    finally:
+        segment.close()
+    return segment.name, len(packed)
 
 
 def parse_body(model: type[BaseModel], body: bytes) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
 
 import pytest
 
@@ -42,21 +43,44 @@ def test_long_texts_come_back_whole_across_their_slices(monkeypatch):
         assert _round_trip({"t": text})["t"] == text
 
 
+def _frame_sizes(data: bytes) -> list[int]:
+    (count,) = struct.unpack_from("<Q", data)
+    return list(struct.unpack_from(f"<{count}Q", data, 8))
+
+
 def test_a_heavy_container_travels_as_bounded_pieces(monkeypatch):
     monkeypatch.setattr(transport, "STRETCH", 64)
-    sizes = []
-    real_dumps = transport._dumps
-
-    def measured(value, weights):
-        data = real_dumps(value, weights)
-        sizes.append(len(data))
-        return data
-
-    monkeypatch.setattr(transport, "_dumps", measured)
     value = {"bias": {str(i): i for i in range(5000)}, "rows": [{"x": "y" * 3}] * 4000}
-    assert unpack(pack(value)) == value
+    packed = pack(value)
+    assert unpack(packed) == value
+    sizes = _frame_sizes(packed)
     assert len(sizes) > 100  # cut into many pieces
-    assert max(sizes[:-1]) < 64 * 40  # each piece a few dozen values (the last: the top)
+    assert max(sizes) < 64 * 40  # each piece a few dozen values
+
+
+def test_no_frame_holds_a_long_text_whole_wherever_it_sits(monkeypatch):
+    """A long string inside a cut container travels as slices in frames of their own, not
+    inside its piece's frame (which the gateway would copy out whole)."""
+    monkeypatch.setattr(transport, "TEXT_SLICE", 1000)
+    text = "abcdefgh" * 5000  # 40,000 characters
+    value = {"messages": [{"content": text}, {"content": "short"}] * 3, "n": 1}
+    packed = pack(value)
+    assert unpack(packed) == value
+    assert max(_frame_sizes(packed)) < 4000
+
+
+def test_a_packed_value_is_read_back_from_shared_memory_and_the_segment_removed():
+    from multiprocessing.shared_memory import SharedMemory
+
+    value = {"ids": list(range(50_000)), "text": "é" * 2_000_000}
+    packed = pack(value)
+    segment = SharedMemory(create=True, size=len(packed))
+    segment.buf[: len(packed)] = packed
+    name = segment.name
+    segment.close()
+    assert transport.unpack_shared(name, len(packed)) == value
+    with pytest.raises(FileNotFoundError):
+        SharedMemory(name=name)
 
 
 def test_models_come_back_equal_to_the_in_process_parse():
@@ -85,4 +109,5 @@ def test_only_a_parsed_bodys_classes_are_unpacked():
             return (print, ("never",))
 
     with pytest.raises(pickle.UnpicklingError, match="not part of a parsed body"):
-        unpack(pickle.dumps(Evil()))
+        data = pickle.dumps(Evil())
+        unpack(struct.pack("<2Q", 1, len(data)) + data)
