@@ -11,6 +11,7 @@ nothing heavy: the pool spawns these processes with the gateway.
 from __future__ import annotations
 
 import json
+import os
 from multiprocessing.shared_memory import SharedMemory
 
 from pydantic import BaseModel, ValidationError
@@ -42,11 +43,19 @@ def _handed_back(packed: bytes) -> bytes | tuple[str, int]:
     if len(packed) <= INLINE_RESULT_BYTES:
         return packed
     # The gateway's process removes the segment once read (or when the request is gone).
-    segment = SharedMemory(create=True, size=len(packed))
     try:
+        segment = SharedMemory(create=True, size=len(packed))
+    except OSError:
+        return packed  # no room in /dev/shm: through the pipe, whole
+    try:
+        # Pages reserved before the write: a full /dev/shm is an OSError, never a SIGBUS.
+        os.posix_fallocate(segment._fd, 0, segment.size)
         segment.buf[: len(packed)] = packed
-    finally:
+    except OSError:
         segment.close()
+        segment.unlink()
+        return packed
+    segment.close()
     return segment.name, len(packed)
 
 

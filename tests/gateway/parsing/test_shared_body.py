@@ -54,3 +54,32 @@ async def test_a_chunk_past_the_capacity_is_not_written():
         assert body.to_bytes() == b"12345"
     finally:
         body.release()
+
+
+async def test_a_worker_reads_the_body_from_its_segment_and_leaves_a_large_outcome_in_one():
+    """parse_shared (run here in this process, as a worker would) reads the body from the
+    segment; a large outcome is left in a segment of its own, read back and removed by
+    unpack_shared; a small one travels inline."""
+    import json
+
+    from gateway.api.schemas import CompletionRequest
+    from gateway.parsing.transport import unpack, unpack_shared
+    from gateway.parsing.worker import parse_shared
+
+    for prompt, inline in (("hi", True), (list(range(60_000)), False)):
+        raw = json.dumps({"model": "m", "prompt": prompt}).encode()
+        body = await SharedBody.create(len(raw))
+        assert body is not None
+        try:
+            for at in range(0, len(raw), 4096):
+                assert body.write(raw[at : at + 4096])
+            result = parse_shared(CompletionRequest, body.name, body.size)
+        finally:
+            body.release()
+        assert isinstance(result, bytes) is inline
+        kind, value = unpack(result) if inline else unpack_shared(*result)
+        assert kind == "model"
+        assert value == CompletionRequest.model_validate(json.loads(raw))
+        if not inline:
+            with pytest.raises(FileNotFoundError):
+                SharedMemory(name=result[0])
