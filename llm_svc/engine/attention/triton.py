@@ -55,7 +55,14 @@ class TritonBackend(AttentionBackend):
         self._max_decode_context = max((meta.context_lens[i] for i in decode), default=0)
 
     def forward(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scale: float | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
         if q.stride(-1) != 1:
