@@ -87,9 +87,7 @@ def _prompts(engine):
     return ids
 
 
-def test_long_prompt_in_chunks_below_the_window_then_a_prefix_hit_match_hf(
-    family_dir, hf_greedy
-):
+def test_long_prompt_in_chunks_below_the_window_then_a_prefix_hit_match_hf(family_dir, hf_greedy):
     # Chunks of at most 5 tokens (< the window of 8), pages of 4.
     engine = make_engine(family_dir, max_num_batched_tokens=5)
     prompts = _prompts(engine)
