@@ -73,10 +73,12 @@ class TritonBackend(AttentionBackend):
             paged_decode_attention(
                 q, k_cache, v_cache, out, self._block_tables, self._decode_plan,
                 self._num_decode, self._max_decode_context, page_size,
+                scale=scale, window=window,
             )  # fmt: skip
         if self._num_blocks:
             paged_extend_attention(
                 q, k_cache, v_cache, out, self._block_tables, self._chunks, self._blocks,
                 self._num_chunks, self._num_blocks, page_size,
+                scale=scale, window=window,
             )  # fmt: skip
         return out
