@@ -116,7 +116,7 @@ def test_json_constrained_request_is_valid_and_unchanged_by_chunks_and_preemptio
     reference = run_all(roomy, requests)
     roomy.close()
     tight = make_engine(
-        family_dir, max_num_batched_tokens=5, num_pages=26, enable_prefix_caching=False
+        family_dir, max_num_batched_tokens=16, num_pages=24, enable_prefix_caching=False
     )
     outputs = run_all(tight, requests)
     assert tight.stats().preemptions > 0
