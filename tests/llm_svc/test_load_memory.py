@@ -100,7 +100,7 @@ def anon_growth_during_load(model_dir: Path, dtype: str) -> tuple[int, int, int]
 def test_loading_grows_anonymous_memory_by_the_weights_alone(request, checkpoint):
     model_dir = request.getfixturevalue(checkpoint)
     peak, final, params = anon_growth_during_load(model_dir, "bfloat16")
-    assert params >= 70e6  # 145 MB in bf16; the FP8 copy holds about half as many bytes
+    assert params >= 70e6  # 135 MB in bf16; the FP8 copy holds a little over half as many
     assert final >= 0.85 * params, "the measure did not see the weights arrive"
     assert peak <= BOUND * params, (
         f"anonymous memory grew {peak / params:.2f}x the weights ({params >> 20} MiB) "
@@ -154,4 +154,5 @@ def test_loading_creates_each_weight_once_in_its_dtype(request, checkpoint):
         assert layer.weight.dtype == FP8 and layer.scale.dtype == torch.float32
     # Computed, not loaded: RoPE frequencies stay float32 whatever the weights' dtype.
     assert model.rotary.inv_freq.dtype == torch.float32
-    assert created.largest_float32 <= model.rotary.inv_freq.nbytes or fp8
+    # No float32 copy of any weight is ever made: only scales and RoPE frequencies are.
+    assert created.largest_float32 <= 64 << 10
