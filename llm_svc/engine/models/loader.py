@@ -45,7 +45,8 @@ def building_in(dtype: torch.dtype) -> Iterator[None]:
     """Build modules with no memory behind them, in their target dtype: inside, any
     nn.Module constructed (and any layer swapped in) lands on the meta device with `dtype`
     as torch's default float dtype; `materialize` then allocates it once. A tensor given an
-    explicit dtype keeps it (FP8 weights, float32 scales)."""
+    explicit dtype keeps it (FP8 weights, float32 scales). torch's default dtype is
+    process-wide: building is not meant to overlap other work in the process."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
