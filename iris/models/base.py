@@ -38,7 +38,7 @@ class ModelAdapter(ABC):
     """One model family's rules, bound to one checkpoint directory."""
 
     architectures: ClassVar[tuple[str, ...]] = ()
-    # The decoder family of its language model, which the engine builds ("llama" | "qwen2").
+    # The decoder family of its language model, which the engine builds ("llama", "qwen2", ...).
     text_family: ClassVar[str]
     image_token: ClassVar[str]
     image_placeholder_text: ClassVar[str]
