@@ -137,3 +137,36 @@ def test_mrope_positions_are_what_make_qwen_match(qwen_reference):
     }
     # Measured here: ~5e-7 with M-RoPE, ~2e-3 without (a tiny random model barely cares).
     assert worst["mrope"] < 1e-5 and worst["plain"] > 5e-4, worst
+
+
+def _first_top_logprobs(llm: LLM, prompt) -> list[tuple[int, float]]:
+    params = greedy(1, logprobs=5)
+    out = llm.generate(
+        prompt_token_ids=[prompt.ids], images=[prompt.images], sampling_params=params,
+        use_tqdm=False,
+    )[0]  # fmt: skip
+    return out.logprobs[0].top
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_first_token_logprobs_within_1e_4_of_hf(mm_reference, count):
+    images = [make_image(20), make_image(21, (160, 64))][:count]
+    prompt = mm_reference.prompt(["Look", *["and"] * (count - 1), "now"], images)
+    hf = mm_reference.first_logprobs(prompt)
+    top = _first_top_logprobs(_llm(mm_reference, max_num_batched_tokens=7), prompt)
+    assert len(top) == 5
+    worst = max(abs(logprob - float(hf[token])) for token, logprob in top)
+    assert worst < 1e-4, worst
+
+
+def test_images_between_turns_equal_hf(mm_reference):
+    """An image in the first user turn, an assistant answer, another image in the next."""
+    messages = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe"}]},
+        {"role": "assistant", "content": "A cat sits on a red mat."},
+        {"role": "user", "content": [{"type": "text", "text": "And"}, {"type": "image"}]},
+    ]
+    prompt = mm_reference.conversation(messages, [make_image(30), make_image(31, (96, 64))])
+    assert len(prompt.items) == 2
+    out = _generate(_llm(mm_reference, max_num_batched_tokens=16), [prompt])[0]
+    assert same_tokens(out.token_ids, mm_reference.greedy(prompt, MAX_NEW))

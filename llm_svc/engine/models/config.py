@@ -106,7 +106,7 @@ class TextModelConfig:
         raw = json.loads((model_dir / "config.json").read_text())
         architecture = (raw.get("architectures") or ["?"])[0]
         try:
-            family = text_family(architecture)  # the one registry (iris/models/registry.py)
+            family = text_family(architecture, raw)  # the one registry (iris/models/registry.py)
         except ValueError as err:
             raise UnsupportedModelError(str(err)) from None
         text = raw.get("text_config") or raw
