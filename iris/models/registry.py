@@ -55,6 +55,7 @@ def _load_families() -> None:
     # Importing a family module registers it; kept here so the registry is always complete.
     import iris.models.idefics3.adapter  # noqa: F401
     import iris.models.internvl.adapter  # noqa: F401
+    import iris.models.mistral3.adapter  # noqa: F401
     import iris.models.qwen2_vl.adapter  # noqa: F401
 
 

@@ -14,7 +14,7 @@ from tests.fixtures.platform import start_platform
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("fixture", ["tiny_internvl_dir"])
+@pytest.mark.parametrize("fixture", ["tiny_internvl_dir", "tiny_mistral3_dir"])
 def test_image_chat_then_the_same_image_from_the_cache(fixture, request, tmp_path):
     running = start_platform(request.getfixturevalue(fixture), tmp_path)
     try:

@@ -19,6 +19,7 @@ FAMILIES = {
     "qwen2_vl": "tiny_qwen2_vl_dir",
     "idefics3": "tiny_idefics3_dir",
     "internvl": "tiny_internvl_dir",
+    "mistral3": "tiny_mistral3_dir",
 }
 
 
@@ -115,6 +116,8 @@ class MMReference:
             }
         if self.adapter.architecture == "InternVLForConditionalGeneration":
             return self._internvl_inputs(images, expanded)
+        if self.adapter.architecture == "Mistral3ForConditionalGeneration":
+            return self._mistral3_inputs(images)
         from transformers import Idefics3Processor
 
         processor = Idefics3Processor.from_pretrained(str(self.model_dir))
@@ -133,6 +136,21 @@ class MMReference:
         out = processor(images=images or None, text=[text], return_tensors="pt")
         assert out["input_ids"][0].tolist() == expanded, "the processor expands differently"
         return {"pixel_values": out["pixel_values"]} if images else {}
+
+    def _mistral3_inputs(self, images: list[Image.Image]) -> dict:
+        """Pixtral's PIL image processor at the processor's block size (PixtralProcessor
+        itself imports torchvision, which does not import beside the CPU torch here)."""
+        from transformers.models.pixtral.image_processing_pil_pixtral import (
+            PixtralImageProcessorPil,
+        )
+
+        if not images:
+            return {}
+        block = self.adapter.rule.block
+        out = PixtralImageProcessorPil.from_pretrained(str(self.model_dir))(
+            images=images, patch_size={"height": block, "width": block}, return_tensors="pt"
+        )
+        return {"pixel_values": out["pixel_values"], "image_sizes": out["image_sizes"]}
 
     def first_logprobs(self, prompt: MMPrompt) -> torch.Tensor:
         """HF's log-probabilities [vocab] of the first generated token."""

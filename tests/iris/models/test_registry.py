@@ -24,6 +24,7 @@ def test_registered_architectures():
     assert registered_architectures() == [
         "Idefics3ForConditionalGeneration",
         "InternVLForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
         "SmolVLMForConditionalGeneration",
