@@ -36,6 +36,8 @@ FAMILIES = {
         mlp_only_layers=[2],
         norm_topk_prob=True,
     ),
+    # Every layer slides (Mistral reads only `sliding_window`).
+    "mistral": dict(num_hidden_layers=2, sliding_window=WINDOW),
     "gemma3_text": dict(
         num_hidden_layers=3,
         sliding_window=WINDOW,
