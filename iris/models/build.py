@@ -13,7 +13,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")  # iris/models/text_tiny.py
+# iris/models/text_tiny.py
+TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "mistral")
 TINY_ARCHS = (
     "qwen2_vl",
     "qwen2_5_vl",

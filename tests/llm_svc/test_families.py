@@ -1,8 +1,9 @@
-"""Each decoder family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3) against HF transformers in
-float32: greedy tokens equal and log-probs within 1e-4, on a prompt longer than three
-sliding windows prefilled in chunks smaller than the window, on a prefix-cache hit, under
-preemption; a JSON-constrained request stays valid and unchanged by chunking and
-preemption. The checkpoints are built by transformers (tests/llm_svc/family_checkpoints.py)."""
+"""Each decoder family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3, and Mistral with a sliding
+window on every layer) against HF transformers in float32: greedy tokens equal and log-probs
+within 1e-4, on a prompt longer than three sliding windows prefilled in chunks smaller than
+the window, on a prefix-cache hit, under preemption; a JSON-constrained request stays valid
+and unchanged by chunking and preemption. The checkpoints are built by transformers
+(tests/llm_svc/family_checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -116,7 +117,7 @@ def test_json_constrained_request_is_valid_and_unchanged_by_chunks_and_preemptio
     reference = run_all(roomy, requests)
     roomy.close()
     tight = make_engine(
-        family_dir, max_num_batched_tokens=5, num_pages=26, enable_prefix_caching=False
+        family_dir, max_num_batched_tokens=16, num_pages=24, enable_prefix_caching=False
     )
     outputs = run_all(tight, requests)
     assert tight.stats().preemptions > 0
