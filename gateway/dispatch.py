@@ -13,8 +13,9 @@ acceptance the caller streams the pod's chunks.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -162,6 +163,8 @@ class Dispatcher:
     generate_timeout_s: float | None = None  # the gRPC deadline of every Generate
     # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
     _background: set[asyncio.Task] = field(default_factory=set, init=False, repr=False)
+    # Numbers the tries on pods, so that every try has an id of its own on its pod.
+    _tries: Iterator[int] = field(default_factory=itertools.count, init=False, repr=False)
 
     @property
     def background(self) -> int:
@@ -239,10 +242,17 @@ class Dispatcher:
         decision: Decision,
         force_all: bool,
     ) -> Generation:
-        """One try on the decision's pod: embeddings it lacks, then Generate until accepted."""
+        """One try on the decision's pod: embeddings it lacks, then Generate until accepted.
+
+        The pod knows the try as `request_id` + "." + a number of its own: a pod that still
+        ends an earlier try of the same choice (its cancel on the way) never mistakes it
+        for this one. Errors and logs name `request_id`, the id the client knows."""
         indices = self._uncovered(prompt, 0 if force_all else decision.matched_tokens)
         encode = await self._prepare_embeddings(prompt, indices, request_id)
-        generation = await self._generate(prompt, sampling, request_id, decision.pod, encode)
+        attempt_id = f"{request_id}.{next(self._tries)}"
+        generation = await self._generate(
+            prompt, sampling, request_id, attempt_id, decision.pod, encode
+        )
         generation.ticket = decision.ticket
         return generation
 
@@ -377,12 +387,13 @@ class Dispatcher:
         prompt: PreparedPrompt,
         sampling: common_pb2.SamplingParams,
         request_id: str,
+        attempt_id: str,
         pod: Pod,
         encode: asyncio.Task | None,
     ) -> Generation:
         carrier = inject_headers()
         request = llm_pb2.GenerateRequest(
-            request_id=request_id,
+            request_id=attempt_id,
             input_ids=prompt.input_ids.tolist(),
             items=[item_to_proto(item) for item in prompt.items],
             sampling=sampling,
