@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -184,6 +185,7 @@ class LLMEngine:
             config.grammar_max_depth,
             config.grammar_compile_timeout_s,
             config.grammar_queue_timeout_s,
+            config.grammar_failure_ttl_s,
         )
         return GrammarCompilerPool(
             self.tokenizer,
@@ -275,10 +277,14 @@ class LLMEngine:
         self.requests[request_id] = seq
         if params.constraint is not None:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
-            future = self.grammars.submit(params.constraint)
             limit = self.config.grammar_queue_timeout_s
+            future = self.grammars.submit(params.constraint, limit)
             seq.grammar = RequestGrammar(
-                params.constraint, future, limit, lambda: self.grammars.ready_since
+                params.constraint,
+                future,
+                limit,
+                lambda: self.grammars.ready_since,
+                release=functools.partial(self.grammars.release, params.constraint),
             )
             self.compiling.add(seq)
         else:
