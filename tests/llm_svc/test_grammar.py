@@ -421,3 +421,15 @@ def test_one_deadline_covers_queue_and_compile_and_dead_jobs_never_take_a_slot(
     )
     assert outputs["next"][-1].finish_reason == "stop"
     assert outputs["queued"][-1].finish_reason == "stop"
+
+
+def test_a_grammar_that_ends_before_min_tokens_ends_the_request_with_stop(engine):
+    """Once the grammar allows only its end, min_tokens's hold on the end gives way: the
+    grammar's end wins (finish_reason "stop"), never a row with no token left."""
+    constraint = Constraint(ConstraintKind.REGEX, "(yes|no)")
+    short = SamplingParams(temperature=0.0, max_tokens=40, min_tokens=20, constraint=constraint)
+    outputs = run_all(engine, {"short": (PROMPT, short), "free": (PROMPT, params(max_tokens=3))})
+    last = outputs["short"][-1]
+    assert last.finish_reason == "stop" and last.error is None, last
+    assert text_of(outputs["short"]) in ("yes", "no")
+    assert len(token_ids(outputs["free"])) == 3
