@@ -84,9 +84,11 @@ class Generation:
     async def prime(self) -> None:
         """Read the first message after acceptance and keep it for `responses()`; raises
         what `responses()` would. Until it returns nothing of this choice has begun, so a
-        failure here may be retried on another pod (gateway/api/generation.py)."""
+        failure here may be retried on another pod (gateway/api/generation.py). Its tokens
+        are counted (`on_tokens`) now: they were computed even if this attempt is given up."""
         message = await self._read()
         if message is not grpc.aio.EOF:
+            self._count(message)
             self._first = message
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
@@ -96,19 +98,23 @@ class Generation:
         try:
             while True:
                 if self._first is not None:
-                    message, self._first = self._first, None
+                    message, self._first = self._first, None  # counted by `prime`
                 else:
                     message = await self._read()
-                if message is grpc.aio.EOF:
-                    return
-                if message.HasField("tokens"):
-                    if self.ticket is not None:
-                        self.ticket.first_token()
-                    if self.on_tokens is not None:
-                        self.on_tokens(len(message.tokens.token_ids))
+                    if message is grpc.aio.EOF:
+                        return
+                    self._count(message)
                 yield message
         finally:
             self._close_ticket()
+
+    def _count(self, message: llm_pb2.GenerateResponse) -> None:
+        """A message just read from the pod: its tokens to the ticket and `on_tokens`."""
+        if message.HasField("tokens"):
+            if self.ticket is not None:
+                self.ticket.first_token()
+            if self.on_tokens is not None:
+                self.on_tokens(len(message.tokens.token_ids))
 
     async def _read(self):
         """The pod's next message (or EOF), its failures as APIErrors."""

@@ -113,3 +113,30 @@ def test_a_dead_encoder_is_skipped_and_none_left_is_503(qwen_gateway_parts):
     finally:
         pod.script.accept_delay_s = 0.0
         server.stop(0)
+
+
+async def test_a_primed_first_chunk_is_charged_once(qwen_adapter):
+    """`prime` reads a choice's first message before the stream begins; if another choice
+    then fails, this attempt is given up, yet its tokens were computed: they are charged
+    when read, by `prime` as by `responses`, and never twice."""
+    import grpc.aio
+
+    from gateway.dispatch import Generation
+    from gateway.routing.pods import Pod
+    from llm_svc.proto import llm_pb2, llm_pb2_grpc
+
+    server, address, _ = serve_pod(PodScript(qwen_adapter.fingerprint))
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = llm_pb2_grpc.LLMStub(channel).Generate(
+                llm_pb2.GenerateRequest(request_id="r.0", input_ids=[1, 2, 3])
+            )
+            accepted = (await call.read()).accepted
+            charged: list[int] = []
+            generation = Generation("r", Pod(address), accepted, call, on_tokens=charged.append)
+            await generation.prime()
+            assert charged == [1]  # "Hello", read by prime
+            texts = [m.tokens.text async for m in generation.responses() if m.HasField("tokens")]
+    finally:
+        server.stop(0)
+    assert texts == ["Hello", " world"] and charged == [1, 1]
