@@ -91,3 +91,37 @@ def _tokens_of(engine, request_id: str, params) -> list[int]:
         for out in engine.step():
             tokens += out.new_token_ids
     return tokens
+
+
+def test_a_failed_start_stops_the_ranks_and_restores_the_thread_count(llama_dir, monkeypatch):
+    """Rank 0 fails while building its runner (injected in this process only: the other
+    rank, spawned, is unaffected and waits for it): the error says so, the rank it started
+    is gone at once (not left waiting out the start timeout), and torch's thread count is
+    what it was."""
+    import torch
+
+    from llm_svc.engine.parallel import ranks as ranks_module
+    from llm_svc.engine.parallel.runner import ShardRunner
+
+    started = []
+    real_init = ranks_module.RankProcesses.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        started.append(self)
+
+    def failing_pages(self, config):
+        raise RuntimeError("injected: rank 0 cannot size its KV pages")
+
+    monkeypatch.setattr(ranks_module.RankProcesses, "__init__", recording_init)
+    monkeypatch.setattr(ShardRunner, "_num_pages", failing_pages)
+    threads = torch.get_num_threads()
+    config = EngineConfig(
+        llama_dir, page_size=4, num_pages=32, device="cpu", dtype="float32",
+        tensor_parallel_size=2, tensor_parallel_timeout_s=TIMEOUT_S,
+    )  # fmt: skip
+    with pytest.raises(RankFailedError, match="tensor-parallel start failed"):
+        LLMEngine(config)
+    (processes,) = started
+    assert all(not process.is_alive() for process in processes.processes)
+    assert torch.get_num_threads() == threads

@@ -103,18 +103,29 @@ class DriverRunner(ShardRunner):
         size, timeout = config.tensor_parallel_size, config.tensor_parallel_timeout_s
         self.on_failure = None
         self._threads = torch.get_num_threads()
-        if torch.device(config.device).type == "cpu":
-            torch.set_num_threads(1)  # one core per rank: ranks on one host share its cores
-        self.ranks = RankProcesses(config, self._rank_failed)
-        group = join_group(0, size, self.ranks.port, torch.device(config.device), timeout)
         self._lock = threading.Lock()
         self._last = time.monotonic()
         self._closed = threading.Event()
         self.failure: str | None = None
+        self.ranks = None
+        group = None
+        if torch.device(config.device).type == "cpu":
+            torch.set_num_threads(1)  # one core per rank: ranks on one host share its cores
         try:
+            self.ranks = RankProcesses(config, self._rank_failed)
+            group = join_group(0, size, self.ranks.port, torch.device(config.device), timeout)
             super().__init__(config, group)
         except Exception as err:
-            raise RankFailedError(f"tensor-parallel start failed: {self.ranks.describe()}") from err
+            # Nothing may outlive a failed start: the ranks would wait out the start
+            # timeout, and the thread count would stay at one.
+            described = self.ranks.describe() if self.ranks is not None else "no rank started"
+            self._closed.set()
+            if self.ranks is not None:
+                self.ranks.kill()
+            if group is not None:
+                group.leave()
+            torch.set_num_threads(self._threads)
+            raise RankFailedError(f"tensor-parallel start failed: {err} ({described})") from err
         self._pinger = threading.Thread(target=self._ping_loop, name="tp-ping", daemon=True)
         self._pinger.start()
         # An offline LLM is seldom closed: stop the ranks cleanly before multiprocessing's
