@@ -32,7 +32,9 @@ class StepConstraints:
         for row, seq in enumerate(seqs):
             if seq.params.logit_bias:
                 self._add_bias(logits[row], seq.params.logit_bias)
-        rows = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
+        rows = [
+            row for row, seq in enumerate(seqs) if seq.grammar is not None and seq.grammar.active
+        ]
         if rows:
             self._apply_grammars(logits, seqs, rows)
         # After the grammars: a grammar that allows only its end overrides min_tokens.
