@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -198,6 +199,7 @@ class LLMEngine:
             config.grammar_max_depth,
             config.grammar_compile_timeout_s,
             config.grammar_queue_timeout_s,
+            config.grammar_failure_ttl_s,
         )
         return GrammarCompilerPool(
             self.tokenizer,
@@ -293,8 +295,8 @@ class LLMEngine:
         self.requests[request_id] = seq
         if params.constraint is not None:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
-            future = self.grammars.submit(params.constraint)
             limit = self.config.grammar_queue_timeout_s
+            future = self.grammars.submit(params.constraint, limit)
             thought_end = self.think_markers.end_id if params.reasoning else None
             seq.grammar = RequestGrammar(
                 params.constraint,
@@ -302,6 +304,7 @@ class LLMEngine:
                 limit,
                 lambda: self.grammars.ready_since,
                 opens_after=thought_end,
+                release=functools.partial(self.grammars.release, params.constraint),
             )
             self.compiling.add(seq)
         else:

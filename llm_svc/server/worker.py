@@ -23,6 +23,7 @@ from llm_svc.engine.sequence import Sequence, SequenceStatus
 from llm_svc.server.errors import (
     AbortedBeforeAcceptance,
     EngineFailure,
+    RequestError,
     StoppedBeforeAcceptance,
 )
 from llm_svc.server.events import Admitted, Produced, Rejected, StreamEvent, Submission
@@ -203,6 +204,19 @@ class EngineWorker:
                     future.set_exception(err)
 
     def _add(self, submission: Submission) -> None:
+        if submission.request_id in self._live:
+            # Its last request is ending (an abort's output still to come): taking the id
+            # over would hand that abort to this request and leave this one unread.
+            self._events.append(
+                Rejected(
+                    submission.request_id,
+                    RequestError(
+                        f"request_id={submission.request_id!r} is invalid: still in use on "
+                        "this pod (its last request is ending)"
+                    ),
+                )
+            )
+            return
         try:
             seq = self.engine.add_request(
                 submission.request_id,
