@@ -81,6 +81,7 @@ ROUTING_PREDICTED_WITHIN_PAGE = Counter(
     "requests with a predicted prefix hit whose pod's cached tokens were within one page of it",
 )
 
+
 def show_inflight(pod: str, requests: int, prefill_tokens: int) -> None:
     """Publish routing's count of one pod's placements (refreshed on each load poll). `pod`
     is the pod's stable name (Kubernetes' pod name, or `pod-N`), never its address."""
