@@ -17,7 +17,10 @@ conversation starts per second. Three modes, each on its own freshly started pla
    mode's platform, warm as a running deployment is; every mode runs the same workloads in
    the same order (point k uses seed `--seed` + 100 + k).
 3. The wall clock is capped (`--wall-cap-min`, 60; 12 with `--quick`): each mode gets an
-   equal share of what is left when it starts, and a search cut short says so.
+   equal share of what is left when it starts; a point whose expected length (arrivals
+   plus one conversation at the calibration's pace) would pass the mode's share is not
+   started, and a search cut short says so. Platform starts and a loaded point's overrun
+   are not foreseen, so a run may end a few minutes past the cap.
 
 Printed: the calibration and SLO, every point (rate, turns, P90 TTFT and TPOT, the share of
 turns meeting the SLO, routing precision), each mode's goodput, and (a)'s goodput over (b)'s
@@ -148,6 +151,13 @@ def run_point(platform, args, rate: float, index: int, warm: bool, slo: SLO, wor
     )
 
 
+def expected_s(args, rate: float, state: dict) -> float:
+    """About how long a point at `rate` takes: its arrivals, then one conversation's turns
+    at the unloaded pace (a loaded point takes longer; the cap is a guide, not a bound)."""
+    users = math.ceil(args.point_turns / args.turns)
+    return (users - 1) / rate + args.turns * state.get("turn_s", 0.0)
+
+
 def run_mode(mode, args, state: dict, deadline: float, workload) -> ModeGoodput:
     """One mode's search on its own platform; calibrates first when no SLO is set yet."""
     key, name, router, reuse = mode
@@ -167,6 +177,7 @@ def run_mode(mode, args, state: dict, deadline: float, workload) -> ModeGoodput:
             )
             state["slo"] = slo
             state["start_rate"] = args.start_rate or 1.0 / (args.turns * turn_s)
+            state["turn_s"] = turn_s
             warm = False  # the calibration warmed the library
             print(
                 f"calibration (unloaded, one conversation at a time): first-turn TTFT p50 "
@@ -179,7 +190,7 @@ def run_mode(mode, args, state: dict, deadline: float, workload) -> ModeGoodput:
         search = RateSearch(start=state["start_rate"], bisections=args.bisections)
         index = 0
         while (rate := search.next_rate()) is not None:
-            if time.perf_counter() >= deadline:
+            if time.perf_counter() + expected_s(args, rate, state) > deadline:
                 found.capped = True
                 break
             point = run_point(platform, args, rate, index, warm, slo, workload)
