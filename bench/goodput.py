@@ -17,7 +17,8 @@ conversation starts per second. Three modes, each on its own freshly started pla
    mode's platform, warm as a running deployment is; every mode runs the same workloads in
    the same order (point k uses seed `--seed` + 100 + k).
 3. The wall clock is capped (`--wall-cap-min`, 60; 12 with `--quick`): each mode gets an
-   equal share of what is left when it starts; a point whose expected length (arrivals
+   equal share of what is left once its platform is up (after the calibration, for (a));
+   its first point always runs; a later point whose expected length (arrivals
    plus one conversation at the calibration's pace) would pass the mode's share is not
    started, and a search cut short says so. Platform starts and a loaded point's overrun
    are not foreseen, so a run may end a few minutes past the cap.
@@ -158,8 +159,10 @@ def expected_s(args, rate: float, state: dict) -> float:
     return (users - 1) / rate + args.turns * state.get("turn_s", 0.0)
 
 
-def run_mode(mode, args, state: dict, deadline: float, workload) -> ModeGoodput:
-    """One mode's search on its own platform; calibrates first when no SLO is set yet."""
+def run_mode(mode, args, state: dict, cap_end: float, modes_left: int, workload) -> ModeGoodput:
+    """One mode's search on its own platform; calibrates first when no SLO is set yet. The
+    mode's share of the cap is what is left once its platform is up (and calibrated) over
+    the modes left; its first point always runs, so every mode has one."""
     key, name, router, reuse = mode
     found = ModeGoodput(key, name)
     config = workload.up_config(args, router, reuse)
@@ -187,10 +190,13 @@ def run_mode(mode, args, state: dict, deadline: float, workload) -> ModeGoodput:
                 flush=True,
             )
         slo = state["slo"]
+        now = time.perf_counter()
+        deadline = now + max(0.0, cap_end - now) / modes_left
         search = RateSearch(start=state["start_rate"], bisections=args.bisections)
         index = 0
         while (rate := search.next_rate()) is not None:
-            if time.perf_counter() + expected_s(args, rate, state) > deadline:
+            late = time.perf_counter() + expected_s(args, rate, state) > deadline
+            if found.points and late:
                 found.capped = True
                 break
             point = run_point(platform, args, rate, index, warm, slo, workload)
@@ -270,9 +276,9 @@ def run_goodput(args, workload) -> None:
         state["start_rate"] = args.start_rate
     found: dict[str, ModeGoodput] = {}
     for position, mode in enumerate(only):
-        left = cap_s - (time.perf_counter() - started)
-        deadline = time.perf_counter() + left / (len(only) - position)
-        found[mode[0]] = run_mode(mode, args, state, deadline, workload)
+        found[mode[0]] = run_mode(
+            mode, args, state, started + cap_s, len(only) - position, workload
+        )
     report(found, state, args, time.perf_counter() - started)
     plot(found, state["slo"], args.goodput_png, args.model)
     document = {
