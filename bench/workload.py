@@ -692,6 +692,11 @@ def print_mode(result: ModeResult, summary: dict) -> None:
     if len(result.per_seed) > 1:
         p90s = [f"{summarise(one)['ttft_p90_ms']:.0f}" for one in result.per_seed]
         print(f"  ttft_p90_ms per seed: {', '.join(p90s)}")
+        per_seed = [summarise(one) for one in result.per_seed]
+        for key in ("routing_precision", "embedding_reuse"):
+            values = [one[key] for one in per_seed]
+            shown = ", ".join(f"{value:.3f}" for value in values)
+            print(f"  {key} per seed: {shown}; mean {statistics.fmean(values):.3f}")
     slowest = sorted((t for t in result.turns if t.ok), key=lambda t: -t.ttft_s)[:6]
     print(
         "  slowest turns (user/turn ttft_ms prompt cached): "
