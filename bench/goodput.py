@@ -48,6 +48,7 @@ from bench.goodput_search import (
     TurnTiming,
     meets_slo,
     point_quantiles,
+    ratio_verdict,
     share_meeting,
     slo_from_calibration,
 )
@@ -229,10 +230,8 @@ def report(found: dict[str, ModeGoodput], state: dict, args, elapsed_s: float) -
     for key, target in TARGETS:
         if a is None or key not in found:
             continue
-        other = found[key].goodput
-        ratio = a.goodput / other if other else math.inf
-        verdict = "met" if ratio >= target else "NOT met"
-        print(f"goodput ratio (a)/({key}): {ratio:.2f} (target >= {target:g}: {verdict})")
+        verdict = ratio_verdict(a.goodput, found[key].goodput, target)
+        print(f"goodput ratio (a)/({key}): {verdict}")
     print(f"runtime of this run: {elapsed_s:.0f} s (cap {args.wall_cap_min:g} min)")
 
 

@@ -147,3 +147,14 @@ class RateSearch:
             self.failed = rate if self.failed is None else min(self.failed, rate)
         if was_bracketed:
             self._bisected += 1
+
+
+def ratio_verdict(goodput: float, baseline: float, target: float) -> str:
+    """`goodput / baseline` against `target`, said plainly when either is zero (no rate
+    tried met the SLO): a ratio over nothing is no ratio."""
+    if baseline == 0 and goodput == 0:
+        return "undefined: neither met the SLO at any rate tried"
+    if baseline == 0:
+        return f"unbounded: the baseline met the SLO at no rate tried (target >= {target:g})"
+    ratio = goodput / baseline
+    return f"{ratio:.2f} (target >= {target:g}: {'met' if ratio >= target else 'NOT met'})"

@@ -12,6 +12,7 @@ from bench.goodput_search import (
     meets_slo,
     point_quantiles,
     quantile,
+    ratio_verdict,
     share_meeting,
     slo_from_calibration,
 )
@@ -110,3 +111,10 @@ def test_search_refuses_bad_parameters():
         RateSearch(start=0)
     with pytest.raises(ValueError, match="factor must be > 1"):
         RateSearch(start=1, factor=1)
+
+
+def test_ratios_over_nothing_are_said_plainly():
+    assert ratio_verdict(0.4, 0.1, 2.0) == "4.00 (target >= 2: met)"
+    assert ratio_verdict(0.12, 0.1, 1.3) == "1.20 (target >= 1.3: NOT met)"
+    assert ratio_verdict(0.0, 0.0, 2.0).startswith("undefined")
+    assert ratio_verdict(0.1, 0.0, 2.0).startswith("unbounded")
