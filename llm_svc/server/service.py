@@ -187,8 +187,10 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
                 "silent=true is a test hook: the pod must run with IRIS_TEST_HOOKS=1",
             )
         announce = not request.silent
+        # Published before the answer: a caller that sees it finds the REMOVED events in
+        # the log, as one that sees a request finish finds what its steps stored.
         freed = await asyncio.wrap_future(
-            self.worker.call(lambda engine: engine.reset_prefix_cache(announce))
+            self.worker.call(lambda engine: engine.reset_prefix_cache(announce), publish_kv=True)
         )
         return llm_pb2.ResetPrefixCacheResponse(pages_freed=freed)
 
