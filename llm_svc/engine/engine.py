@@ -609,6 +609,11 @@ class LLMEngine:
             error=seq.error,
         )
 
+    def reset_prefix_cache(self, announce: bool = True) -> int:
+        """Drop every cached prefix page no running request holds; returns the pages freed.
+        `announce=False` publishes no REMOVED events for them (a test hook)."""
+        return self.blocks.drop_cached(announce)
+
     # --- observability -----------------------------------------------------------------
     def take_kv_events(self) -> list[KVEvent]:
         """Stored / removed page events since the last call (none without prefix caching)."""

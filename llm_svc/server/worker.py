@@ -125,10 +125,14 @@ class EngineWorker:
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
-    def call(self, fn: Callable[[LLMEngine], Any]) -> concurrent.futures.Future:
-        """Run `fn(engine)` on the engine thread between steps; its result as a future."""
+    def call(
+        self, fn: Callable[[LLMEngine], Any], publish_kv: bool = False
+    ) -> concurrent.futures.Future:
+        """Run `fn(engine)` on the engine thread between steps; its result as a future.
+        With `publish_kv`, the KV events `fn` caused are published before the result is
+        set, so a caller that has the result finds them in the event log."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._inbox.put(("call", fn, future))
+        self._inbox.put(("call", fn, future, publish_kv))
         return future
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -196,10 +200,13 @@ class EngineWorker:
         elif kind == "abort":
             self.engine.abort(command[1])
         elif kind == "call":
-            fn, future = command[1], command[2]
+            fn, future, publish_kv = command[1], command[2], command[3]
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn(self.engine))
+                    result = fn(self.engine)
+                    if publish_kv:
+                        self._kv_log.publish(self.engine.take_kv_events())
+                    future.set_result(result)
                 except Exception as err:  # the caller sees it; the loop goes on
                     future.set_exception(err)
 
