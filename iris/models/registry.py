@@ -24,6 +24,8 @@ _PLAIN_LANGUAGE_MODELS = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
+    # Hybrid: Gated DeltaNet linear attention with gated full attention every 4th layer.
+    "Qwen3_5ForCausalLM": "qwen3_5",
 }
 
 
@@ -61,7 +63,7 @@ def has_adapter(architecture: str) -> bool:
 
 
 def text_family(architecture: str) -> str:
-    """The decoder family ("llama" | "qwen2") of an architecture's language model;
+    """The decoder family ("llama" | "qwen2" | "qwen3_5") of an architecture's language model;
     ValueError listing every known architecture."""
     _load_families()
     if architecture in _REGISTRY:

@@ -1,4 +1,5 @@
-"""Page allocation for sequences, with the radix prefix cache (when enabled) in front."""
+"""Page allocation for sequences, with the radix prefix cache (when enabled) in front; for a
+hybrid model also its linear layers' state slots and the cache's state snapshots."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections import deque
 from iris.multimodal import reusable_blocks
 from llm_svc.engine.radix_cache import RadixCache
 from llm_svc.engine.sequence import Sequence
+from llm_svc.engine.state_pool import StatePool
 
 
 class BlockManager:
@@ -15,13 +17,39 @@ class BlockManager:
     Paired checks and actions: `can_append` / `append` reserve pages for the next chunk;
     `match_prefix` / `release` share and give back cached pages; `commit` publishes the
     pages a step has filled to the cache.
+
+    Hybrid models (`states`, a StatePool): a running sequence holds a state slot from its
+    first `append` to its `release`. Every `snapshot_interval` pages (k) `commit` copies the
+    sequence's state into a snapshot slot carried by that page's node, and a prefix is
+    matched only down to the deepest node with a snapshot; the slot starts as a copy of it
+    (zeros without a hit). Chunks end at those boundaries (Scheduler), so the state at a
+    boundary exists at the end of some step.
     """
 
-    def __init__(self, num_pages: int, page_size: int, cache: RadixCache | None) -> None:
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        cache: RadixCache | None,
+        states: StatePool | None = None,
+        snapshot_interval: int = 1,
+    ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
         self.cache = cache
         self.free_pages: deque[int] = deque(range(num_pages))
+        self.states = states
+        self.snapshot_interval = snapshot_interval
+        self.num_snapshots_skipped = 0  # boundaries passed with every snapshot slot in use
+        if cache is not None and states is not None:
+            cache.snapshot_freed = states.give_snapshot
+
+    @property
+    def snapshot_tokens(self) -> int | None:
+        """Hybrid models with a prefix cache: tokens between two snapshots (k pages)."""
+        if self.states is None or self.cache is None:
+            return None
+        return self.snapshot_interval * self.page_size
 
     @property
     def num_available(self) -> int:
@@ -52,6 +80,20 @@ class BlockManager:
             self.free_pages.extend(self.cache.evict(needed - len(self.free_pages)))
         assert needed <= len(self.free_pages), "not enough pages: call can_append first"
         seq.block_table.extend(self.free_pages.popleft() for _ in range(needed))
+        if self.states is not None and seq.state_slot is None:
+            self._start_state(seq)
+
+    def _start_state(self, seq: Sequence) -> None:
+        """Give `seq` its state slot: the snapshot of its cached prefix, or zeros."""
+        seq.state_slot = self.states.take_running()
+        if seq.num_computed_tokens == 0:
+            self.states.reset(seq.state_slot)
+            return
+        node = seq.tree_nodes[-1]
+        assert node.snapshot is not None and seq.num_computed_tokens == (
+            len(seq.tree_nodes) * self.page_size
+        ), "a hybrid sequence resumes only from a snapshot"
+        self.states.copy(node.snapshot, seq.state_slot)
 
     def match_prefix(self, seq: Sequence) -> int:
         """Share the cached pages of `seq`'s longest cached prefix; returns tokens matched.
@@ -60,12 +102,22 @@ class BlockManager:
         """
         if self.cache is None or seq.block_table:
             return 0
-        nodes = self.cache.match(self._reusable_ids(seq), seq.cache_salt)
+        nodes = self._resumable(self.cache.match(self._reusable_ids(seq), seq.cache_salt))
         self.cache.acquire(nodes)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size
         return seq.num_computed_tokens
+
+    def _resumable(self, nodes: list) -> list:
+        """The matched prefix a sequence can resume from: all of it for a dense model; for
+        a hybrid one, down to the deepest node that keeps a snapshot."""
+        if self.states is None:
+            return nodes
+        depth = len(nodes)
+        while depth and nodes[depth - 1].snapshot is None:
+            depth -= 1
+        return nodes[:depth]
 
     def _reusable_ids(self, seq: Sequence):
         """The tokens of `seq` its cached prefix may cover: the whole blocks the shared
@@ -81,7 +133,7 @@ class BlockManager:
         if self.cache is None:
             return 0
         if seq.peeked_prefix_tokens is None:
-            matched = self.cache.match(self._reusable_ids(seq), seq.cache_salt)
+            matched = self._resumable(self.cache.match(self._reusable_ids(seq), seq.cache_salt))
             seq.peeked_prefix_tokens = len(matched) * self.page_size
         return seq.peeked_prefix_tokens
 
@@ -105,6 +157,25 @@ class BlockManager:
                 self.free_pages.append(seq.block_table[index])
                 seq.block_table[index] = node.page
             seq.tree_nodes.append(node)
+        if self.snapshot_tokens is not None:
+            self._snapshot(seq)
+
+    def _snapshot(self, seq: Sequence) -> None:
+        """At a boundary (k pages), keep `seq`'s state on that page's node, unless the node
+        has one already or every snapshot slot is taken (then the node is no hit: counted)."""
+        depth = len(seq.tree_nodes)
+        at_boundary = seq.num_computed_tokens == depth * self.page_size
+        if not (depth and at_boundary and depth % self.snapshot_interval == 0):
+            return
+        node = seq.tree_nodes[-1]
+        if node.snapshot is not None:
+            return
+        slot = self.states.take_snapshot()
+        if slot is None:
+            self.num_snapshots_skipped += 1
+            return
+        self.states.copy(seq.state_slot, slot)
+        self.cache.attach_snapshot(node, slot)
 
     def release(self, seq: Sequence) -> None:
         """Give back every page of `seq` (cached ones stay cached, unreferenced)."""
@@ -113,3 +184,6 @@ class BlockManager:
         self.free_pages.extend(seq.block_table[len(seq.tree_nodes) :])
         seq.block_table = []
         seq.tree_nodes = []
+        if seq.state_slot is not None:
+            self.states.give_running(seq.state_slot)
+            seq.state_slot = None

@@ -126,7 +126,10 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache)
+        self.blocks = BlockManager(
+            self.runner.num_pages, config.page_size, cache,
+            getattr(self.runner, "state_pool", None), config.state_snapshot_interval,
+        )  # fmt: skip
         self.adapter = load_vlm_adapter(
             config.model_dir, self.model_config.architecture, config.model_revision
         )

@@ -1,5 +1,6 @@
 """Language models the engine runs: one compact decoder for the Llama and Qwen2 families
-(Qwen2 differs by q/k/v biases and, for Qwen2-VL, M-RoPE — both read from the config)."""
+(Qwen2 differs by q/k/v biases and, for Qwen2-VL, M-RoPE — both read from the config), and
+Qwen3.5's hybrid decoder (qwen3_5.py: Gated DeltaNet linear attention + gated attention)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
 from llm_svc.engine.models.decoder import DecoderLM
 from llm_svc.engine.models.layers import RotaryEmbedding
 from llm_svc.engine.models.loader import find_text_prefix, load_weights, swap_quantized_layers
+from llm_svc.engine.models.qwen3_5 import Qwen3_5LM
+
+
+def _decoder(config: TextModelConfig):
+    return Qwen3_5LM(config) if config.is_hybrid else DecoderLM(config)
 
 
 def load_model(
@@ -20,15 +26,22 @@ def load_model(
     (a tensor-parallel RankGroup), only this rank's shard of them."""
     config = TextModelConfig.from_model_dir(model_dir)
     shards = None
+    if config.is_hybrid and (group is not None or config.quantization is not None):
+        raise UnsupportedModelError(
+            f"{config.architecture}: tensor parallelism and FP8 are not supported for hybrid "
+            "(linear-attention) models yet"
+        )
     with torch.device("meta"):
-        model = DecoderLM(config)
+        model = _decoder(config)
         if group is not None:
             from llm_svc.engine.parallel.sharding import shard_decoder
 
             shards = shard_decoder(model, config, group)
     model = model.to_empty(device=device).to(dtype)
     # RoPE frequencies are computed, not loaded, and stay fp32 whatever the weights' dtype.
-    model.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.mrope_section)
+    model.rotary = RotaryEmbedding(
+        config.rotary_dim, config.rope_theta, None if config.is_hybrid else config.mrope_section
+    )
     model.rotary.to(device)
     # After the cast: FP8 layers keep their FP8 weights and float32 scales.
     swap_quantized_layers(model, model_dir, dtype)
@@ -38,6 +51,7 @@ def load_model(
 
 __all__ = [
     "DecoderLM",
+    "Qwen3_5LM",
     "TextModelConfig",
     "UnsupportedModelError",
     "find_text_prefix",

@@ -15,6 +15,24 @@ class UnsupportedModelError(ValueError):
 
 
 @dataclass(frozen=True)
+class LinearAttentionShape:
+    """The Gated DeltaNet layers of a hybrid model (Qwen3.5): each sequence keeps, per layer,
+    a conv state [conv_channels, conv_kernel - 1] and a recurrent state
+    [num_value_heads, key_head_dim, value_head_dim]."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def conv_channels(self) -> int:
+        keys = self.num_key_heads * self.key_head_dim
+        return 2 * keys + self.num_value_heads * self.value_head_dim
+
+
+@dataclass(frozen=True)
 class TextModelConfig:
     """Everything the decoder needs; `mrope_section` is set for Qwen2-VL style M-RoPE."""
 
@@ -37,6 +55,27 @@ class TextModelConfig:
     # FP8 layout of the checkpoint's linear layers (None: unquantized); any other
     # quantization is refused here, at load (iris/models/quantization.py).
     quantization: QuantScheme | None = None
+    # Hybrid models: "linear_attention" | "full_attention" per layer (empty: all full).
+    layer_types: tuple[str, ...] = ()
+    linear: LinearAttentionShape | None = None
+    partial_rotary_factor: float = 1.0
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.linear is not None
+
+    @property
+    def num_linear_layers(self) -> int:
+        return sum(kind == "linear_attention" for kind in self.layer_types)
+
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers that keep KV pages (the full-attention ones)."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> TextModelConfig:
@@ -55,6 +94,9 @@ class TextModelConfig:
             raise UnsupportedModelError(f"rope type {rope_type!r} is not supported")
         heads = text["num_attention_heads"]
         section = rope.get("mrope_section")
+        layer_types, linear = _linear_layers(text, family)
+        if linear is not None:
+            section = None  # text-only: the three M-RoPE rows are equal, plain RoPE
         return cls(
             architecture=architecture,
             family=family,
@@ -76,7 +118,36 @@ class TextModelConfig:
             mrope_section=tuple(section) if section else None,
             eos_token_ids=_eos_ids(model_dir, raw, text),
             quantization=read_quantization(raw),
+            layer_types=layer_types,
+            linear=linear,
+            partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)) if linear else 1.0,
         )
+
+
+def _linear_layers(text: dict, family: str) -> tuple[tuple[str, ...], LinearAttentionShape | None]:
+    """The hybrid layout of a Qwen3.5-style config (empty, None for a dense model); a layer
+    type or activation the engine does not implement is refused by name."""
+    if family != "qwen3_5":
+        return (), None
+    layer_types = tuple(text["layer_types"])
+    unknown = sorted(set(layer_types) - {"linear_attention", "full_attention"})
+    if unknown:
+        raise UnsupportedModelError(f"layer_types {unknown} are not supported")
+    if text.get("hidden_act", "silu") != "silu":
+        raise UnsupportedModelError(f"hidden_act {text['hidden_act']!r} is not supported")
+    shape = LinearAttentionShape(
+        num_key_heads=text["linear_num_key_heads"],
+        num_value_heads=text["linear_num_value_heads"],
+        key_head_dim=text["linear_key_head_dim"],
+        value_head_dim=text["linear_value_head_dim"],
+        conv_kernel=text["linear_conv_kernel_dim"],
+    )
+    if shape.num_value_heads % shape.num_key_heads:
+        raise UnsupportedModelError(
+            f"linear_num_value_heads {shape.num_value_heads} is not a multiple of "
+            f"linear_num_key_heads {shape.num_key_heads}"
+        )
+    return layer_types, shape
 
 
 def _eos_ids(model_dir: Path, raw: dict, text: dict) -> tuple[int, ...]:

@@ -87,6 +87,11 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
             wanted[found] = name
         else:
             wanted[prefix + name] = name
+    skipped = sum(name.startswith("mtp.") for name in where)
+    if skipped:
+        # Multi-token prediction heads (Qwen3.5) serve speculative decoding, which the
+        # engine does not do: left unloaded.
+        log.info("%d mtp.* weights (multi-token prediction) not loaded", skipped)
     missing = [name for name in wanted if name not in where]
     if missing:
         raise ValueError(f"{len(missing)} weights missing from {model_dir}, e.g. {missing[:3]}")
