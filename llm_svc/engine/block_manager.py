@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from iris.multimodal import reusable_blocks
+from iris.multimodal import PrefixResumeRule
 from llm_svc.engine.radix_cache import RadixCache
 from llm_svc.engine.sequence import Sequence
 from llm_svc.engine.state_pool import StatePool
@@ -16,14 +16,16 @@ class BlockManager:
 
     Paired checks and actions: `can_append` / `append` reserve pages for the next chunk;
     `match_prefix` / `release` share and give back cached pages; `commit` publishes the
-    pages a step has filled to the cache.
+    pages a step has filled to the cache. How much of a cached prefix a sequence resumes is
+    `resume_rule`'s answer (default: every layer full attention), the one the gateway counts
+    with too.
 
-    Hybrid models (`states`, a StatePool): a running sequence holds a state slot from its
-    first `append` to its `release`. Every `snapshot_interval` pages (k) `commit` copies the
-    sequence's state into a snapshot slot carried by that page's node, and a prefix is
-    matched only down to the deepest node with a snapshot; the slot starts as a copy of it
-    (zeros without a hit). Chunks end at those boundaries (Scheduler), so the state at a
-    boundary exists at the end of some step.
+    Hybrid models (`states`, a StatePool; the rule has linear layers with a snapshot
+    interval of k pages): a running sequence holds a state slot from its first `append` to
+    its `release`. At every k-th page `commit` copies the sequence's state into a snapshot
+    slot carried by that page's node; the rule resumes only from a node with a snapshot,
+    and the slot starts as a copy of it (zeros without a hit). Chunks end at those
+    boundaries (Scheduler), so the state at a boundary exists at the end of some step.
     """
 
     def __init__(
@@ -31,15 +33,17 @@ class BlockManager:
         num_pages: int,
         page_size: int,
         cache: RadixCache | None,
+        resume_rule: PrefixResumeRule | None = None,
         states: StatePool | None = None,
-        snapshot_interval: int = 1,
     ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
         self.cache = cache
+        self.resume_rule = resume_rule or PrefixResumeRule(page_size)
+        assert self.resume_rule.page_size == page_size, "the rule counts in this pod's pages"
         self.free_pages: deque[int] = deque(range(num_pages))
         self.states = states
-        self.snapshot_interval = snapshot_interval
+        self.snapshot_interval = self.resume_rule.snapshot_interval or 1
         self.num_snapshots_skipped = 0  # boundaries passed with every snapshot slot in use
         if cache is not None and states is not None:
             cache.snapshot_freed = states.give_snapshot
@@ -102,27 +106,27 @@ class BlockManager:
         """
         if self.cache is None or seq.block_table:
             return 0
-        nodes = self._resumable(self.cache.match(self._reusable_ids(seq), seq.cache_salt))
+        nodes = self._resumable_nodes(seq)
         self.cache.acquire(nodes)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size
         return seq.num_computed_tokens
 
-    def _resumable(self, nodes: list) -> list:
-        """The matched prefix a sequence can resume from: all of it for a dense model; for
-        a hybrid one, down to the deepest node that keeps a snapshot."""
-        if self.states is None:
-            return nodes
-        depth = len(nodes)
-        while depth and nodes[depth - 1].snapshot is None:
-            depth -= 1
-        return nodes[:depth]
-
-    def _reusable_ids(self, seq: Sequence):
-        """The tokens of `seq` its cached prefix may cover: the whole blocks the shared
-        rule allows (iris.multimodal.reusable_blocks, which the gateway counts with too)."""
-        return seq.token_ids[: reusable_blocks(seq.num_tokens, self.page_size) * self.page_size]
+    def _resumable_nodes(self, seq: Sequence) -> list:
+        """The cached nodes `seq` resumes from: the held prefix, cut where the shared rule
+        says (iris.multimodal.PrefixResumeRule, which the gateway counts with too). The
+        walk stops at the most the rule could allow, so a long prompt is not walked past it.
+        For a hybrid model the rule also asks which depths keep a state snapshot."""
+        rule = self.resume_rule
+        most = rule.resumable_blocks(seq.num_tokens)
+        held = self.cache.match(seq.token_ids[: most * self.page_size], seq.cache_salt)
+        blocks = rule.resumable_blocks(
+            seq.num_tokens,
+            held_blocks=len(held),
+            snapshots=lambda depth: held[depth - 1].snapshot is not None,
+        )
+        return held[:blocks]
 
     def peek_prefix(self, seq: Sequence) -> int:
         """Tokens of `seq` the prefix cache holds, without taking them: a load estimate
@@ -133,8 +137,7 @@ class BlockManager:
         if self.cache is None:
             return 0
         if seq.peeked_prefix_tokens is None:
-            matched = self._resumable(self.cache.match(self._reusable_ids(seq), seq.cache_salt))
-            seq.peeked_prefix_tokens = len(matched) * self.page_size
+            seq.peeked_prefix_tokens = len(self._resumable_nodes(seq)) * self.page_size
         return seq.peeked_prefix_tokens
 
     def commit(self, seq: Sequence) -> None:

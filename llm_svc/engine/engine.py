@@ -12,7 +12,11 @@ from typing import Any
 import blake3
 import numpy as np
 
-from iris.multimodal import check_vocab_size, processor_fingerprint
+from iris.multimodal import (
+    PrefixResumeRule,
+    check_vocab_size,
+    processor_fingerprint,
+)
 from llm_svc.engine.block_manager import BlockManager
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.detokenizer import IncrementalDetokenizer
@@ -126,9 +130,14 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
+        # The layers the resumable-prefix rule needs (GetModelInfo passes them on): all
+        # full attention, or a hybrid model's linear layers with their snapshot interval.
+        self.resume_rule = PrefixResumeRule(
+            config.page_size, self.model_config.resume_layers(config.state_snapshot_interval)
+        )
         self.blocks = BlockManager(
-            self.runner.num_pages, config.page_size, cache,
-            getattr(self.runner, "state_pool", None), config.state_snapshot_interval,
+            self.runner.num_pages, config.page_size, cache, self.resume_rule,
+            getattr(self.runner, "state_pool", None),
         )  # fmt: skip
         self.adapter = load_vlm_adapter(
             config.model_dir, self.model_config.architecture, config.model_revision

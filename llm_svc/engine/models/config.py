@@ -8,6 +8,7 @@ from pathlib import Path
 
 from iris.models import text_family
 from iris.models.quantization import QuantScheme, read_quantization
+from iris.multimodal import AttentionLayer, LayerKind
 
 
 class UnsupportedModelError(ValueError):
@@ -72,6 +73,16 @@ class TextModelConfig:
     def num_kv_layers(self) -> int:
         """Layers that keep KV pages (the full-attention ones)."""
         return self.num_layers - self.num_linear_layers
+
+    def resume_layers(self, snapshot_interval: int) -> tuple[AttentionLayer, ...]:
+        """The decoder's layers as the resumable-prefix rule sees them: full attention, or
+        linear layers resumable every `snapshot_interval` pages (a state snapshot)."""
+        if not self.is_hybrid:
+            return (AttentionLayer(),) * self.num_layers
+        linear = AttentionLayer(LayerKind.LINEAR, snapshot_interval=snapshot_interval)
+        return tuple(
+            linear if kind == "linear_attention" else AttentionLayer() for kind in self.layer_types
+        )
 
     @property
     def rotary_dim(self) -> int:
