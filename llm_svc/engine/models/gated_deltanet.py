@@ -114,7 +114,13 @@ def causal_conv1d(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Depthwise causal conv then SiLU. x [T, C], conv_state [C, kernel - 1] (the previous
     inputs, zeros at a sequence's start), weight [C, kernel] → (out [T, C], new state)."""
-    width = weight.shape[-1] - 1
+    kernel = weight.shape[-1]
     history = torch.cat([conv_state.to(x.dtype), x.transpose(0, 1)], dim=-1)  # [C, W + T]
-    out = F.conv1d(history[None], weight[:, None, :].to(x.dtype), groups=weight.shape[0])
-    return F.silu(out[0]).transpose(0, 1), history[:, history.shape[-1] - width :]
+    length = x.shape[0]
+    # A sum of `kernel` shifted products: torch's depthwise conv1d is far slower on the CPU
+    # for these shapes (many channels, a few taps, few tokens).
+    weight = weight.to(x.dtype)
+    out = history[:, :length] * weight[:, :1]
+    for tap in range(1, kernel):
+        out = out + history[:, tap : tap + length] * weight[:, tap : tap + 1]
+    return F.silu(out).transpose(0, 1), history[:, history.shape[-1] - (kernel - 1) :]
