@@ -167,3 +167,17 @@ def test_snapshots_are_evicted_with_their_nodes(model_dir, hf_model):
         assert len(set(held)) == len(held), f"round {i}: a slot on two nodes"
         assert pool.num_free_snapshots + len(held) == pool.snapshot_slots, f"round {i}"
     assert any(out for out in engine.take_kv_events())
+
+
+def test_make_tiny_qwen3_5_is_served_as_hf_runs_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from iris.cli import app
+
+    target = tmp_path / "tiny-qwen3_5"
+    result = CliRunner().invoke(app, ["models", "make-tiny", "--arch", "qwen3_5", str(target)])
+    assert result.exit_code == 0, result.output
+    engine = _engine(target)
+    assert engine.model_config.layer_types.count("linear_attention") == 3
+    assert engine.model_config.rotary_dim == 4  # partial_rotary_factor 0.25 of head_dim 16
+    _check(engine, HFGreedy(target), [_ids(engine, "hello world, how are you")], new_tokens=5)
