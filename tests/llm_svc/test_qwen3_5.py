@@ -181,3 +181,28 @@ def test_make_tiny_qwen3_5_is_served_as_hf_runs_it(tmp_path):
     assert engine.model_config.layer_types.count("linear_attention") == 3
     assert engine.model_config.rotary_dim == 4  # partial_rotary_factor 0.25 of head_dim 16
     _check(engine, HFGreedy(target), [_ids(engine, "hello world, how are you")], new_tokens=5)
+
+
+def test_the_budget_pays_for_running_states_and_one_snapshot_per_k_pages(model_dir):
+    from llm_svc.engine import EngineConfig
+    from llm_svc.engine.kv_sizing import profile_step
+    from llm_svc.engine.model_runner import ModelRunner
+    from llm_svc.engine.state_pool import StatePool
+
+    budget = 4 << 20
+    config = EngineConfig(model_dir, page_size=PAGE, max_num_seqs=6, kv_cache_bytes=budget,
+                          state_snapshot_interval=K, device="cpu", dtype="float32")  # fmt: skip
+    runner = ModelRunner(config)
+    mc, pool = runner.model_config, runner.state_pool
+    slot = StatePool.bytes_per_slot(mc.linear, mc.num_linear_layers)
+    per_page = runner.kv_bytes_per_page()
+    assert per_page == 2 * 1 * PAGE * mc.num_kv_heads * mc.head_dim * 4  # one full layer
+    assert pool.running_slots == 6
+    assert runner.num_pages == (budget - 6 * slot) * K // (per_page * K + slot)
+    assert pool.snapshot_slots == runner.num_pages // K
+    used = runner.num_pages * per_page + (pool.running_slots + pool.snapshot_slots) * slot
+    assert budget - per_page - slot < used <= budget
+    assert pool.recurrent.dtype == torch.float32 and pool.conv.dtype == torch.float32
+    # The memory profile's step gives its sequences slots of its own, then puts the pool back.
+    step = profile_step(runner, config)
+    assert step.sampled_rows == 6 and runner.state_pool is pool
