@@ -165,7 +165,9 @@ class BlockManager:
 
     def _snapshot(self, seq: Sequence) -> None:
         """At a boundary (k pages), keep `seq`'s state on that page's node, unless the node
-        has one already or every snapshot slot is taken (then the node is no hit: counted)."""
+        has one already. With every slot taken, unreferenced cached pages are evicted until
+        one frees; if none can be (all held by running sequences), the node is no hit and
+        `num_snapshots_skipped` counts it."""
         depth = len(seq.tree_nodes)
         at_boundary = seq.num_computed_tokens == depth * self.page_size
         if not (depth and at_boundary and depth % self.snapshot_interval == 0):
@@ -174,7 +176,12 @@ class BlockManager:
         if node.snapshot is not None:
             return
         slot = self.states.take_snapshot()
-        if slot is None:
+        while slot is None and self.cache.num_unreferenced:
+            # Every slot is taken: cached pages go, least recently released first, until one
+            # with a snapshot has (each eviction is a KV event, so the gateway follows).
+            self.free_pages.extend(self.cache.evict(1))
+            slot = self.states.take_snapshot()
+        if slot is None:  # every snapshot is on a prefix some running sequence holds
             self.num_snapshots_skipped += 1
             return
         self.states.copy(seq.state_slot, slot)

@@ -611,4 +611,15 @@ class LLMEngine:
             prompt_tokens=self._prompt_tokens,
             prefix_hit_tokens=self._hit_tokens,
             generation_tokens=self._generated_tokens,
+            **self._snapshot_stats(),
+        )
+
+    def _snapshot_stats(self) -> dict[str, int]:
+        states = self.blocks.states
+        if states is None:
+            return {}
+        return dict(
+            snapshot_slots=states.snapshot_slots,
+            snapshots_held=states.snapshot_slots - states.num_free_snapshots,
+            snapshots_skipped=self.blocks.num_snapshots_skipped,
         )

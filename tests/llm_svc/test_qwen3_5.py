@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from iris.multimodal import PrefixResumeRule
-from llm_svc.engine import SamplingParams
+from llm_svc.engine import BlockRemoved, SamplingParams
 from llm_svc.engine.grammar import Constraint, ConstraintKind
 from tests.llm_svc.checkpoints import tiny_checkpoint
 from tests.llm_svc.conftest import greedy, make_engine, run_all, token_ids
@@ -156,17 +156,18 @@ def test_next_turn_resumes_after_the_previous_answer(model_dir, hf_model):
 def test_snapshots_are_evicted_with_their_nodes(model_dir, hf_model):
     """A cache too small for every prompt: nodes go, their snapshot slots come back, and
     what is hit is still right."""
-    engine = _engine(model_dir, num_pages=16, max_num_batched_tokens=32, max_num_seqs=2)
+    engine = _engine(model_dir, num_pages=10, max_num_batched_tokens=32, max_num_seqs=2)
     pool, cache = engine.runner.state_pool, engine.blocks.cache
-    prompts = [_ids(engine, f"{text} {i}") for i in range(2) for text in PROMPTS[:1]]
-    prompts.append(_ids(engine, PROMPTS[1]))
+    texts = [*PROMPTS, "0123456789 + - = ? ! the quick brown fox jumps over the dog"]
+    prompts = [_ids(engine, text) for text in texts]
     for i, prompt in enumerate(prompts * 2):
         _check(engine, hf_model, [prompt], new_tokens=3)
         nodes = list(cache._nodes())
         held = [node.snapshot for node in nodes if node.snapshot is not None]
         assert len(set(held)) == len(held), f"round {i}: a slot on two nodes"
         assert pool.num_free_snapshots + len(held) == pool.snapshot_slots, f"round {i}"
-    assert any(out for out in engine.take_kv_events())
+    assert engine.stats().snapshots_skipped == 0  # slots were freed by evicting, not skipped
+    assert any(isinstance(event, BlockRemoved) for event in engine.take_kv_events())
 
 
 def test_make_tiny_qwen3_5_is_served_as_hf_runs_it(tmp_path):
