@@ -90,7 +90,7 @@ class EngineConfig:
     grammar_worker_module: str = "llm_svc.engine.grammar.worker"
     tensor_parallel_size: int = 1
     tensor_parallel_timeout_s: float = 60.0
-    state_snapshot_interval: int = 4
+    state_snapshot_interval: int = 16
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
