@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
+from iris.models.build import TINY_ARCHS
+
 app = typer.Typer(
     help="Build local model checkpoints (nothing is downloaded).", no_args_is_help=True
 )
-
-TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3", "qwen3_5")
 
 
 @app.command("make-tiny")
@@ -20,10 +20,11 @@ def make_tiny(
         Path, typer.Argument(help="Directory to create (kept if already complete).")
     ],
     arch: Annotated[
-        str, typer.Option("--arch", help="Family: qwen2_vl, qwen2_5_vl, idefics3 or qwen3_5.")
+        str, typer.Option("--arch", help=f"Family: {', '.join(TINY_ARCHS)}.")
     ] = "qwen2_vl",
 ) -> None:
-    """A tiny random checkpoint (hidden 64, a few layers, small vision tower if any)."""
+    """A tiny random checkpoint (hidden 64, 2 layers, real tokenizer; the VLMs with a small
+    vision tower)."""
     if arch not in TINY_ARCHS:
         raise typer.BadParameter(
             f"{arch!r} is not one of: {', '.join(TINY_ARCHS)}", param_hint="--arch"

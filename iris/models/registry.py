@@ -24,6 +24,10 @@ _PLAIN_LANGUAGE_MODELS = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Gemma3ForCausalLM": "gemma3",
     # Hybrid: Gated DeltaNet linear attention with gated full attention every 4th layer.
     "Qwen3_5ForCausalLM": "qwen3_5",
 }
@@ -63,7 +67,8 @@ def has_adapter(architecture: str) -> bool:
 
 
 def text_family(architecture: str) -> str:
-    """The decoder family ("llama" | "qwen2" | "qwen3_5") of an architecture's language model;
+    """The decoder family (llm_svc/engine/models/registry.py: "llama", "qwen2", "qwen3",
+    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5") of an architecture's language model;
     ValueError listing every known architecture."""
     _load_families()
     if architecture in _REGISTRY:

@@ -12,6 +12,7 @@ from typing import Any
 import blake3
 import numpy as np
 
+from iris.models.reasoning import think_markers
 from iris.multimodal import (
     PrefixResumeRule,
     check_vocab_size,
@@ -146,6 +147,8 @@ class LLMEngine:
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed, self.runner.device)
+        # A reasoning model's thought markers, from its own tokenizer (None: it does not think).
+        self.think_markers = think_markers(self.tokenizer)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
@@ -263,6 +266,10 @@ class LLMEngine:
                 )  # fmt: skip
         if params.constraint is not None:
             self.grammars.check(params.constraint)
+        if params.reasoning and self.think_markers is None:
+            raise InvalidRequestError(
+                "reasoning", True, "needs a model whose tokenizer and template have think markers"
+            )
         if mrope_positions is not None and np.shape(mrope_positions) != (3, len(ids)):
             # Checked here, not found by the step that would use it.
             shape = np.shape(mrope_positions)
@@ -289,8 +296,13 @@ class LLMEngine:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
             future = self.grammars.submit(params.constraint)
             limit = self.config.grammar_queue_timeout_s
+            thought_end = self.think_markers.end_id if params.reasoning else None
             seq.grammar = RequestGrammar(
-                params.constraint, future, limit, lambda: self.grammars.ready_since
+                params.constraint,
+                future,
+                limit,
+                lambda: self.grammars.ready_since,
+                opens_after=thought_end,
             )
             self.compiling.add(seq)
         else:

@@ -179,7 +179,7 @@ def test_make_tiny_qwen3_5_is_served_as_hf_runs_it(tmp_path):
     result = CliRunner().invoke(app, ["models", "make-tiny", "--arch", "qwen3_5", str(target)])
     assert result.exit_code == 0, result.output
     engine = _engine(target)
-    assert engine.model_config.layer_types.count("linear_attention") == 3
+    assert engine.model_config.layer_types == ("linear",) * 3 + ("full",)
     assert engine.model_config.rotary_dim == 4  # partial_rotary_factor 0.25 of head_dim 16
     _check(engine, HFGreedy(target), [_ids(engine, "hello world, how are you")], new_tokens=5)
 

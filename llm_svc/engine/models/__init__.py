@@ -1,6 +1,7 @@
-"""Language models the engine runs: one compact decoder for the Llama and Qwen2 families
-(Qwen2 differs by q/k/v biases and, for Qwen2-VL, M-RoPE — both read from the config), and
-Qwen3.5's hybrid decoder (qwen3_5.py: Gated DeltaNet linear attention + gated attention)."""
+"""Language models the engine runs: one module per decoder family (llama.py for Llama,
+Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py; qwen3_5.py, the hybrid
+Qwen3.5 with Gated DeltaNet linear attention), built from the blocks
+in layers.py and moe.py, chosen by registry.py."""
 
 from __future__ import annotations
 
@@ -10,13 +11,8 @@ import torch
 
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
 from llm_svc.engine.models.decoder import DecoderLM
-from llm_svc.engine.models.layers import RotaryEmbedding
 from llm_svc.engine.models.loader import find_text_prefix, load_weights, swap_quantized_layers
-from llm_svc.engine.models.qwen3_5 import Qwen3_5LM
-
-
-def _decoder(config: TextModelConfig):
-    return Qwen3_5LM(config) if config.is_hybrid else DecoderLM(config)
+from llm_svc.engine.models.registry import build_decoder, supported_families
 
 
 def load_model(
@@ -32,17 +28,12 @@ def load_model(
             "(linear-attention) models yet"
         )
     with torch.device("meta"):
-        model = _decoder(config)
+        model = build_decoder(config)
         if group is not None:
             from llm_svc.engine.parallel.sharding import shard_decoder
 
             shards = shard_decoder(model, config, group)
     model = model.to_empty(device=device).to(dtype)
-    # RoPE frequencies are computed, not loaded, and stay fp32 whatever the weights' dtype.
-    model.rotary = RotaryEmbedding(
-        config.rotary_dim, config.rope_theta, None if config.is_hybrid else config.mrope_section
-    )
-    model.rotary.to(device)
     # After the cast: FP8 layers keep their FP8 weights and float32 scales.
     swap_quantized_layers(model, model_dir, dtype)
     load_weights(model, model_dir, shards)
@@ -57,4 +48,5 @@ __all__ = [
     "find_text_prefix",
     "load_model",
     "load_weights",
+    "supported_families",
 ]

@@ -1,4 +1,10 @@
-"""The language model's shape, read from a local HF config.json (plain LM or VLM)."""
+"""The language model's shape, read from a local HF config.json (plain LM or VLM).
+
+Everything that changes the math is read here, or refused here by name
+(`UnsupportedModelError`): an option the engine would otherwise ignore must never be
+served silently wrong. Which layers slide is read per family as transformers 5.24 reads it
+(`sliding_layers`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,11 @@ from pathlib import Path
 from iris.models import text_family
 from iris.models.quantization import QuantScheme, read_quantization
 from iris.multimodal import AttentionLayer, LayerKind
+
+FULL, SLIDING, LINEAR = "full", "sliding", "linear"
+MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
+SUPPORTED_ROPE_TYPES = ("default", "mrope", "linear")
+SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 
 class UnsupportedModelError(ValueError):
@@ -34,8 +45,41 @@ class LinearAttentionShape:
 
 
 @dataclass(frozen=True)
+class Rope:
+    """One rotary embedding: base `theta`, and `linear_factor` > 1 for linear scaling
+    (positions divided by it, as HF's "linear" rope type does)."""
+
+    theta: float
+    linear_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """A mixture-of-experts MLP: `num_experts` gated experts of width `intermediate_size`,
+    `top_k` of them per token. A layer is sparse iff it is not in `mlp_only_layers` and
+    (index + 1) % `decoder_sparse_step` == 0; other layers get the dense MLP.
+    `shared_expert_size` > 0: Qwen2-MoE's shared expert behind a sigmoid gate."""
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    norm_topk_prob: bool
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    shared_expert_size: int = 0
+
+    def is_sparse(self, layer: int) -> bool:
+        step = self.decoder_sparse_step
+        return layer not in self.mlp_only_layers and step > 0 and (layer + 1) % step == 0
+
+
+@dataclass(frozen=True)
 class TextModelConfig:
-    """Everything the decoder needs; `mrope_section` is set for Qwen2-VL style M-RoPE."""
+    """Everything the decoder needs; `mrope_section` is set for Qwen2-VL style M-RoPE.
+
+    `layer_types[i]` is FULL or SLIDING; a sliding layer lets a query at position q see the
+    keys at k with q - k < `sliding_window`. `ropes` maps each layer kind to its rotary
+    embedding (Gemma 3's differ; everyone else's are the same)."""
 
     architecture: str
     family: str
@@ -56,8 +100,25 @@ class TextModelConfig:
     # FP8 layout of the checkpoint's linear layers (None: unquantized); any other
     # quantization is refused here, at load (iris/models/quantization.py).
     quantization: QuantScheme | None = None
-    # Hybrid models: "linear_attention" | "full_attention" per layer (empty: all full).
     layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    ropes: dict[str, Rope] | None = None
+    hidden_act: str = "silu"
+    moe: MoeConfig | None = None
+    # Gemma 3: softmax scale is query_pre_attn_scalar ** -0.5 instead of head_dim ** -0.5.
+    query_pre_attn_scalar: float | None = None
+
+    def layer_type(self, layer: int) -> str:
+        return self.layer_types[layer] if self.layer_types else FULL
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of `layer`, None for a full-attention layer."""
+        return self.sliding_window if self.layer_type(layer) == SLIDING else None
+
+    def rope(self, kind: str) -> Rope:
+        return (self.ropes or {}).get(kind) or Rope(self.rope_theta)
+
+    # Hybrid models (Qwen3.5): the Gated DeltaNet layers' shape (their kind is LINEAR).
     linear: LinearAttentionShape | None = None
     partial_rotary_factor: float = 1.0
 
@@ -67,7 +128,7 @@ class TextModelConfig:
 
     @property
     def num_linear_layers(self) -> int:
-        return sum(kind == "linear_attention" for kind in self.layer_types)
+        return sum(kind == LINEAR for kind in self.layer_types)
 
     @property
     def num_kv_layers(self) -> int:
@@ -80,9 +141,7 @@ class TextModelConfig:
         if not self.is_hybrid:
             return (AttentionLayer(),) * self.num_layers
         linear = AttentionLayer(LayerKind.LINEAR, snapshot_interval=snapshot_interval)
-        return tuple(
-            linear if kind == "linear_attention" else AttentionLayer() for kind in self.layer_types
-        )
+        return tuple(linear if kind == LINEAR else AttentionLayer() for kind in self.layer_types)
 
     @property
     def rotary_dim(self) -> int:
@@ -99,15 +158,19 @@ class TextModelConfig:
         except ValueError as err:
             raise UnsupportedModelError(str(err)) from None
         text = raw.get("text_config") or raw
+        refuse_unsupported_options(architecture, family, raw, text)
         rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", "mrope"):
-            raise UnsupportedModelError(f"rope type {rope_type!r} is not supported")
         heads = text["num_attention_heads"]
         section = rope.get("mrope_section")
-        layer_types, linear = _linear_layers(text, family)
-        if linear is not None:
-            section = None  # text-only: the three M-RoPE rows are equal, plain RoPE
+        types = sliding_layers(architecture, family, text)
+        ropes = read_ropes(family, text)
+        quantization = read_quantization(raw)
+        if quantization is not None and family in MOE_FAMILIES:
+            raise UnsupportedModelError(
+                f"FP8 experts ({architecture} with quantization_config "
+                f"{quantization.method!r}) are not supported yet"
+            )
+        linear = _linear_shape(text, family)
         return cls(
             architecture=architecture,
             family=family,
@@ -119,33 +182,176 @@ class TextModelConfig:
             num_kv_heads=text.get("num_key_value_heads") or heads,
             head_dim=text.get("head_dim") or text["hidden_size"] // heads,
             rms_norm_eps=text.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope.get("rope_theta", text.get("rope_theta", 10000.0))),
+            rope_theta=ropes[FULL].theta,
             max_position_embeddings=text.get("max_position_embeddings", 4096),
             # VLMs keep the flag at the top level, plain LMs in the (only) config.
             tie_word_embeddings=bool(
-                raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+                raw.get("tie_word_embeddings", text.get("tie_word_embeddings", family == "gemma3"))
             ),
-            attention_bias=bool(text.get("attention_bias", family == "qwen2")),
+            attention_bias=_attention_bias(family, text),
             mrope_section=tuple(section) if section else None,
             eos_token_ids=_eos_ids(model_dir, raw, text),
-            quantization=read_quantization(raw),
-            layer_types=layer_types,
+            quantization=quantization,
+            layer_types=types,
+            sliding_window=text.get("sliding_window") if SLIDING in types else None,
+            ropes=ropes,
+            hidden_act=text.get("hidden_activation") or text.get("hidden_act") or "silu",
+            moe=_read_moe(family, text),
+            query_pre_attn_scalar=text.get("query_pre_attn_scalar") if family == "gemma3" else None,
             linear=linear,
             partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)) if linear else 1.0,
         )
 
 
-def _linear_layers(text: dict, family: str) -> tuple[tuple[str, ...], LinearAttentionShape | None]:
-    """The hybrid layout of a Qwen3.5-style config (empty, None for a dense model); a layer
-    type or activation the engine does not implement is refused by name."""
+def _attention_bias(family: str, text: dict) -> bool:
+    if family == "qwen2_moe":
+        return bool(text.get("qkv_bias", True))
+    return bool(text.get("attention_bias", family == "qwen2"))
+
+
+def refuse_unsupported_options(architecture: str, family: str, raw: dict, text: dict) -> None:
+    """UnsupportedModelError naming the first option that changes the math and that the
+    engine does not implement."""
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        value = text.get(name, raw.get(name))
+        if value is not None:
+            raise UnsupportedModelError(f"{architecture}: {name}={value} is not supported")
+    if text.get("use_bidirectional_attention"):
+        raise UnsupportedModelError(
+            f"{architecture}: use_bidirectional_attention=true is not supported"
+        )
+    for name in ("attention_chunk_size", "no_rope_layers"):
+        if text.get(name):
+            raise UnsupportedModelError(
+                f"{architecture}: {name}={text[name]} (chunked attention) is not supported"
+            )
+    act = text.get("hidden_activation") or text.get("hidden_act") or "silu"
+    if act not in SUPPORTED_ACTIVATIONS:
+        raise UnsupportedModelError(
+            f"{architecture}: activation {act!r} is not supported "
+            f"(supported: {', '.join(SUPPORTED_ACTIVATIONS)})"
+        )
+    for kind, params in _rope_dicts(text).items():
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            where = f" ({kind} layers)" if kind else ""
+            raise UnsupportedModelError(
+                f"{architecture}: rope type {rope_type!r}{where} is not supported "
+                f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
+            )
+    if family in MOE_FAMILIES and text.get("num_experts", text.get("num_local_experts", 0)) < 1:
+        raise UnsupportedModelError(f"{architecture}: num_experts must be >= 1")
+
+
+def _rope_dicts(text: dict) -> dict[str, dict]:
+    """Rope parameter dicts by layer kind ("" when one dict serves every layer)."""
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    if "full_attention" in rope or "sliding_attention" in rope:
+        return {kind: params or {} for kind, params in rope.items()}
+    return {"": rope}
+
+
+def _rope_of(params: dict, theta: float) -> Rope:
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    factor = float(params.get("factor", 1.0)) if rope_type == "linear" else 1.0
+    return Rope(float(params.get("rope_theta", theta)), factor)
+
+
+def read_ropes(family: str, text: dict) -> dict[str, Rope]:
+    """{FULL: rope, SLIDING: rope}. Gemma 3 keeps one per layer kind (transformers 5's
+    `rope_parameters` by kind, or the older `rope_theta` + `rope_local_base_freq` with
+    `rope_scaling` applying to the global layers only)."""
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    if family == "gemma3":
+        if "full_attention" in rope or "sliding_attention" in rope:
+            full = _rope_of(rope.get("full_attention") or {}, 1_000_000.0)
+            local = _rope_of(rope.get("sliding_attention") or {}, 10_000.0)
+        else:
+            full = _rope_of(rope, float(text.get("rope_theta", 1_000_000.0)))
+            local = Rope(float(text.get("rope_local_base_freq", 10_000.0)))
+        return {FULL: full, SLIDING: local}
+    one = _rope_of(rope, float(text.get("rope_theta", 10000.0)))
+    return {FULL: one, SLIDING: one}
+
+
+def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...]:
+    """Each layer's kind (FULL or SLIDING), by the rule transformers 5.24 applies to the
+    family (tests/llm_svc/test_layer_kinds.py checks it against transformers' own code):
+
+    - Gemma 3: `layer_types`, else every `sliding_window_pattern`-th layer (default 6) full;
+    - Qwen2 / Qwen3 (dense): when `use_sliding_window`, `layer_types` if present, else the
+      layers from `max_window_layers` on;
+    - Qwen2-MoE: when `use_sliding_window`, `layer_types` if present, else the even layers
+      below `max_window_layers`;
+    - Qwen3-MoE: every layer, when `use_sliding_window`;
+    - Mistral: every layer, when `sliding_window` is set.
+    Published Qwen configs carry a `sliding_window` with `use_sliding_window: false`:
+    those are full attention."""
+    n = text["num_hidden_layers"]
+    window = text.get("sliding_window")
+    listed = text.get("layer_types")
+
+    def from_list() -> tuple[str, ...]:
+        if len(listed) != n:
+            raise UnsupportedModelError(f"layer_types has {len(listed)} entries for {n} layers")
+        unknown = set(listed) - {"full_attention", "sliding_attention"}
+        if unknown:
+            raise UnsupportedModelError(f"{architecture}: layer types {sorted(unknown)}")
+        return tuple(SLIDING if kind == "sliding_attention" else FULL for kind in listed)
+
+    if family == "qwen3_5":  # hybrid: Gated DeltaNet layers between full-attention ones
+        unknown = set(listed) - {"full_attention", "linear_attention"}
+        if len(listed) != n or unknown:
+            raise UnsupportedModelError(
+                f"{architecture}: layer_types must be {n} of full_attention / "
+                f"linear_attention, got {len(listed)} with {sorted(unknown)}"
+            )
+        return tuple(LINEAR if kind == "linear_attention" else FULL for kind in listed)
+    if family == "gemma3":
+        if not window:
+            return (FULL,) * n
+        if listed:
+            return from_list()
+        pattern = text.get("sliding_window_pattern", text.get("_sliding_window_pattern", 6))
+        return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
+    if architecture == "MistralForCausalLM":
+        return (SLIDING if window else FULL,) * n
+    if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        if not text.get("use_sliding_window") or not window:
+            return (FULL,) * n
+        if family == "qwen3_moe":
+            return (SLIDING,) * n
+        if listed:
+            return from_list()
+        limit = text.get("max_window_layers", 28)
+        if family == "qwen2_moe":
+            return tuple(SLIDING if i % 2 == 0 and i < limit else FULL for i in range(n))
+        return tuple(SLIDING if i >= limit else FULL for i in range(n))
+    if window and text.get("use_sliding_window", True) and architecture != "LlamaForCausalLM":
+        raise UnsupportedModelError(f"{architecture}: sliding_window={window} is not supported")
+    return (FULL,) * n
+
+
+def _read_moe(family: str, text: dict) -> MoeConfig | None:
+    if family not in MOE_FAMILIES:
+        return None
+    return MoeConfig(
+        num_experts=int(text.get("num_experts", text.get("num_local_experts", 0))),
+        top_k=int(text["num_experts_per_tok"]),
+        intermediate_size=int(text["moe_intermediate_size"]),
+        norm_topk_prob=bool(text.get("norm_topk_prob", False)),
+        decoder_sparse_step=int(text.get("decoder_sparse_step", 1)),
+        mlp_only_layers=tuple(text.get("mlp_only_layers") or ()),
+        shared_expert_size=int(text.get("shared_expert_intermediate_size") or 0)
+        if family == "qwen2_moe"
+        else 0,
+    )
+
+
+def _linear_shape(text: dict, family: str) -> LinearAttentionShape | None:
+    """The Gated DeltaNet layers' shape of a Qwen3.5 config (None for other families)."""
     if family != "qwen3_5":
-        return (), None
-    layer_types = tuple(text["layer_types"])
-    unknown = sorted(set(layer_types) - {"linear_attention", "full_attention"})
-    if unknown:
-        raise UnsupportedModelError(f"layer_types {unknown} are not supported")
-    if text.get("hidden_act", "silu") != "silu":
-        raise UnsupportedModelError(f"hidden_act {text['hidden_act']!r} is not supported")
+        return None
     shape = LinearAttentionShape(
         num_key_heads=text["linear_num_key_heads"],
         num_value_heads=text["linear_num_value_heads"],
@@ -158,7 +364,7 @@ def _linear_layers(text: dict, family: str) -> tuple[tuple[str, ...], LinearAtte
             f"linear_num_value_heads {shape.num_value_heads} is not a multiple of "
             f"linear_num_key_heads {shape.num_key_heads}"
         )
-    return layer_types, shape
+    return shape
 
 
 def _eos_ids(model_dir: Path, raw: dict, text: dict) -> tuple[int, ...]:

@@ -6,8 +6,8 @@ Full attention: the query projection packs a gate beside each head's query (per 
 `partial_rotary_factor` of each head, and the output is multiplied by sigmoid(gate).
 Linear attention: llm_svc/engine/models/gated_deltanet.py, over per-sequence states held in
 the engine's StatePool (llm_svc/engine/state_pool.py), read and written in place. Every norm
-but the linear layers' gated one scales by (1 + weight). Parameter names mirror the HF
-checkpoint; its `mtp.*` weights (multi-token prediction) are not loaded (loader.py).
+but the linear layers' gated one scales by (1 + weight) (GemmaRMSNorm). Parameter names
+mirror the HF checkpoint; its `mtp.*` weights (multi-token prediction) are not loaded.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from llm_svc.engine.attention.base import AttentionBackend
-from llm_svc.engine.models.config import TextModelConfig
+from llm_svc.engine.models.config import LINEAR, TextModelConfig
 from llm_svc.engine.models.gated_deltanet import (
     causal_conv1d,
     chunk_gated_delta_rule,
     recurrent_gated_delta_rule,
 )
-from llm_svc.engine.models.layers import GatedMLP, RotaryEmbedding, apply_rotary
+from llm_svc.engine.models.layers import GatedMLP, GemmaRMSNorm, RotaryEmbedding, apply_rotary
 
 
 @dataclass
@@ -37,20 +37,6 @@ class StepStates:
     starts: list[int]
     lens: list[int]
     slots: list[int]
-
-
-class OffsetRMSNorm(nn.Module):
-    """RMSNorm scaling by (1 + weight), in fp32 throughout (weights start at zero)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x32 * (1.0 + self.weight.float())).to(x.dtype)
 
 
 class GatedRMSNorm(nn.Module):
@@ -79,8 +65,8 @@ class GatedAttention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
-        self.q_norm = OffsetRMSNorm(self.head_dim, config.rms_norm_eps)
-        self.k_norm = OffsetRMSNorm(self.head_dim, config.rms_norm_eps)
+        self.q_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
 
     def _rotate(self, x, cos, sin):
         turned = apply_rotary(x[..., : self.rotary_dim], cos, sin)
@@ -148,14 +134,14 @@ class GatedDeltaNet(nn.Module):
 class HybridLayer(nn.Module):
     def __init__(self, config: TextModelConfig, layer: int, index: int) -> None:
         super().__init__()
-        self.linear = config.layer_types[layer] == "linear_attention"
+        self.linear = config.layer_types[layer] == LINEAR
         if self.linear:
             self.linear_attn = GatedDeltaNet(config, index)
         else:
             self.self_attn = GatedAttention(config, index)
-        self.input_layernorm = OffsetRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = OffsetRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
 
     def forward(self, x, cos, sin, backend, states: StepStates) -> torch.Tensor:
         normed = self.input_layernorm(x)
@@ -173,14 +159,15 @@ class Qwen3_5LM(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        counters = {"linear_attention": 0, "full_attention": 0}
+        counters = dict.fromkeys(config.layer_types, 0)
         layers = []
         for layer, kind in enumerate(config.layer_types):
             layers.append(HybridLayer(config, layer, counters[kind]))
             counters[kind] += 1
         self.layers = nn.ModuleList(layers)
-        self.norm = OffsetRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta, None)
+        self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        # Text only: the three M-RoPE position rows are equal, so plain RoPE on rotary_dim.
+        self.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta)
         self.lm_head = None
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -206,3 +193,7 @@ class Qwen3_5LM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return (hidden @ weight.T).float()
+
+
+def build(config: TextModelConfig) -> Qwen3_5LM:
+    return Qwen3_5LM(config)
