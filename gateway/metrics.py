@@ -39,6 +39,11 @@ MM_HASHES_IGNORED = Counter(
     names.GATEWAY_MM_HASHES_IGNORED,
     "callers' mm_hashes entries ignored: not the identity computed from the image's bytes",
 )
+BODY_PARSES = Counter(
+    names.GATEWAY_BODY_PARSES,
+    "request bodies parsed, on the event loop or in a parse worker process",
+    [names.LABEL_WHERE],
+)
 POD_REQUESTS_IN_FLIGHT = Gauge(
     names.GATEWAY_POD_REQUESTS_IN_FLIGHT,
     "requests this gateway placed on the LLM pod that have not finished",

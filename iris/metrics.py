@@ -46,6 +46,7 @@ LABEL_REASON = "reason"  # discard / failure reason
 LABEL_PLUGIN = "plugin"  # routing plugin name
 LABEL_STATUS = "status"  # HTTP or gRPC status
 LABEL_ROUTE = "route"  # HTTP route
+LABEL_WHERE = "where"  # gateway body parse: loop | process
 LABEL_DEPLOYMENT = "deployment"  # operator: encoder | llm
 LABEL_KIND = "kind"  # operator: encoder | llm
 LABEL_STAGE = "stage"  # encoder: claim, prepare, batch_wait, tower, store
@@ -105,6 +106,9 @@ GATEWAY_ENCODE_DISPATCHED = "iris_gateway_encode_dispatched_total"  # counter
 GATEWAY_RETRIES = "iris_gateway_retries_total"  # counter, label reason
 # Callers' mm_hashes entries that were not the images' computed identities (ignored).
 GATEWAY_MM_HASHES_IGNORED = "iris_gateway_mm_hashes_ignored_total"  # counter
+# counter, label where: loop | process (request bodies parsed on the event loop or in a
+# parse worker process, docs/design.md §3.6)
+GATEWAY_BODY_PARSES = "iris_gateway_body_parses_total"
 # This gateway's placements per LLM pod (routing's own count; label llm_pod = address).
 GATEWAY_POD_REQUESTS_IN_FLIGHT = "iris_gateway_pod_requests_in_flight"  # gauge
 GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT = "iris_gateway_pod_prefill_tokens_in_flight"  # gauge

@@ -131,8 +131,9 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        # The layers the resumable-prefix rule needs (GetModelInfo passes them on): all
-        # full attention, or a hybrid model's linear layers with their snapshot interval.
+        # The model's real layer kinds (windows; a hybrid model's linear layers with their
+        # snapshot interval): GetModelInfo reports them, and the gateway builds this same
+        # rule from them.
         self.resume_rule = PrefixResumeRule(
             config.page_size, self.model_config.resume_layers(config.state_snapshot_interval)
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from iris.models import text_family
 from iris.models.quantization import QuantScheme, read_quantization
-from iris.multimodal import AttentionLayer, LayerKind
+from iris.multimodal import AttentionLayer, LayerKind, layers_from_windows
 
 FULL, SLIDING, LINEAR = "full", "sliding", "linear"
 MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
@@ -136,10 +136,11 @@ class TextModelConfig:
         return self.num_layers - self.num_linear_layers
 
     def resume_layers(self, snapshot_interval: int) -> tuple[AttentionLayer, ...]:
-        """The decoder's layers as the resumable-prefix rule sees them: full attention, or
-        linear layers resumable every `snapshot_interval` pages (a state snapshot)."""
+        """The decoder's layers as the resumable-prefix rule sees them: full or sliding
+        attention, or linear layers resumable every `snapshot_interval` pages (a state
+        snapshot)."""
         if not self.is_hybrid:
-            return (AttentionLayer(),) * self.num_layers
+            return layers_from_windows([self.window(i) for i in range(self.num_layers)])
         linear = AttentionLayer(LayerKind.LINEAR, snapshot_interval=snapshot_interval)
         return tuple(linear if kind == LINEAR else AttentionLayer() for kind in self.layer_types)
 
@@ -154,7 +155,7 @@ class TextModelConfig:
         raw = json.loads((model_dir / "config.json").read_text())
         architecture = (raw.get("architectures") or ["?"])[0]
         try:
-            family = text_family(architecture)  # the one registry (iris/models/registry.py)
+            family = text_family(architecture, raw)  # the one registry (iris/models/registry.py)
         except ValueError as err:
             raise UnsupportedModelError(str(err)) from None
         text = raw.get("text_config") or raw
@@ -314,7 +315,7 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
             return from_list()
         pattern = text.get("sliding_window_pattern", text.get("_sliding_window_pattern", 6))
         return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
-    if architecture == "MistralForCausalLM":
+    if architecture == "MistralForCausalLM" or text.get("model_type") == "mistral":
         return (SLIDING if window else FULL,) * n
     if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         if not text.get("use_sliding_window") or not window:

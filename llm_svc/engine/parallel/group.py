@@ -4,12 +4,15 @@ holds, and the collectives the model and the step channel use (torch.distributed
 Process groups: `cpu` (gloo) carries the step's small host message, the tensor group the
 tensors (NCCL on CUDA; on the CPU it is the same gloo group); both get the explicit
 `timeout_s` (gloo's default of 30 minutes would turn a dead or hung rank into a hang). A
-third gloo group with a start timeout serves the one exchange made while ranks may still
-be loading weights. The rendezvous is a TCPStore on tcp://127.0.0.1.
+third gloo group with a start timeout serves what ranks exchange while some may still be
+loading weights: the memory budget's profiling step (`collectives_on_start_group`) and the
+page count agreed after it (`min_host`). The rendezvous is a TCPStore on tcp://127.0.0.1.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -64,6 +67,7 @@ class RankGroup(RankLayout):
         super().__init__(rank, size)
         self.device = device
         self._store, self._start, self.cpu, self._tensors = store, start, cpu, tensors
+        self._starting = False  # inside collectives_on_start_group
 
     @classmethod
     def join(
@@ -90,8 +94,27 @@ class RankGroup(RankLayout):
         """Drop the groups (their connections close with them)."""
         self._start = self.cpu = self._tensors = self._store = None
 
+    @contextmanager
+    def collectives_on_start_group(self) -> Iterator[None]:
+        """Inside, the tensor collectives (`all_reduce`, `gather_columns`) run on the start
+        group (START_TIMEOUT_S), staged through host memory since it is gloo: for the
+        memory budget's profiling step, which one rank may reach while another still loads
+        its weights. On leaving (without an error) one exchange on the step group brings up
+        its communicator while the ranks are together, so NCCL's own buffers already count
+        in the budget's `other`."""
+        self._starting = True
+        try:
+            yield
+        finally:
+            self._starting = False
+        self.all_reduce(torch.zeros(1, device=self.device))
+
     # --- collectives (every rank calls each one, in the same order) ---------------------
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self._starting:
+            host = tensor.cpu()
+            self._start.allreduce([host]).wait()
+            return tensor.copy_(host)
         self._tensors.allreduce([tensor]).wait()
         return tensor
 
@@ -119,8 +142,15 @@ class RankGroup(RankLayout):
 
     def gather_columns(self, local: torch.Tensor, total: int) -> torch.Tensor:
         """Every rank's [N, cols] side by side, trimmed to `total` columns."""
-        parts = [torch.empty_like(local) for _ in range(self.size)]
-        self._tensors.allgather([parts], [local.contiguous()]).wait()
+        if self._starting:
+            host = local.cpu().contiguous()
+            staged = [torch.empty_like(host) for _ in range(self.size)]
+            self._start.allgather([staged], [host]).wait()
+            # On the device as the step group's gather holds them: the profile's peak.
+            parts = [part.to(local.device) for part in staged]
+        else:
+            parts = [torch.empty_like(local) for _ in range(self.size)]
+            self._tensors.allgather([parts], [local.contiguous()]).wait()
         return torch.cat(parts, dim=-1)[:, :total]
 
 

@@ -39,6 +39,10 @@ class ShardRunner(ModelRunner):
     def _num_pages(self, config: EngineConfig) -> int:
         return self.group.min_host(super()._num_pages(config))
 
+    def profiling_collectives(self):
+        # Another rank may still be loading: the start group's timeout, not a step's.
+        return self.group.collectives_on_start_group()
+
     @torch.inference_mode()
     def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):
         self.backend.plan(inputs.meta)
