@@ -43,6 +43,8 @@ class ModelAdapter(ABC):
     image_token: ClassVar[str]
     image_placeholder_text: ClassVar[str]
     uses_mrope: ClassVar[bool] = False
+    # False for a plain language model (iris.models.text_only): an image part is refused.
+    takes_images: ClassVar[bool] = True
     # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
     tool_call_format: ClassVar[ToolCallFormat] = HERMES
 
@@ -171,7 +173,7 @@ class ModelAdapter(ABC):
             add_generation_prompt=add_generation_prompt,
             **extra,
         )
-        if prompt.count(self.image_token) != images:
+        if self.takes_images and prompt.count(self.image_token) != images:
             # Some templates render only string content: give them the flattened form.
             prompt = tokenizer.apply_chat_template(
                 flatten_content(template_messages, self.image_placeholder_text),
@@ -179,7 +181,7 @@ class ModelAdapter(ABC):
                 add_generation_prompt=add_generation_prompt,
                 **extra,
             )
-        self._check_placeholders(prompt.count(self.image_token), images)
+        self._check_placeholders(prompt.count(self.image_token) if self.takes_images else 0, images)
         return prompt
 
     def chat_prompt_ids(
