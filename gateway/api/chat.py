@@ -131,7 +131,8 @@ async def chat_completions(
 
     def stream(generations, chunks):
         parsers = [
-            ToolCallStream(fmt, plan.tool_names) if plan.parse_tools else None for _ in generations
+            ToolCallStream(fmt, plan.tool_names, plan.tool_parameters) if plan.parse_tools else None
+            for _ in generations
         ]
         splitters = [
             ThoughtSplitter(thinking.markers) if thinking.thinks else None for _ in generations
@@ -162,7 +163,9 @@ def _choice_body(choice: Choice, logprobs: bool, plan: OutputPlan, fmt, thinking
         reasoning, message["content"] = split_thought(message["content"], thinking.markers)
         message["reasoning_content"] = reasoning
     if plan.parse_tools and message["content"] is not None:
-        content, calls = parse_answer(message["content"], fmt, plan.tool_names)
+        content, calls = parse_answer(
+            message["content"], fmt, plan.tool_names, plan.tool_parameters
+        )
         message["content"] = content
         if calls:
             message["tool_calls"] = calls

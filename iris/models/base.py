@@ -24,7 +24,13 @@ from iris.models.contract import check_token_contract
 from iris.models.messages import flatten_content, to_template_messages
 from iris.models.quantization import QuantScheme, read_quantization
 from iris.models.reasoning import ReasoningSupport, probe_reasoning
-from iris.models.tool_format import HERMES, ToolCallFormat, for_tool_template, with_tool_instruction
+from iris.models.tool_format import (
+    HERMES,
+    ToolCallFormat,
+    for_tool_template,
+    format_of_template,
+    with_tool_instruction,
+)
 from iris.multimodal import processor_fingerprint
 
 if TYPE_CHECKING:
@@ -45,8 +51,6 @@ class ModelAdapter(ABC):
     uses_mrope: ClassVar[bool] = False
     # False for a plain language model (iris.models.text_only): an image part is refused.
     takes_images: ClassVar[bool] = True
-    # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
-    tool_call_format: ClassVar[ToolCallFormat] = HERMES
 
     @classmethod
     def text_family_of(cls, config: dict) -> str:
@@ -260,6 +264,21 @@ class ModelAdapter(ABC):
         except Exception:  # a template that fails on tools does not support them
             return False
         return plain != with_tool
+
+    @cached_property
+    def tool_call_format(self) -> ToolCallFormat:
+        """How the model writes tool calls: read from a template that renders tools (Qwen
+        XML when it writes `<function=...>`, as Qwen3.5's does), else Hermes, which is
+        also what Iris's own instruction shows a template without tools."""
+        if not self.template_renders_tools:
+            return HERMES
+        tokenizer = self.tokenizer()
+        probe_user = {"role": "user", "content": "probe"}
+        return format_of_template(
+            lambda call: tokenizer.apply_chat_template(
+                for_tool_template([probe_user, call]), tokenize=False
+            )
+        )
 
     @cached_property
     def reasoning(self) -> ReasoningSupport | None:

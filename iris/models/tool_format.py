@@ -2,7 +2,10 @@
 does not render them.
 
 Hermes style (Qwen2 / Qwen2.5-VL, and Iris's default): each call is
-`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. A template that renders
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Qwen XML style (Qwen3.5,
+Qwen3-Coder): `<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n...
+</function>\\n</tool_call>`, a string VALUE as it is, any other as JSON. An adapter reads
+which one from its chat template (`format_of_template`). A template that renders
 `tools` itself gets them as they are; for one that does not, the adapter adds its own
 system instruction listing the tools and showing that format, and turns earlier calls and
 tool results into text the template can render.
@@ -44,24 +47,60 @@ def _bracket_depth(text: str) -> int:
 
 @dataclass(frozen=True)
 class ToolCallFormat:
-    """The text around one call's JSON (`{"name": ..., "arguments": ...}`) and around a
-    tool's result."""
+    """The text around one call's body and around a tool's result. `style` "json": the
+    body is `{"name": ..., "arguments": ...}`; "qwen_xml": `<function=NAME>` with one
+    `<parameter=P>` block per argument (xgrammar's style of the same name)."""
 
     call_begin: str = "<tool_call>\n"
     call_end: str = "\n</tool_call>"
     result_begin: str = "<tool_response>\n"
     result_end: str = "\n</tool_response>"
     separator: str = "\n"  # between parallel calls
+    style: str = "json"
 
     def call_text(self, name: str, arguments: object) -> str:
         if isinstance(arguments, str):
             # A client's earlier call that was not JSON is shown as the string it was.
             arguments = parsed_arguments(arguments)
+        if self.style == "qwen_xml":
+            return f"{self.call_begin}{xml_call_body(name, arguments)}{self.call_end}"
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         return f"{self.call_begin}{body}{self.call_end}"
 
 
 HERMES = ToolCallFormat()
+QWEN_XML = ToolCallFormat(style="qwen_xml")
+
+
+def xml_call_body(name: str, arguments: object) -> str:
+    """`<function=NAME>` ... `</function>` as Qwen3.5's chat template renders a call."""
+    blocks = [f"<function={name}>\n"]
+    items = arguments.items() if isinstance(arguments, dict) else []
+    for key, value in items:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        blocks.append(f"<parameter={key}>\n{text}\n</parameter>\n")
+    blocks.append("</function>")
+    return "".join(blocks)
+
+
+def format_of_template(render_call) -> ToolCallFormat:
+    """The format a chat template writes calls in: `render_call(message)` renders one
+    assistant message holding a probe call; `<function=` in it means Qwen XML."""
+    probe = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "type": "function",
+                "function": {"name": "iris_probe_tool", "arguments": {"iris_arg": "x"}},
+            }
+        ],
+    }
+    try:
+        text = render_call(probe)
+    except Exception:  # a template that cannot render calls: Iris's own (Hermes) instruction
+        return HERMES
+    return QWEN_XML if "<function=iris_probe_tool>" in text else HERMES
 
 
 def tool_instruction(tools: Sequence[dict], fmt: ToolCallFormat = HERMES) -> str:

@@ -5,6 +5,8 @@ tiny Qwen3.5 (hybrid Gated DeltaNet), each built by transformers from a small co
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 
@@ -131,3 +133,48 @@ def test_qwen3_5_second_turn_reuses_the_first_as_the_gateway_predicted(qwen3_5):
         after[names.GATEWAY_ROUTING_UNDER_PREDICTIONS]
         == before[names.GATEWAY_ROUTING_UNDER_PREDICTIONS]
     )
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 9},
+            },
+            "required": ["city", "days"],
+        },
+    },
+}
+FORCED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_qwen3_5_forced_tool_call_is_written_and_read_as_qwen_xml(qwen3_5, stream):
+    # The format is read from the checkpoint's template (it writes `<function=...>`).
+    assert load_adapter(qwen3_5.model_dir).tool_call_format.style == "qwen_xml"
+    client = qwen3_5.openai_client()
+    request = dict(
+        model=qwen3_5.model_name,
+        messages=[{"role": "user", "content": "Weather in Rome for two days?"}],
+        tools=[WEATHER],
+        tool_choice=FORCED,
+        max_tokens=256,  # the tiny tokenizer spends about one token per character
+        temperature=0,
+    )
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **request))
+        calls = [call for chunk in chunks for call in (chunk.choices[0].delta.tool_calls or [])]
+        finish = [
+            chunk.choices[0].finish_reason for chunk in chunks if chunk.choices[0].finish_reason
+        ]
+    else:
+        reply = client.chat.completions.create(**request)
+        calls, finish = reply.choices[0].message.tool_calls or [], [reply.choices[0].finish_reason]
+    assert finish == ["tool_calls"], (calls, finish)
+    assert len(calls) == 1 and calls[0].function.name == "get_weather"
+    arguments = json.loads(calls[0].function.arguments)
+    assert arguments["city"] in ("Paris", "Rome") and 1 <= arguments["days"] <= 9
