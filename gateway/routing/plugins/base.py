@@ -45,7 +45,14 @@ class RoutingRequest:
         rule = pod.resume_rule
         most = rule.resumable_blocks(len(self.input_ids))
         held = index.matched_blocks(pod.address, hashes, most)
-        return rule.resumable_blocks(len(self.input_ids), held_blocks=held), most
+        snapshots = None
+        if rule.snapshot_interval:  # a hybrid pod resumes only where it holds a snapshot
+
+            def snapshots(depth: int) -> bool:
+                return index.has_snapshot(pod.address, hashes[depth - 1])
+
+        blocks = rule.resumable_blocks(len(self.input_ids), held_blocks=held, snapshots=snapshots)
+        return blocks, most
 
 
 class Plugin(ABC):
