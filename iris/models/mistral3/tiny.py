@@ -53,16 +53,16 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% endif %}[/INST]"
     "{% elif message['role'] == 'assistant' %}"
     "{% if message['tool_calls'] %}[TOOL_CALLS][{% for call in message['tool_calls'] %}"
-    '{"name": {{ call[\'function\'][\'name\'] | tojson }}, '
-    '"arguments": {{ call[\'function\'][\'arguments\'] | tojson }}'
-    '{% if call[\'id\'] %}, "id": {{ call[\'id\'] | tojson }}{% endif %}}'
+    "{\"name\": {{ call['function']['name'] | tojson }}, "
+    "\"arguments\": {{ call['function']['arguments'] | tojson }}"
+    "{% if call['id'] %}, \"id\": {{ call['id'] | tojson }}{% endif %}}"
     "{% if not loop.last %}, {% endif %}{% endfor %}]"
     "{% elif message['content'] %}{{ message['content'] }}{% endif %}</s>"
     "{% elif message['role'] == 'tool' %}"
     "{% if message['content'] is string %}{% set result = message['content'] %}"
     "{% else %}{% set result = message['content'] | map(attribute='text') | join %}{% endif %}"
     '[TOOL_RESULTS]{"content": {{ result | tojson }}'
-    '{% if message[\'tool_call_id\'] %}, "call_id": {{ message[\'tool_call_id\'] | tojson }}'
+    "{% if message['tool_call_id'] %}, \"call_id\": {{ message['tool_call_id'] | tojson }}"
     "{% endif %}}[/TOOL_RESULTS]"
     "{% endif %}{% endfor %}"
 )
