@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3")
+TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3", "qwen3_vl", "qwen3_vl_moe")
 COMPLETE_MARKER = ".iris-complete"
 _PACKAGE = Path(__file__).parent
 
@@ -25,6 +25,10 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.qwen2_vl.tiny import build_qwen2_5 as build
     elif arch == "idefics3":
         from iris.models.idefics3.tiny import build
+    elif arch == "qwen3_vl":
+        from iris.models.qwen3_vl.tiny import build
+    elif arch == "qwen3_vl_moe":
+        from iris.models.qwen3_vl.tiny import build_moe as build
     else:
         raise ValueError(f"unknown tiny arch {arch!r} (choose from: {', '.join(TINY_ARCHS)})")
     return build
@@ -73,6 +77,8 @@ TINY_SOURCES = {
     "qwen2_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "qwen2_5_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
+    "qwen3_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
+    "qwen3_vl_moe": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
 }
 DEMO_SOURCES = ("demo.py", "idefics3/tiny.py", "build.py")
 

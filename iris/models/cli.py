@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
+from iris.models.build import TINY_ARCHS
+
 app = typer.Typer(
     help="Build local model checkpoints (nothing is downloaded).", no_args_is_help=True
 )
 
-TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3")
 
 
 @app.command("make-tiny")
@@ -20,7 +21,7 @@ def make_tiny(
         Path, typer.Argument(help="Directory to create (kept if already complete).")
     ],
     arch: Annotated[
-        str, typer.Option("--arch", help="Family: qwen2_vl, qwen2_5_vl or idefics3.")
+        str, typer.Option("--arch", help="Family: " + ", ".join(TINY_ARCHS) + ".")
     ] = "qwen2_vl",
 ) -> None:
     """A tiny random checkpoint (hidden 64, 2 layers, small vision tower, real tokenizer)."""

@@ -40,6 +40,7 @@ def _load_families() -> None:
     # Importing a family module registers it; kept here so the registry is always complete.
     import iris.models.idefics3.adapter  # noqa: F401
     import iris.models.qwen2_vl.adapter  # noqa: F401
+    import iris.models.qwen3_vl.adapter  # noqa: F401
 
 
 def registered_architectures() -> list[str]:
@@ -61,7 +62,7 @@ def has_adapter(architecture: str) -> bool:
 
 
 def text_family(architecture: str) -> str:
-    """The decoder family ("llama" | "qwen2") of an architecture's language model;
+    """The decoder family ("llama" | "qwen2" | "qwen3_vl" | "qwen3_vl_moe") of an architecture's language model;
     ValueError listing every known architecture."""
     _load_families()
     if architecture in _REGISTRY:
