@@ -14,7 +14,6 @@ app = typer.Typer(
 )
 
 
-
 @app.command("make-tiny")
 def make_tiny(
     out_dir: Annotated[

@@ -62,8 +62,8 @@ def has_adapter(architecture: str) -> bool:
 
 
 def text_family(architecture: str) -> str:
-    """The decoder family ("llama" | "qwen2" | "qwen3_vl" | "qwen3_vl_moe") of an architecture's language model;
-    ValueError listing every known architecture."""
+    """The decoder family ("llama" | "qwen2" | "qwen3_vl" | "qwen3_vl_moe") of an
+    architecture's language model; ValueError listing every known architecture."""
     _load_families()
     if architecture in _REGISTRY:
         return _REGISTRY[architecture].text_family

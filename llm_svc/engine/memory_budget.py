@@ -154,14 +154,16 @@ def estimated_step_peak(
     max_tokens: int,
     max_seqs: int,
     dtype: torch.dtype,
+    embedding_width: int | None = None,
 ) -> int:
     """An upper estimate of one step's peak (for the CPU, which has no allocator peak): a
     layer's live activations for `max_tokens` (residual, normed input, q/k/v, attention
     output, the MLP's gate, up and product), the input embeddings with as many image rows
-    gathered, and the logits and sampler buffers for `max_seqs` rows."""
+    gathered (`embedding_width` wide: with deepstack levels), and the logits and sampler
+    buffers for `max_seqs` rows."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     activations = max_tokens * (6 * hidden + 3 * intermediate) * itemsize
-    embeddings = 2 * max_tokens * hidden * itemsize
+    embeddings = max_tokens * (hidden + (embedding_width or hidden)) * itemsize
     sampler = max_seqs * vocab * SAMPLER_BYTES_PER_LOGIT
     return activations + embeddings + sampler
 

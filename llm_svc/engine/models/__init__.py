@@ -9,8 +9,8 @@ import torch
 
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
 from llm_svc.engine.models.decoder import DecoderLM
-from llm_svc.engine.models.layers import RotaryEmbedding
 from llm_svc.engine.models.loader import find_text_prefix, load_weights, swap_quantized_layers
+from llm_svc.engine.models.qwen3_vl import DeepstackRows, Qwen3VLDecoder, rotary_for
 
 
 def load_model(
@@ -21,14 +21,14 @@ def load_model(
     config = TextModelConfig.from_model_dir(model_dir)
     shards = None
     with torch.device("meta"):
-        model = DecoderLM(config)
+        model = Qwen3VLDecoder(config) if config.qk_norm else DecoderLM(config)
         if group is not None:
             from llm_svc.engine.parallel.sharding import shard_decoder
 
             shards = shard_decoder(model, config, group)
     model = model.to_empty(device=device).to(dtype)
     # RoPE frequencies are computed, not loaded, and stay fp32 whatever the weights' dtype.
-    model.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.mrope_section)
+    model.rotary = rotary_for(config)
     model.rotary.to(device)
     # After the cast: FP8 layers keep their FP8 weights and float32 scales.
     swap_quantized_layers(model, model_dir, dtype)
@@ -38,6 +38,7 @@ def load_model(
 
 __all__ = [
     "DecoderLM",
+    "DeepstackRows",
     "TextModelConfig",
     "UnsupportedModelError",
     "find_text_prefix",

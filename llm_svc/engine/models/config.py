@@ -37,6 +37,18 @@ class TextModelConfig:
     # FP8 layout of the checkpoint's linear layers (None: unquantized); any other
     # quantization is refused here, at load (iris/models/quantization.py).
     quantization: QuantScheme | None = None
+    # Qwen3-VL: M-RoPE bands interleaved t h w t h w ... (not in blocks), per-head q/k norms,
+    # and the deepstack levels each image row carries after its main row.
+    mrope_interleaved: bool = False
+    qk_norm: bool = False
+    deepstack_levels: int = 0
+    # Qwen3-VL-MoE: experts, experts per token, expert width, sparse step, dense layers.
+    moe: tuple[int, int, int, int, tuple[int, ...]] | None = None
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of one image embedding row as fetched: main row, then each deepstack level."""
+        return self.hidden_size * (1 + self.deepstack_levels)
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> TextModelConfig:
@@ -55,6 +67,8 @@ class TextModelConfig:
             raise UnsupportedModelError(f"rope type {rope_type!r} is not supported")
         heads = text["num_attention_heads"]
         section = rope.get("mrope_section")
+        qwen3_vl = family in ("qwen3_vl", "qwen3_vl_moe")
+        vision = raw.get("vision_config") or {}
         return cls(
             architecture=architecture,
             family=family,
@@ -76,7 +90,23 @@ class TextModelConfig:
             mrope_section=tuple(section) if section else None,
             eos_token_ids=_eos_ids(model_dir, raw, text),
             quantization=read_quantization(raw),
+            # transformers' Qwen3-VL interleaves whatever `mrope_interleaved` says.
+            mrope_interleaved=qwen3_vl,
+            qk_norm=qwen3_vl,
+            deepstack_levels=len(vision.get("deepstack_visual_indexes") or ()) if qwen3_vl else 0,
+            moe=_moe(text) if family == "qwen3_vl_moe" else None,
         )
+
+
+def _moe(text: dict) -> tuple[int, int, int, int, tuple[int, ...]]:
+    # transformers' Qwen3-VL-MoE router always renormalises its top-k weights.
+    return (
+        int(text.get("num_experts", text.get("num_local_experts"))),
+        int(text["num_experts_per_tok"]),
+        int(text["moe_intermediate_size"]),
+        int(text.get("decoder_sparse_step", 1)),
+        tuple(text.get("mlp_only_layers") or ()),
+    )
 
 
 def _eos_ids(model_dir: Path, raw: dict, text: dict) -> tuple[int, ...]:
