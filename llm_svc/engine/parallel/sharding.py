@@ -33,6 +33,8 @@ def shard_decoder(model: DecoderLM, config: TextModelConfig, group: RankGroup) -
         attn.v_proj = ColumnParallelLinear(hidden, [(kv_start * d, kv_stop * d)], bias)
         attn.o_proj = RowParallelLinear((q_start * d, q_stop * d), hidden, group)
         attn.num_heads, attn.num_kv_heads = q_stop - q_start, kv_stop - kv_start
+        if not hasattr(mlp, "gate_proj"):
+            continue  # Qwen3-VL-MoE's experts stay whole on every rank (their input is)
         mlp.gate_proj = ColumnParallelLinear(hidden, [inter], bias=False)
         mlp.up_proj = ColumnParallelLinear(hidden, [inter], bias=False)
         mlp.down_proj = RowParallelLinear(inter, hidden, group)
