@@ -25,6 +25,8 @@ def test_registered_architectures():
         "Idefics3ForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
         "SmolVLMForConditionalGeneration",
     ]
 
