@@ -63,11 +63,12 @@ def attend_tile(
     scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
     scores = tl.where(visible, scores, float("-inf"))
     # A row that sees nothing in a tile keeps its state (alpha = 1, p = 0) once its `top`
-    # is finite; before, exp2(-inf - -inf) would be NaN, so the callers make every row see
-    # a position in its first tile.
+    # is finite. A row that has seen nothing yet (a sliding window starting past this
+    # tile) would compute exp2(-inf - -inf) = NaN: it subtracts 0 instead and stays empty.
     new_top = tl.maximum(top, tl.reduce(scores, 1, MAX_COMBINE))
-    alpha = tl.exp2(top - new_top)
-    p = tl.exp2(scores - new_top[:, None])
+    shift = tl.where(new_top == float("-inf"), 0.0, new_top)
+    alpha = tl.exp2(top - shift)
+    p = tl.exp2(scores - shift[:, None])
     total = total * alpha + tl.reduce(p, 1, SUM_COMBINE)
     v = tl.load(v_head + kv_offsets, mask=valid[:, None], other=0.0)
     if UPCAST:

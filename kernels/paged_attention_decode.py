@@ -60,6 +60,7 @@ def _decode_split_kernel(
     kv_stride_h,
     table_stride,
     scale_log2,
+    window,
     GROUP: tl.constexpr,
     PAGE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -94,8 +95,12 @@ def _decode_split_kernel(
     k_head = k_ptr + kv_head * kv_stride_h
     v_head = v_ptr + kv_head * kv_stride_h
     # Every tile the loop visits holds at least one position < end, so `top` turns finite
-    # at the first tile. Every head of the group sees every position of its split.
-    for tile in range(start, end, BLOCK_N):
+    # at the first tile. Every head of the group sees every position of its split from
+    # `lo` on: the query (at context - 1) sees keys k with context - 1 - k < window.
+    lo = start
+    if window > 0:
+        lo = tl.maximum(start, context - window)
+    for tile in range(lo, end, BLOCK_N):
         pos = tile + tl.arange(0, BLOCK_N)
         valid = pos < end
         acc, top, total = attend_tile(
@@ -207,8 +212,12 @@ def paged_decode_attention(
     page_size: int,
     *,
     min_split_tokens: int | None = None,
+    scale: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attend `num_seqs` single-token queries to their paged contexts; writes `out` rows.
+    `scale` is the softmax scale (None: D ** -0.5); with `window` W the query sees only the
+    last W positions of its context (a sliding-window layer).
 
     q and out [T, H, D]; k_cache / v_cache [slots, KVH, D] (one layer); block_tables
     [rows, max_pages] int64; plan int32 [3 * num_seqs] on the device: the flat tokens, then
@@ -236,7 +245,7 @@ def paged_decode_attention(
         num_seqs, num_heads, splits, split_len,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0),
-        LOG2E / math.sqrt(head_dim),
+        LOG2E * (scale if scale is not None else 1.0 / math.sqrt(head_dim)), window or 0,
         GROUP=group, PAGE=page_size, HEAD_DIM=head_dim,
         BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n,
         DIRECT=direct, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype),

@@ -53,6 +53,7 @@ def _extend_kernel(
     kv_stride_h,
     table_stride,
     scale_log2,
+    window,
     GROUP: tl.constexpr,
     PAGE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -87,19 +88,25 @@ def _extend_kernel(
     table = tables_ptr + row * table_stride
     k_head = k_ptr + kv_head * kv_stride_h
     v_head = v_ptr + kv_head * kv_stride_h
-    # Positions past the block's last row are never visible to it. Position 0 is visible
-    # to every row, so `top` is finite after the first tile for every row.
+    # Positions past the block's last row are never visible to it. Without a window,
+    # position 0 is visible to every row. With window W, row r sees (last_r - W, last_r];
+    # the loop starts at the block's first row's first visible position.
     end = tl.minimum(context, prefix + first + BLOCK_M)
-    for tile in range(0, end, BLOCK_N):
+    lo = 0
+    if window > 0:
+        lo = tl.maximum(prefix + first - window + 1, 0)
+    for tile in range(lo, end, BLOCK_N):
         pos = tile + tl.arange(0, BLOCK_N)
         in_context = pos < end
         visible = in_context[None, :] & (pos[None, :] <= last[:, None])
+        if window > 0:
+            visible = visible & (pos[None, :] > last[:, None] - window)
         acc, top, total = attend_tile(
             acc, top, total, q, pos, in_context, visible, table, k_head, v_head,
             kv_stride_s, scale_log2, PAGE, HEAD_DIM, PRECISION, UPCAST,
         )  # fmt: skip
 
-    result = acc / total[:, None]
+    result = acc / tl.where(total > 0, total, 1.0)[:, None]  # padding rows may see nothing
     o_offsets = (q_start + rows)[:, None] * o_stride_t + head * o_stride_h + dims[None, :]
     tl.store(out_ptr + o_offsets, result.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
@@ -115,8 +122,13 @@ def paged_extend_attention(
     num_chunks: int,
     num_blocks: int,
     page_size: int,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attend every chunk's queries to its prefix and causally to itself; writes `out` rows.
+    `scale`: the softmax scale (None: D ** -0.5); `window` W: a query at q sees only the
+    keys at k with q - k < W (a sliding-window layer).
 
     q and out [T, H, D]; k_cache / v_cache [slots, KVH, D] (one layer, the chunks' own K/V
     already stored); block_tables [rows, max_pages] int64. On the device, int32: `chunks`
@@ -134,7 +146,7 @@ def paged_extend_attention(
         q, k_cache, v_cache, out, block_tables, chunks, blocks, num_chunks, num_blocks,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0),
-        LOG2E / math.sqrt(head_dim),
+        LOG2E * (scale if scale is not None else 1.0 / math.sqrt(head_dim)), window or 0,
         GROUP=num_heads // kv_heads, PAGE=page_size, HEAD_DIM=head_dim,
         BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype),

@@ -17,4 +17,5 @@ pytest_plugins = [
     "tests.fixtures.otlp_collector",
     "tests.fixtures.platform",
     "tests.fixtures.certs",
+    "tests.fixtures.thinking",
 ]

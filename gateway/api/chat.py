@@ -21,6 +21,7 @@ from gateway.api.generation import (
     streamed,
 )
 from gateway.api.grammar_limits import GrammarLimits, check_grammar
+from gateway.api.reasoning import Thinking, ThoughtSplitter, resolve_thinking, split_thought
 from gateway.api.refused import refuse_unhonoured
 from gateway.api.sampling import check_stop_token_ids, resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
@@ -80,6 +81,9 @@ async def chat_completions(
     # Meta-validating schemas is pure Python (0.5 s for a large one): on a thread, where
     # the interpreter hands the loop the GIL every switch interval.
     plan = await asyncio.to_thread(_plan, body, gateway)
+    thinking = resolve_thinking(
+        body.chat_template_kwargs, body.reasoning_effort, gateway.prompts.adapter.reasoning
+    )
     bias = logit_bias(body.logit_bias, gateway.prompts.vocab_size)
     check_stop_token_ids(body.stop_token_ids, gateway.prompts.vocab_size)
     fmt = gateway.prompts.adapter.tool_call_format
@@ -89,7 +93,9 @@ async def chat_completions(
         with inference.span.use():
             # Thousands of messages take milliseconds to dump: off the loop too.
             messages = await asyncio.to_thread(_dumped, body.messages)
-            prompt = await gateway.prompts.chat(messages, body.mm_hashes, salts, plan.tools)
+            prompt = await gateway.prompts.chat(
+                messages, body.mm_hashes, salts, plan.tools, thinking.template_kwargs
+            )
             # Each of the n choices is routed and prefilled on its own: n x the prompt.
             gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens * body.n)
             requested = body.max_completion_tokens or body.max_tokens
@@ -110,6 +116,7 @@ async def chat_completions(
                         choice=i,
                         constraint=plan.constraint,
                         logit_bias=bias,
+                        reasoning=thinking.thinks,
                     ),
                 )
                 for i in range(body.n)
@@ -125,7 +132,10 @@ async def chat_completions(
         parsers = [
             ToolCallStream(fmt, plan.tool_names) if plan.parse_tools else None for _ in generations
         ]
-        return _stream(generations, inference, chunks, started, parsers)
+        splitters = [
+            ThoughtSplitter(thinking.markers) if thinking.thinks else None for _ in generations
+        ]
+        return _stream(generations, inference, chunks, started, parsers, splitters)
 
     def charge(tokens: int) -> None:
         gateway.key_limits.charge_completion_tokens(caller.key_id, tokens)
@@ -133,7 +143,7 @@ async def chat_completions(
     answer = Answer(
         ("chat.completion", "chat.completion.chunk"),
         [0] * len(jobs),
-        choice_body=lambda choice: _choice_body(choice, body.logprobs, plan, fmt),
+        choice_body=lambda choice: _choice_body(choice, body.logprobs, plan, fmt, thinking),
         stream=stream,
     )
     try:
@@ -144,10 +154,13 @@ async def chat_completions(
         raise name_constraint_error(err, plan.constraint_param) from None
 
 
-def _choice_body(choice: Choice, logprobs: bool, plan: OutputPlan, fmt) -> dict:
+def _choice_body(choice: Choice, logprobs: bool, plan: OutputPlan, fmt, thinking: Thinking) -> dict:
     message = {"role": "assistant", "content": "".join(choice.text)}
     finish_reason = choice.finish_reason or "stop"
-    if plan.parse_tools:
+    if thinking.thinks:
+        reasoning, message["content"] = split_thought(message["content"], thinking.markers)
+        message["reasoning_content"] = reasoning
+    if plan.parse_tools and message["content"] is not None:
         content, calls = parse_answer(message["content"], fmt, plan.tool_names)
         message["content"] = content
         if calls:
@@ -166,7 +179,7 @@ def _tool_finish(reason: str) -> str:
     return "tool_calls" if reason == "stop" else reason
 
 
-async def _stream(generations, inference, stream: StreamChunks, started, parsers):
+async def _stream(generations, inference, stream: StreamChunks, started, parsers, splitters):
     def delta(index: int, content: dict, logprobs=None, finish_reason=None) -> dict:
         return {
             "index": index,
@@ -174,6 +187,24 @@ async def _stream(generations, inference, stream: StreamChunks, started, parsers
             "logprobs": logprobs,
             "finish_reason": finish_reason,
         }
+
+    def pieces_of(index: int, text: str, closing: bool = False) -> list[dict]:
+        """The deltas one chunk of text makes: the thought first (a thinking request), then
+        the answer through the tool-call parser (when tools are parsed)."""
+        splitter, parser = splitters[index], parsers[index]
+        if splitter is None:
+            split = [] if closing else [{"content": text}]
+        else:
+            split = splitter.close() if closing else splitter.feed(text)
+        pieces = []
+        for piece in split:
+            if "content" in piece and parser is not None:
+                pieces.extend(parser.feed(piece["content"]))
+            else:
+                pieces.append(piece)
+        if closing and parser is not None:
+            pieces.extend(parser.close())
+        return pieces
 
     choices = [Choice(i) for i in range(len(generations))]
     for choice in choices:
@@ -183,10 +214,7 @@ async def _stream(generations, inference, stream: StreamChunks, started, parsers
             parser = parsers[index]
             if tokens is not None:
                 logprobs = chat_logprobs(tokens.logprobs) if tokens.logprobs else None
-                if parser is None:
-                    yield stream.chunk([delta(index, {"content": tokens.text}, logprobs)])
-                    continue
-                pieces = parser.feed(tokens.text)
+                pieces = pieces_of(index, tokens.text)
                 if logprobs and not pieces:
                     pieces = [{"content": ""}]  # the logprobs still go out
                 for piece in pieces:
@@ -194,11 +222,10 @@ async def _stream(generations, inference, stream: StreamChunks, started, parsers
                     logprobs = None
                 continue
             reason = choices[index].finish_reason
-            if parser is not None:
-                for piece in parser.close():
-                    yield stream.chunk([delta(index, piece)])
-                if parser.calls:
-                    reason = choices[index].finish_reason = _tool_finish(reason or "stop")
+            for piece in pieces_of(index, "", closing=True):
+                yield stream.chunk([delta(index, piece)])
+            if parser is not None and parser.calls:
+                reason = choices[index].finish_reason = _tool_finish(reason or "stop")
             yield stream.chunk([delta(index, {}, None, reason)])
     last = stream.finish(generations, choices, [0] * len(choices), inference)
     if last is not None:

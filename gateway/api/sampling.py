@@ -15,6 +15,7 @@ def sampling_params(
     choice: int = 0,
     constraint: common_pb2.Constraint | None = None,
     logit_bias: dict[int, float] | None = None,
+    reasoning: bool = False,
 ) -> common_pb2.SamplingParams:
     """One choice's parameters; with a seed, choice i samples with seed + i (n differ).
     `constraint` and `logit_bias` come checked (gateway/api/structured.py)."""
@@ -39,6 +40,7 @@ def sampling_params(
     )
     params.stop_token_ids.extend(request.stop_token_ids or [])
     params.min_tokens = request.min_tokens
+    params.reasoning = reasoning  # the output opens with a thought: constraint after it
     params.include_stop_str_in_output = request.include_stop_str_in_output
     if request.skip_special_tokens is not None:
         params.skip_special_tokens = request.skip_special_tokens

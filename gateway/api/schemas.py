@@ -162,6 +162,9 @@ class ChatCompletionRequest(_SamplingFields):
     tools: Any = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None
+    # Reasoning models (gateway/api/reasoning.py checks them against the chat template).
+    chat_template_kwargs: Any = None
+    reasoning_effort: Any = None
     # Undeclared fields are kept (in `model_extra`) rather than dropped, so that the ones
     # Iris cannot honour are refused by name (gateway/api/refused.py keeps their one list).
     model_config = ConfigDict(extra="allow")

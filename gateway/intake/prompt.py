@@ -115,12 +115,14 @@ class PromptBuilder:
         mm_hashes: object = None,
         salts: RequestSalts = NO_SALTS,
         tools: Sequence[dict] | None = None,
+        template_kwargs: dict | None = None,
     ) -> PreparedPrompt:
         """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt.
 
         Each image's identity is computed from its bytes under `salts.images`; a caller's
         `mm_hashes` entry that is not that identity is ignored and counted. `tools` (checked
-        OpenAI tool objects) are rendered into the prompt."""
+        OpenAI tool objects) are rendered into the prompt, and `template_kwargs` (checked:
+        gateway/api/reasoning.py) passed to the chat template."""
         template, refs = split_messages(messages)
         if len(refs) > self.max_images:
             raise bad_request(
@@ -135,11 +137,19 @@ class PromptBuilder:
         budget = ImageBudget(self.max_request_image_bytes, self.max_request_image_pixels)
         datas = await self._load(refs, budget)
         return await asyncio.to_thread(
-            self._chat, template, refs, datas, mm_hashes, salts, budget, tools
+            self._chat, template, refs, datas, mm_hashes, salts, budget, tools, template_kwargs
         )
 
     def _chat(
-        self, template, refs, datas, mm_hashes, salts: RequestSalts, budget: ImageBudget, tools
+        self,
+        template,
+        refs,
+        datas,
+        mm_hashes,
+        salts: RequestSalts,
+        budget: ImageBudget,
+        tools,
+        template_kwargs=None,
     ) -> PreparedPrompt:
         items = [
             describe_image(
@@ -161,7 +171,9 @@ class PromptBuilder:
         self._check_length_of(template, tools)
         try:
             # Only the template emits control tokens: text is tokenized as text.
-            ids = self.adapter.chat_prompt_ids(template, add_generation_prompt=True, tools=tools)
+            ids = self.adapter.chat_prompt_ids(
+                template, add_generation_prompt=True, tools=tools, template_kwargs=template_kwargs
+            )
         except ValueError as err:
             raise bad_request(f"cannot render the chat template: {err}", "messages") from None
         except RecursionError:

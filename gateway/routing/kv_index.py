@@ -57,7 +57,7 @@ class KVIndex:
 
     def matched_blocks(self, pod: str, hashes: Sequence[bytes], limit: int | None = None) -> int:
         """How many leading blocks of `hashes` the pod holds (the chain stops at a miss),
-        at most `limit` (the blocks the pod may reuse: iris.multimodal.reusable_blocks)."""
+        at most `limit` (the blocks the pod may resume: iris.multimodal.PrefixResumeRule)."""
         state = self._pods.get(pod)
         if state is None:
             return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.routing.inflight import InflightLedger
+from iris.multimodal import AttentionLayer, PrefixResumeRule
 
 
 @dataclass
@@ -26,6 +27,8 @@ class Pod:
     name: str = ""
     page_size: int = 0
     max_model_len: int = 0
+    # The decoder's layers as the pod reports them (GetModelInfo); none: all full attention.
+    layers: tuple[AttentionLayer, ...] = ()
     healthy: bool = False
     serving: bool = True
     refused: str | None = None  # why the pod may never be used (e.g. a fingerprint mismatch)
@@ -36,6 +39,11 @@ class Pod:
     @property
     def usable(self) -> bool:
         return self.healthy and self.serving and self.refused is None and self.page_size > 0
+
+    @property
+    def resume_rule(self) -> PrefixResumeRule:
+        """The pod's own resumable-prefix rule, built from what it reported."""
+        return PrefixResumeRule(self.page_size, self.layers)
 
     def __hash__(self) -> int:
         return hash(self.address)

@@ -15,10 +15,30 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway import metrics
 from gateway.routing.kv_index import KVEventRecord, KVIndex
 from gateway.routing.pods import Pod
+from iris.multimodal import AttentionLayer, LayerKind
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 
 log = logging.getLogger(__name__)
 LLM_HEALTH_SERVICE = "iris.llm.LLM"  # the name an LLM pod's readiness is published under
+
+
+_LAYER_KINDS = {
+    llm_pb2.AttentionLayer.FULL: LayerKind.FULL,
+    llm_pb2.AttentionLayer.SLIDING: LayerKind.SLIDING,
+}
+
+
+def attention_layers(info: llm_pb2.ModelInfo) -> tuple[AttentionLayer, ...]:
+    """The layers a pod reports, for its resumable-prefix rule. A kind this gateway does not
+    know (a newer pod) raises ValueError naming it: the gateway could not count what that
+    pod resumes, so it would leave images out of the Reserve that the pod needs."""
+    layers = []
+    for number, layer in enumerate(info.layers):
+        kind = _LAYER_KINDS.get(layer.kind)
+        if kind is None:
+            raise ValueError(f"layer {number} has attention kind {layer.kind}, unknown here")
+        layers.append(AttentionLayer(kind, layer.window))
+    return tuple(layers)
 
 
 def event_records(batch: llm_pb2.KVEventBatch) -> list[KVEventRecord]:
@@ -73,11 +93,18 @@ class PodWatcher:
             self.pod.refused = "pod reports page_size 0"
             log.error("refusing LLM pod %s: %s", self.pod.address, self.pod.refused)
             return False
+        try:
+            layers = attention_layers(info)
+        except ValueError as err:
+            self.pod.refused = f"pod reports layers the gateway cannot resume from: {err}"
+            log.error("refusing LLM pod %s: %s", self.pod.address, self.pod.refused)
+            return False
         if info.pod_name and info.pod_name != self.pod.name:
             metrics.forget_pod(self.pod.name)  # series shown under the provisional name
             self.pod.name = info.pod_name
         self.pod.page_size = info.page_size
         self.pod.max_model_len = info.max_model_len
+        self.pod.layers = layers
         self.pod.healthy = True
         log.info(
             "LLM pod %s (%s) ready, page size %d", self.pod.address, self.pod.name, info.page_size

@@ -23,6 +23,7 @@ from iris.models.checkpoint import (
 from iris.models.contract import check_token_contract
 from iris.models.messages import flatten_content, to_template_messages
 from iris.models.quantization import QuantScheme, read_quantization
+from iris.models.reasoning import ReasoningSupport, probe_reasoning
 from iris.models.tool_format import HERMES, ToolCallFormat, for_tool_template, with_tool_instruction
 from iris.multimodal import processor_fingerprint
 
@@ -37,7 +38,7 @@ class ModelAdapter(ABC):
     """One model family's rules, bound to one checkpoint directory."""
 
     architectures: ClassVar[tuple[str, ...]] = ()
-    # The decoder family of its language model, which the engine builds ("llama" | "qwen2").
+    # The decoder family of its language model, which the engine builds ("llama", "qwen2", ...).
     text_family: ClassVar[str]
     image_token: ClassVar[str]
     image_placeholder_text: ClassVar[str]
@@ -152,10 +153,12 @@ class ModelAdapter(ABC):
         messages: Sequence[dict],
         add_generation_prompt: bool = True,
         tools: Sequence[dict] | None = None,
+        template_kwargs: dict | None = None,
     ) -> str:
         """Render OpenAI-style messages; each image part becomes `image_placeholder_text`.
         `tools` (OpenAI tool objects) go through the template when it renders them, else
         into the adapter's own system instruction (iris.models.tool_format).
+        `template_kwargs` (e.g. `enable_thinking`, checked by the caller) go to the template.
 
         Raises ValueError if the rendered prompt's placeholders do not match the number of
         images (for example a user's text that spells out the placeholder token). For the
@@ -163,6 +166,7 @@ class ModelAdapter(ABC):
         token typed in a message into a control token.
         """
         template_messages, images, extra = self._template_inputs(messages, tools)
+        extra.update(template_kwargs or {})
         tokenizer = self.tokenizer()
         prompt = tokenizer.apply_chat_template(
             template_messages,
@@ -186,6 +190,7 @@ class ModelAdapter(ABC):
         messages: Sequence[dict],
         add_generation_prompt: bool = True,
         tools: Sequence[dict] | None = None,
+        template_kwargs: dict | None = None,
     ) -> list[int]:
         """The token ids of the rendered messages, where only the chat template emits
         control tokens: a special token spelled inside a message's text, a tool's
@@ -196,6 +201,7 @@ class ModelAdapter(ABC):
         Raises ValueError if the ids' image placeholders do not match the images.
         """
         template_messages, images, extra = self._template_inputs(messages, tools)
+        extra.update(template_kwargs or {})
         tokenizer = self.tokenizer()
         encoded = tokenizer.apply_chat_template(
             template_messages,
@@ -211,7 +217,7 @@ class ModelAdapter(ABC):
             # here, so render the flattened form and tokenize it (its control tokens are not
             # sanitized; no registered family needs this path).
             ids = self.encode_prompt(
-                self.apply_chat_template(messages, add_generation_prompt, tools)
+                self.apply_chat_template(messages, add_generation_prompt, tools, template_kwargs)
             )
             found = ids.count(self.image_token_id)
         self._check_placeholders(found, images)
@@ -255,6 +261,12 @@ class ModelAdapter(ABC):
         except Exception:  # a template that fails on tools does not support them
             return False
         return plain != with_tool
+
+    @cached_property
+    def reasoning(self) -> ReasoningSupport | None:
+        """Whether the model thinks, and which reasoning fields its chat template takes
+        (iris.models.reasoning); None for a model that does not think."""
+        return probe_reasoning(self.tokenizer())
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids of a rendered prompt (the template already holds the special tokens)."""

@@ -13,7 +13,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3", "qwen3_vl", "qwen3_vl_moe")
+TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")  # iris/models/text_tiny.py
+VLM_TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3", "qwen3_vl", "qwen3_vl_moe")
+TINY_ARCHS = (*VLM_TINY_ARCHS, *TEXT_TINY_ARCHS)
 COMPLETE_MARKER = ".iris-complete"
 _PACKAGE = Path(__file__).parent
 
@@ -29,6 +31,12 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.qwen3_vl.tiny import build
     elif arch == "qwen3_vl_moe":
         from iris.models.qwen3_vl.tiny import build_moe as build
+    elif arch in TEXT_TINY_ARCHS:
+        from functools import partial
+
+        from iris.models.text_tiny import build as build_text
+
+        build = partial(build_text, arch)
     else:
         raise ValueError(f"unknown tiny arch {arch!r} (choose from: {', '.join(TINY_ARCHS)})")
     return build
@@ -79,6 +87,7 @@ TINY_SOURCES = {
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
     "qwen3_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
     "qwen3_vl_moe": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
+    **{arch: ("tokenizer_build.py", "text_tiny.py", "build.py") for arch in TEXT_TINY_ARCHS},
 }
 DEMO_SOURCES = ("demo.py", "idefics3/tiny.py", "build.py")
 

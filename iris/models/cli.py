@@ -20,10 +20,11 @@ def make_tiny(
         Path, typer.Argument(help="Directory to create (kept if already complete).")
     ],
     arch: Annotated[
-        str, typer.Option("--arch", help="Family: " + ", ".join(TINY_ARCHS) + ".")
+        str, typer.Option("--arch", help=f"Family: {', '.join(TINY_ARCHS)}.")
     ] = "qwen2_vl",
 ) -> None:
-    """A tiny random checkpoint (hidden 64, 2 layers, small vision tower, real tokenizer)."""
+    """A tiny random checkpoint (hidden 64, 2 layers, real tokenizer; the VLMs with a small
+    vision tower)."""
     if arch not in TINY_ARCHS:
         raise typer.BadParameter(
             f"{arch!r} is not one of: {', '.join(TINY_ARCHS)}", param_hint="--arch"

@@ -24,6 +24,10 @@ _PLAIN_LANGUAGE_MODELS = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Gemma3ForCausalLM": "gemma3",
 }
 
 
@@ -62,8 +66,9 @@ def has_adapter(architecture: str) -> bool:
 
 
 def text_family(architecture: str) -> str:
-    """The decoder family ("llama" | "qwen2" | "qwen3_vl" | "qwen3_vl_moe") of an
-    architecture's language model; ValueError listing every known architecture."""
+    """The decoder family (llm_svc/engine/models/registry.py: "llama", "qwen2", "qwen3",
+    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_vl", "qwen3_vl_moe") of an architecture's
+    language model; ValueError listing every known architecture."""
     _load_families()
     if architecture in _REGISTRY:
         return _REGISTRY[architecture].text_family

@@ -4,7 +4,6 @@ from iris.multimodal.blocks import (
     BLOCK_HASH_BYTES,
     block_hashes,
     next_block_hash,
-    reusable_blocks,
     root_hash,
 )
 from iris.multimodal.decode import (
@@ -34,6 +33,13 @@ from iris.multimodal.item import (
     hash_of_identity,
     pad_values_for,
 )
+from iris.multimodal.resume import (
+    AttentionLayer,
+    LayerKind,
+    PrefixResumeRule,
+    all_full,
+    layers_from_windows,
+)
 from iris.multimodal.spans import (
     Overlap,
     check_spans,
@@ -43,6 +49,11 @@ from iris.multimodal.spans import (
 from iris.multimodal.vocab import check_vocab_size
 
 __all__ = [
+    "AttentionLayer",
+    "LayerKind",
+    "PrefixResumeRule",
+    "all_full",
+    "layers_from_windows",
     "BLOCK_HASH_BYTES",
     "IDENTITY_TAG",
     "PAD_BASE",
@@ -56,7 +67,6 @@ __all__ = [
     "MultimodalItem",
     "Overlap",
     "block_hashes",
-    "reusable_blocks",
     "canonical_json",
     "check_mm_hashes_type",
     "check_salt",

@@ -23,18 +23,6 @@ def root_hash(fingerprint: bytes, salt: bytes | None = None) -> bytes:
     return blake3.blake3(PREFIX_TAG + bytes(fingerprint), key=salt).digest()[:BLOCK_HASH_BYTES]
 
 
-def reusable_blocks(num_tokens: int, block_size: int) -> int:
-    """How many leading full blocks of a prompt of `num_tokens` a pod may take from its
-    prefix cache: at most (num_tokens - 1) // block_size, since at least one token is
-    computed (its logits give the first output token). The one rule for the cached
-    prefix: the pod matches no more (llm_svc/engine/block_manager.py), and the gateway
-    counts no more as covered (gateway/routing), so an image in a prompt's last page is
-    always reserved and encoded when the pod will need its embedding."""
-    if block_size <= 0:
-        raise ValueError(f"block_size must be > 0, got {block_size}")
-    return max(0, num_tokens - 1) // block_size
-
-
 def next_block_hash(previous: bytes, block: Sequence[int] | np.ndarray) -> bytes:
     """h_k = BLAKE3(h_{k-1} ‖ block_k as little-endian int64)[:16]."""
     data = np.asarray(block, dtype="<i8").tobytes()

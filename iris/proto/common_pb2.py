@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17iris/proto/common.proto\x12\x0biris.common\"\"\n\x04Span\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"\xa0\x01\n\x0eMultimodalItem\x12\'\n\x08modality\x18\x01 \x01(\x0e\x32\x15.iris.common.Modality\x12\x10\n\x08identity\x18\x02 \x01(\x0c\x12\x0c\n\x04hash\x18\x03 \x01(\x06\x12\"\n\x07offsets\x18\x04 \x03(\x0b\x32\x11.iris.common.Span\x12\x13\n\x0btoken_count\x18\x05 \x01(\r\x12\x0c\n\x04grid\x18\x06 \x03(\r\">\n\x0cTensorHeader\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x10\n\x08\x63hecksum\x18\x03 \x01(\x06\"\xc6\x04\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x1a\n\x12repetition_penalty\x18\x04 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x05 \x01(\x02\x12\x18\n\x10presence_penalty\x18\x06 \x01(\x02\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x16\n\x0estop_token_ids\x18\x08 \x03(\x03\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x12\n\nmax_tokens\x18\n \x01(\r\x12\x12\n\nignore_eos\x18\x0b \x01(\x08\x12\x10\n\x08logprobs\x18\x0c \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\r \x01(\r\x12>\n\nlogit_bias\x18\x0e \x03(\x0b\x32*.iris.common.SamplingParams.LogitBiasEntry\x12+\n\nconstraint\x18\x0f \x01(\x0b\x32\x17.iris.common.Constraint\x12\r\n\x05min_p\x18\x10 \x01(\x02\x12\"\n\x1ainclude_stop_str_in_output\x18\x11 \x01(\x08\x12 \n\x13skip_special_tokens\x18\x12 \x01(\x08H\x01\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x13 \x01(\r\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x16\n\x14_skip_special_tokens\"\xb0\x01\n\nConstraint\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.iris.common.Constraint.Kind\x12\r\n\x05value\x18\x02 \x01(\t\"g\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bJSON_SCHEMA\x10\x01\x12\x0f\n\x0bJSON_OBJECT\x10\x02\x12\t\n\x05REGEX\x10\x03\x12\x08\n\x04\x45\x42NF\x10\x04\x12\x12\n\x0eSTRUCTURAL_TAG\x10\x05\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t*E\n\x08Modality\x12\x18\n\x14MODALITY_UNSPECIFIED\x10\x00\x12\t\n\x05IMAGE\x10\x01\x12\t\n\x05VIDEO\x10\x02\x12\t\n\x05\x41UDIO\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17iris/proto/common.proto\x12\x0biris.common\"\"\n\x04Span\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"\xa0\x01\n\x0eMultimodalItem\x12\'\n\x08modality\x18\x01 \x01(\x0e\x32\x15.iris.common.Modality\x12\x10\n\x08identity\x18\x02 \x01(\x0c\x12\x0c\n\x04hash\x18\x03 \x01(\x06\x12\"\n\x07offsets\x18\x04 \x03(\x0b\x32\x11.iris.common.Span\x12\x13\n\x0btoken_count\x18\x05 \x01(\r\x12\x0c\n\x04grid\x18\x06 \x03(\r\">\n\x0cTensorHeader\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x10\n\x08\x63hecksum\x18\x03 \x01(\x06\"\xd9\x04\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x1a\n\x12repetition_penalty\x18\x04 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x05 \x01(\x02\x12\x18\n\x10presence_penalty\x18\x06 \x01(\x02\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x16\n\x0estop_token_ids\x18\x08 \x03(\x03\x12\x0c\n\x04stop\x18\t \x03(\t\x12\x12\n\nmax_tokens\x18\n \x01(\r\x12\x12\n\nignore_eos\x18\x0b \x01(\x08\x12\x10\n\x08logprobs\x18\x0c \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\r \x01(\r\x12>\n\nlogit_bias\x18\x0e \x03(\x0b\x32*.iris.common.SamplingParams.LogitBiasEntry\x12+\n\nconstraint\x18\x0f \x01(\x0b\x32\x17.iris.common.Constraint\x12\r\n\x05min_p\x18\x10 \x01(\x02\x12\"\n\x1ainclude_stop_str_in_output\x18\x11 \x01(\x08\x12 \n\x13skip_special_tokens\x18\x12 \x01(\x08H\x01\x88\x01\x01\x12\x12\n\nmin_tokens\x18\x13 \x01(\r\x12\x11\n\treasoning\x18\x14 \x01(\x08\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x16\n\x14_skip_special_tokens\"\xb0\x01\n\nConstraint\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.iris.common.Constraint.Kind\x12\r\n\x05value\x18\x02 \x01(\t\"g\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bJSON_SCHEMA\x10\x01\x12\x0f\n\x0bJSON_OBJECT\x10\x02\x12\t\n\x05REGEX\x10\x03\x12\x08\n\x04\x45\x42NF\x10\x04\x12\x12\n\x0eSTRUCTURAL_TAG\x10\x05\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t*E\n\x08Modality\x12\x18\n\x14MODALITY_UNSPECIFIED\x10\x00\x12\t\n\x05IMAGE\x10\x01\x12\t\n\x05VIDEO\x10\x02\x12\t\n\x05\x41UDIO\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
-  _globals['_MODALITY']._serialized_start=1124
-  _globals['_MODALITY']._serialized_end=1193
+  _globals['_MODALITY']._serialized_start=1143
+  _globals['_MODALITY']._serialized_end=1212
   _globals['_SPAN']._serialized_start=40
   _globals['_SPAN']._serialized_end=74
   _globals['_MULTIMODALITEM']._serialized_start=77
@@ -42,13 +42,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSORHEADER']._serialized_start=239
   _globals['_TENSORHEADER']._serialized_end=301
   _globals['_SAMPLINGPARAMS']._serialized_start=304
-  _globals['_SAMPLINGPARAMS']._serialized_end=886
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=805
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=853
-  _globals['_CONSTRAINT']._serialized_start=889
-  _globals['_CONSTRAINT']._serialized_end=1065
-  _globals['_CONSTRAINT_KIND']._serialized_start=962
-  _globals['_CONSTRAINT_KIND']._serialized_end=1065
-  _globals['_TRACECONTEXT']._serialized_start=1067
-  _globals['_TRACECONTEXT']._serialized_end=1122
+  _globals['_SAMPLINGPARAMS']._serialized_end=905
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=824
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=872
+  _globals['_CONSTRAINT']._serialized_start=908
+  _globals['_CONSTRAINT']._serialized_end=1084
+  _globals['_CONSTRAINT_KIND']._serialized_start=981
+  _globals['_CONSTRAINT_KIND']._serialized_end=1084
+  _globals['_TRACECONTEXT']._serialized_start=1086
+  _globals['_TRACECONTEXT']._serialized_end=1141
 # @@protoc_insertion_point(module_scope)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from iris.multimodal import reusable_blocks
+from iris.multimodal import PrefixResumeRule
 from llm_svc.engine.radix_cache import RadixCache
 from llm_svc.engine.sequence import Sequence
 
@@ -14,13 +14,23 @@ class BlockManager:
 
     Paired checks and actions: `can_append` / `append` reserve pages for the next chunk;
     `match_prefix` / `release` share and give back cached pages; `commit` publishes the
-    pages a step has filled to the cache.
+    pages a step has filled to the cache. How much of a cached prefix a sequence resumes is
+    `resume_rule`'s answer (default: every layer full attention), the one the gateway counts
+    with too.
     """
 
-    def __init__(self, num_pages: int, page_size: int, cache: RadixCache | None) -> None:
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        cache: RadixCache | None,
+        resume_rule: PrefixResumeRule | None = None,
+    ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
         self.cache = cache
+        self.resume_rule = resume_rule or PrefixResumeRule(page_size)
+        assert self.resume_rule.page_size == page_size, "the rule counts in this pod's pages"
         self.free_pages: deque[int] = deque(range(num_pages))
 
     @property
@@ -60,17 +70,21 @@ class BlockManager:
         """
         if self.cache is None or seq.block_table:
             return 0
-        nodes = self.cache.match(self._reusable_ids(seq), seq.cache_salt)
+        nodes = self._resumable_nodes(seq)
         self.cache.acquire(nodes)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size
         return seq.num_computed_tokens
 
-    def _reusable_ids(self, seq: Sequence):
-        """The tokens of `seq` its cached prefix may cover: the whole blocks the shared
-        rule allows (iris.multimodal.reusable_blocks, which the gateway counts with too)."""
-        return seq.token_ids[: reusable_blocks(seq.num_tokens, self.page_size) * self.page_size]
+    def _resumable_nodes(self, seq: Sequence) -> list:
+        """The cached nodes `seq` resumes from: the held prefix, cut where the shared rule
+        says (iris.multimodal.PrefixResumeRule, which the gateway counts with too). The
+        walk stops at the most the rule could allow, so a long prompt is not walked past it."""
+        rule = self.resume_rule
+        most = rule.resumable_blocks(seq.num_tokens)
+        held = self.cache.match(seq.token_ids[: most * self.page_size], seq.cache_salt)
+        return held[: rule.resumable_blocks(seq.num_tokens, held_blocks=len(held))]
 
     def peek_prefix(self, seq: Sequence) -> int:
         """Tokens of `seq` the prefix cache holds, without taking them: a load estimate
@@ -81,8 +95,7 @@ class BlockManager:
         if self.cache is None:
             return 0
         if seq.peeked_prefix_tokens is None:
-            matched = self.cache.match(self._reusable_ids(seq), seq.cache_salt)
-            seq.peeked_prefix_tokens = len(matched) * self.page_size
+            seq.peeked_prefix_tokens = len(self._resumable_nodes(seq)) * self.page_size
         return seq.peeked_prefix_tokens
 
     def commit(self, seq: Sequence) -> None:

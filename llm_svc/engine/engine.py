@@ -12,7 +12,13 @@ from typing import Any
 import blake3
 import numpy as np
 
-from iris.multimodal import check_vocab_size, processor_fingerprint
+from iris.models.reasoning import think_markers
+from iris.multimodal import (
+    PrefixResumeRule,
+    all_full,
+    check_vocab_size,
+    processor_fingerprint,
+)
 from llm_svc.engine.block_manager import BlockManager
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.detokenizer import IncrementalDetokenizer
@@ -126,7 +132,12 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache)
+        # Every family built today attends fully; a family with sliding layers reports
+        # them here (iris.multimodal.layers_from_windows), and GetModelInfo passes them on.
+        self.resume_rule = PrefixResumeRule(
+            config.page_size, all_full(self.model_config.num_layers)
+        )
+        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache, self.resume_rule)
         self.adapter = load_vlm_adapter(
             config.model_dir, self.model_config.architecture, config.model_revision
         )
@@ -134,6 +145,8 @@ class LLMEngine:
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed, self.runner.device)
+        # A reasoning model's thought markers, from its own tokenizer (None: it does not think).
+        self.think_markers = think_markers(self.tokenizer)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
@@ -252,6 +265,10 @@ class LLMEngine:
                 )  # fmt: skip
         if params.constraint is not None:
             self.grammars.check(params.constraint)
+        if params.reasoning and self.think_markers is None:
+            raise InvalidRequestError(
+                "reasoning", True, "needs a model whose tokenizer and template have think markers"
+            )
         if mrope_positions is not None and np.shape(mrope_positions) != (3, len(ids)):
             # Checked here, not found by the step that would use it.
             shape = np.shape(mrope_positions)
@@ -278,8 +295,13 @@ class LLMEngine:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
             future = self.grammars.submit(params.constraint)
             limit = self.config.grammar_queue_timeout_s
+            thought_end = self.think_markers.end_id if params.reasoning else None
             seq.grammar = RequestGrammar(
-                params.constraint, future, limit, lambda: self.grammars.ready_since
+                params.constraint,
+                future,
+                limit,
+                lambda: self.grammars.ready_since,
+                opens_after=thought_end,
             )
             self.compiling.add(seq)
         else:

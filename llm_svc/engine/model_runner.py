@@ -145,10 +145,9 @@ class ModelRunner:
         return embeds, deepstack_rows(image_rows, starts, mc.hidden_size, mc.deepstack_levels)
 
     def forward_hidden(self, inputs: StepInputs, input_embeds, deepstack) -> torch.Tensor:
-        """The model's last hidden states [T, H] (deepstack passed only when present)."""
+        """The model's last hidden states [T, H]."""
         self.backend.plan(inputs.meta)
-        extra = {} if deepstack is None else {"deepstack": deepstack}
-        return self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds, **extra)
+        return self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds, deepstack)
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None,

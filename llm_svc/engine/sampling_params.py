@@ -31,7 +31,9 @@ class SamplingParams:
     `logit_bias` {token id: value in [-100, 100]} (at most 300) is added to the logits, and
     `constraint` (a JSON schema, regex, grammar...) masks every token its grammar does not
     allow, before penalties, sampling and logprobs. A constrained request also ends when its
-    grammar is complete and its stop token accepted.
+    grammar is complete and its stop token accepted. With `reasoning` (a thinking model's
+    request), the output opens with a thought and the constraint masks only what follows the
+    model's end-of-thought token.
     """
 
     temperature: float = 1.0
@@ -52,6 +54,8 @@ class SamplingParams:
     skip_special_tokens: bool = True
     logit_bias: dict[int, float] = field(default_factory=dict)
     constraint: Constraint | None = None
+    # The output opens with a thought: `constraint` starts after the end-of-thought token.
+    reasoning: bool = False
 
     def clone(self) -> SamplingParams:
         return copy.deepcopy(self)

@@ -115,7 +115,7 @@ class ModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_id", "fingerprint", "page_size", "vocab_size", "max_model_len", "chat_template", "pod_name")
+    __slots__ = ("model_id", "fingerprint", "page_size", "vocab_size", "max_model_len", "chat_template", "pod_name", "layers")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,7 @@ class ModelInfo(_message.Message):
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
     CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     POD_NAME_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     fingerprint: bytes
     page_size: int
@@ -130,7 +131,22 @@ class ModelInfo(_message.Message):
     max_model_len: int
     chat_template: str
     pod_name: str
-    def __init__(self, model_id: _Optional[str] = ..., fingerprint: _Optional[bytes] = ..., page_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., chat_template: _Optional[str] = ..., pod_name: _Optional[str] = ...) -> None: ...
+    layers: _containers.RepeatedCompositeFieldContainer[AttentionLayer]
+    def __init__(self, model_id: _Optional[str] = ..., fingerprint: _Optional[bytes] = ..., page_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., chat_template: _Optional[str] = ..., pod_name: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[AttentionLayer, _Mapping]]] = ...) -> None: ...
+
+class AttentionLayer(_message.Message):
+    __slots__ = ("kind", "window")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        FULL: _ClassVar[AttentionLayer.Kind]
+        SLIDING: _ClassVar[AttentionLayer.Kind]
+    FULL: AttentionLayer.Kind
+    SLIDING: AttentionLayer.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    kind: AttentionLayer.Kind
+    window: int
+    def __init__(self, kind: _Optional[_Union[AttentionLayer.Kind, str]] = ..., window: _Optional[int] = ...) -> None: ...
 
 class KVEvent(_message.Message):
     __slots__ = ("seq", "kind", "block_hashes", "parent_hash")

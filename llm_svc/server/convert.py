@@ -49,6 +49,7 @@ def sampling_params(
         presence_penalty=float(proto.presence_penalty),
         max_tokens=int(max_tokens),
         min_tokens=int(proto.min_tokens),
+        reasoning=proto.reasoning,
         stop=list(proto.stop),
         stop_token_ids=[int(token) for token in proto.stop_token_ids],
         ignore_eos=proto.ignore_eos,

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
 from iris.grpc_service import GrpcService
+from iris.multimodal import LayerKind, PrefixResumeRule
 from llm_svc.engine import LLMEngine
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from llm_svc.server.builder import build_engine
@@ -36,8 +37,23 @@ SERVICE_NAME = "iris.llm.LLM"
 ENGINE_FAILED_EXIT_CODE = 3
 
 
+_LAYER_KINDS = {
+    LayerKind.FULL: llm_pb2.AttentionLayer.FULL,
+    LayerKind.SLIDING: llm_pb2.AttentionLayer.SLIDING,
+}
+
+
+def reported_layers(rule: PrefixResumeRule) -> list[llm_pb2.AttentionLayer]:
+    """The layers of the pod's resumable-prefix rule, as GetModelInfo reports them."""
+    return [
+        llm_pb2.AttentionLayer(kind=_LAYER_KINDS[layer.kind], window=layer.window)
+        for layer in rule.layers
+    ]
+
+
 def model_info(engine: LLMEngine, settings: LLMSettings) -> llm_pb2.ModelInfo:
-    """What GetModelInfo answers (the gateway checks the fingerprint and page size)."""
+    """What GetModelInfo answers (the gateway checks the fingerprint and page size, and
+    builds the same resumable-prefix rule from the page size and the layers)."""
     template = getattr(engine.tokenizer, "chat_template", None)
     return llm_pb2.ModelInfo(
         model_id=settings.model_id or Path(engine.config.model_dir).name,
@@ -47,6 +63,7 @@ def model_info(engine: LLMEngine, settings: LLMSettings) -> llm_pb2.ModelInfo:
         max_model_len=engine.config.max_model_len,
         chat_template=template if isinstance(template, str) else "",
         pod_name=settings.pod_name,
+        layers=reported_layers(engine.resume_rule),
     )
 
 

@@ -24,6 +24,7 @@ class PodScript:
     fingerprint: bytes
     page_size: int = 4
     max_model_len: int = 4096
+    layers: list[llm_pb2.AttentionLayer] = field(default_factory=list)  # GetModelInfo's
     refusals: list[tuple[grpc.StatusCode, str]] = field(default_factory=list)  # before accept
     text: list[str] = field(default_factory=lambda: ["Hello", " world"])
     finish_reason: str = "stop"
@@ -119,6 +120,7 @@ class FakePod(llm_pb2_grpc.LLMServicer):
             page_size=self.script.page_size,
             max_model_len=self.script.max_model_len,
             pod_name="fake",
+            layers=self.script.layers,
         )
 
     def GetLoad(self, request, context):

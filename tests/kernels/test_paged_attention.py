@@ -45,8 +45,9 @@ def make_step(seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed):
 
 
 def compare(seqs, *, page_size=4, kv_heads=2, group=2, head_dim=16, dtype=torch.float32,
-            seed=0, num_pages=None, device="cpu"):  # fmt: skip
-    """Run one step through both backends on `device`; assert equal outputs and caches."""
+            seed=0, num_pages=None, device="cpu", **attention):  # fmt: skip
+    """Run one step through both backends on `device`; assert equal outputs and caches.
+    `attention`: the layer's `scale` and `window`, passed to both."""
     num_pages = num_pages or sum(-(-c // page_size) for c, _ in seqs) + 3
     cache, meta, tokens, generator = make_step(
         seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed
@@ -64,8 +65,8 @@ def compare(seqs, *, page_size=4, kv_heads=2, group=2, head_dim=16, dtype=torch.
     triton_backend.plan(meta)
     sdpa.plan(meta)
     for layer in (0, 1):
-        got = triton_backend.forward(layer, q, k, v)
-        expected = sdpa.forward(layer, q, k, v)
+        got = triton_backend.forward(layer, q, k, v, **attention)
+        expected = sdpa.forward(layer, q, k, v, **attention)
         torch.testing.assert_close(got, expected, atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
     assert torch.equal(cache.k, twin.k) and torch.equal(cache.v, twin.v)
 
@@ -138,3 +139,22 @@ def test_unsupported_head_dim_or_dtype_is_refused():
         TritonBackend(KVCache.allocate(1, 2, 4, 1, 24, torch.float32, "cpu"))
     with pytest.raises(ValueError, match="float64"):
         TritonBackend(KVCache.allocate(1, 2, 4, 1, 16, torch.float64, "cpu"))
+
+
+@pytest.mark.parametrize("window", [1, 3, 8, 70])
+def test_sliding_window_decode_and_extend(window):
+    # Windows shorter than a page, than a chunk, than a key tile, and longer than some
+    # contexts; decodes and chunks after a long cached prefix (q - k < window).
+    seqs = [(1, 1), (9, 1), (150, 1), (7, 7), (40, 5), (100, 30), (20, 1)]
+    compare(seqs, window=window)
+    compare(seqs, window=window, scale=0.3)
+
+
+def test_sliding_window_with_split_k_and_wide_heads(monkeypatch):
+    # Head dim 128: key tiles (32) narrower than query blocks (64), so a block's later rows
+    # see nothing in its first tiles; decode split over several splits, some before the
+    # window (they see nothing and weigh nothing in the merge).
+    import kernels.paged_attention_decode as decode
+
+    monkeypatch.setattr(decode, "MIN_SPLIT_TOKENS", 16)
+    compare([(200, 1), (90, 70), (33, 1)], head_dim=128, window=24)

@@ -23,6 +23,8 @@ def engine(llama_dir):
         ([1, -1], greedy(4), "[0, 384)"),
         (list(range(64)), greedy(4), "max_model_len 64"),
         (PROMPT, SamplingParams(temperature=-0.5), "temperature=-0.5"),
+        # A model without think markers has no thought to start a grammar after.
+        (PROMPT, greedy(4, reasoning=True), "needs a model whose tokenizer"),
         (PROMPT, SamplingParams(top_p=0.0), "top_p"),
         (PROMPT, SamplingParams(max_tokens=0), "max_tokens"),
         (PROMPT, SamplingParams(frequency_penalty=3.0), "[-2, 2]"),

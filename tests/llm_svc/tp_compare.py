@@ -32,3 +32,25 @@ def compare_runs(reference, parallel, label: str) -> list[str]:
         else:
             assert one.token_ids == two.token_ids, where
     return flips
+
+
+# A router decision may flip only where TP 1's k-th and (k+1)-th expert scores were this close.
+ROUTER_NEAR_TIE = 1e-4
+
+
+def compare_routers(reference: list, parallel: list, label: str) -> list[str]:
+    """Compare two runs' router decisions, call by call (each a (experts [T, k] sorted,
+    boundary gap [T]) pair, as tests/llm_svc/test_tensor_parallel_families.py records
+    them): a token's expert set may differ only where TP 1's gap between the k-th and the
+    (k+1)-th score was below ROUTER_NEAR_TIE. Returns the flips found."""
+    assert len(reference) == len(parallel), f"{label}: {len(reference)} vs {len(parallel)} calls"
+    flips = []
+    for call, ((one, gap), (two, _)) in enumerate(zip(reference, parallel, strict=True)):
+        assert one.shape == two.shape, f"{label} router call {call}"
+        for token in (one != two).any(dim=1).nonzero().flatten().tolist():
+            assert gap[token] < ROUTER_NEAR_TIE, (
+                f"{label} router call {call} token {token}: experts {one[token].tolist()} vs "
+                f"{two[token].tolist()}, TP 1's boundary gap {gap[token]:.2e} is not a near-tie"
+            )
+            flips.append(f"{label} router call {call} token {token} (gap {gap[token]:.1e})")
+    return flips

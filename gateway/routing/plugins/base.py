@@ -16,7 +16,7 @@ import numpy as np
 
 from gateway.routing.kv_index import KVIndex
 from gateway.routing.pods import Pod
-from iris.multimodal import block_hashes, reusable_blocks
+from iris.multimodal import block_hashes
 
 
 @dataclass
@@ -38,12 +38,14 @@ class RoutingRequest:
         return hashes
 
     def matched_blocks(self, pod: Pod, index: KVIndex) -> tuple[int, int]:
-        """(blocks of this prompt the pod holds as a prefix and will reuse, the blocks a
-        pod may reuse at most). That most is `reusable_blocks` (the pod always computes
-        the last token), the rule the pod matches by: no more count as covered."""
+        """(blocks of this prompt the pod holds and will resume, the blocks it may resume
+        at most). Both are the pod's own rule (`Pod.resume_rule`, the one its block manager
+        matches by) over what the KV index says it holds: no more count as covered."""
         hashes = self.block_hashes(pod.page_size)
-        limit = reusable_blocks(len(self.input_ids), pod.page_size)
-        return index.matched_blocks(pod.address, hashes, limit), limit
+        rule = pod.resume_rule
+        most = rule.resumable_blocks(len(self.input_ids))
+        held = index.matched_blocks(pod.address, hashes, most)
+        return rule.resumable_blocks(len(self.input_ids), held_blocks=held), most
 
 
 class Plugin(ABC):

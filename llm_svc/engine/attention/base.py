@@ -4,7 +4,9 @@ A step packs the new tokens of every scheduled sequence into one flat batch of T
 (sequence after sequence). The runner describes it with `AttentionMetadata`; a backend
 `plan`s once per step (index building shared by all layers), then each layer calls
 `forward`, which stores the step's K/V into the paged cache and attends each sequence's
-queries to its whole context (cached pages + the new tokens), causally.
+queries to its whole context (cached pages + the new tokens), causally; a sliding-window
+layer passes `window` W and a query at position q then sees only keys at k with q - k < W
+(the pages outside the window are still held: freeing them is a later change).
 """
 
 from __future__ import annotations
@@ -95,6 +97,14 @@ class AttentionBackend(ABC):
 
     @abstractmethod
     def forward(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scale: float | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
-        """q [T, heads, d], k/v [T, kv_heads, d] → [T, heads, d]; stores k/v in the cache."""
+        """q [T, heads, d], k/v [T, kv_heads, d] → [T, heads, d]; stores k/v in the cache.
+        `scale`: the softmax scale (None: d ** -0.5); `window`: see the module docstring."""

@@ -2,7 +2,8 @@
 
 Single-token queries (decode) of all sequences run as one padded batch per layer; longer
 queries (prefill chunks) run one sequence at a time with a causal mask offset by the
-cached prefix. Context is gathered a whole page at a time (one index per page, not per
+cached prefix (and, on a sliding-window layer, by the window: q - k < W). Context is
+gathered a whole page at a time (one index per page, not per
 token), which is what makes this fast enough on CPU.
 """
 
@@ -24,6 +25,16 @@ class _Chunk:
     pages: torch.Tensor  # [pages] of the sequence's context
     context: int
     mask: torch.Tensor | None  # [query, context] True = may attend; None = plain causal
+    rows: torch.Tensor  # [query, 1] each query's position
+    windowed: dict  # window → its mask, built on first use in the step
+
+    def mask_for(self, window: int | None) -> torch.Tensor | None:
+        if window is None:
+            return self.mask
+        if window not in self.windowed:
+            keys = torch.arange(self.context, device=self.rows.device)[None, :]
+            self.windowed[window] = (keys <= self.rows) & (keys > self.rows - window)
+        return self.windowed[window]
 
 
 @dataclass
@@ -32,6 +43,18 @@ class _DecodeBatch:
     pages: torch.Tensor  # [Bd * max_pages] (rows padded with page 0, masked out)
     width: int  # max_pages * page_size
     mask: torch.Tensor  # [Bd, 1, 1, width]
+    lengths: torch.Tensor  # [Bd] context lengths
+    windowed: dict  # window → its mask, built on first use in the step
+
+    def mask_for(self, window: int | None) -> torch.Tensor:
+        if window is None:
+            return self.mask
+        if window not in self.windowed:
+            keys = torch.arange(self.width, device=self.lengths.device)[None, :]
+            # The query sits at position length - 1: it sees keys k > length - 1 - W.
+            visible = (keys < self.lengths[:, None]) & (keys >= self.lengths[:, None] - window)
+            self.windowed[window] = visible[:, None, None, :]
+        return self.windowed[window]
 
 
 class SdpaBackend(AttentionBackend):
@@ -58,18 +81,19 @@ class SdpaBackend(AttentionBackend):
             width = max_pages * page_size
             positions = torch.arange(width, device=device)
             mask = (positions[None, :] < lengths[:, None])[:, None, None, :]
-            self._decode = _DecodeBatch(token_index, tables.reshape(-1), width, mask)
+            self._decode = _DecodeBatch(token_index, tables.reshape(-1), width, mask, lengths, {})
         for i, query_len in enumerate(meta.query_lens):
             if query_len == 1:
                 continue
             context = meta.context_lens[i]
             pages = meta.block_tables[i, : -(-context // page_size)]
             mask = None
+            rows = torch.arange(query_len, device=device)[:, None] + (context - query_len)
             if context > query_len:
-                rows = torch.arange(query_len, device=device)[:, None] + (context - query_len)
                 mask = torch.arange(context, device=device)[None, :] <= rows
             start = meta.query_starts[i]
-            self._chunks.append(_Chunk(slice(start, start + query_len), pages, context, mask))
+            tokens = slice(start, start + query_len)
+            self._chunks.append(_Chunk(tokens, pages, context, mask, rows, {}))
 
     def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
         """[slots, kv_heads, d] cache → [len(pages) * page_size, kv_heads, d]."""
@@ -78,7 +102,14 @@ class SdpaBackend(AttentionBackend):
         return paged.index_select(0, pages).reshape(-1, *cache.shape[1:])
 
     def forward(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scale: float | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
         out = torch.empty_like(q)
@@ -92,7 +123,8 @@ class SdpaBackend(AttentionBackend):
                 query,
                 keys.transpose(1, 2),
                 values.transpose(1, 2),
-                attn_mask=batch.mask,
+                attn_mask=batch.mask_for(window),
+                scale=scale,
                 enable_gqa=True,
             )
             out[batch.token_index] = result.squeeze(2)
@@ -100,12 +132,14 @@ class SdpaBackend(AttentionBackend):
             query = q[chunk.tokens].transpose(0, 1).unsqueeze(0)  # [1, heads, n, d]
             keys = self._gather(k_cache, chunk.pages)[: chunk.context]
             values = self._gather(v_cache, chunk.pages)[: chunk.context]
+            mask = chunk.mask_for(window)
             result = F.scaled_dot_product_attention(
                 query,
                 keys.transpose(0, 1).unsqueeze(0),
                 values.transpose(0, 1).unsqueeze(0),
-                attn_mask=chunk.mask,
-                is_causal=chunk.mask is None,
+                attn_mask=mask,
+                is_causal=mask is None,
+                scale=scale,
                 enable_gqa=True,
             )
             out[chunk.tokens] = result.squeeze(0).transpose(0, 1)

@@ -55,7 +55,14 @@ class TritonBackend(AttentionBackend):
         self._max_decode_context = max((meta.context_lens[i] for i in decode), default=0)
 
     def forward(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scale: float | None = None,
+        window: int | None = None,
     ) -> torch.Tensor:
         k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
         if q.stride(-1) != 1:
@@ -66,10 +73,12 @@ class TritonBackend(AttentionBackend):
             paged_decode_attention(
                 q, k_cache, v_cache, out, self._block_tables, self._decode_plan,
                 self._num_decode, self._max_decode_context, page_size,
+                scale=scale, window=window,
             )  # fmt: skip
         if self._num_blocks:
             paged_extend_attention(
                 q, k_cache, v_cache, out, self._block_tables, self._chunks, self._blocks,
                 self._num_chunks, self._num_blocks, page_size,
+                scale=scale, window=window,
             )  # fmt: skip
         return out

@@ -14,7 +14,7 @@ import torch
 
 from kernels import dest_rows_for_chunk, scatter_rows
 from llm_svc.engine.errors import RequestDataError
-from llm_svc.engine.models.qwen3_vl import DeepstackRows
+from llm_svc.engine.models.decoder import DeepstackRows
 from llm_svc.engine.scheduler import ScheduledChunk
 
 

@@ -23,7 +23,11 @@ class RequestGrammar:
 
     The matcher only ever advances: preemption keeps a sequence's output tokens and
     recomputes their KV, so the grammar state stays valid and needs neither rollback nor
-    replay."""
+    replay.
+
+    `opens_after` (a reasoning request: the model's end-of-thought token id) keeps the
+    grammar dormant, masking nothing, until the request samples that token: the thought
+    is free text and the grammar shapes the answer after it."""
 
     def __init__(
         self,
@@ -31,6 +35,7 @@ class RequestGrammar:
         future: cf.Future,
         timeout_s: float,
         workers_since: Callable[[], float | None] = time.monotonic,
+        opens_after: int | None = None,
     ) -> None:
         self.constraint = constraint
         self.future = future
@@ -40,6 +45,12 @@ class RequestGrammar:
         # slot is counted from then, so a pod's cold start fails no request.
         self.workers_since = workers_since
         self.matcher = None
+        self.opens_after = opens_after
+
+    @property
+    def active(self) -> bool:
+        """Whether the grammar masks this step's token (not while the thought runs)."""
+        return self.opens_after is None
 
     def ready(self) -> bool:
         return self.future.done()
@@ -66,10 +77,14 @@ class RequestGrammar:
         self.matcher = xgrammar.GrammarMatcher(self.future.result())
 
     def accept(self, token_id: int) -> None:
+        if self.opens_after is not None:  # still thinking: the thought is not the grammar's
+            if token_id == self.opens_after:
+                self.opens_after = None
+            return
         if not self.matcher.accept_token(token_id):
             raise GrammarViolation(f"token {token_id} is not allowed by the request's grammar")
 
     @property
     def terminated(self) -> bool:
         """The grammar is complete and its stop token accepted: nothing more may follow."""
-        return self.matcher is not None and self.matcher.is_terminated()
+        return self.active and self.matcher is not None and self.matcher.is_terminated()

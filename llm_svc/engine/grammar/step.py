@@ -34,7 +34,9 @@ class StepConstraints:
                 self._add_bias(logits[row], seq.params.logit_bias)
             if seq.params.min_tokens:
                 self._hold_back_the_end(logits[row], seq)
-        rows = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
+        rows = [
+            row for row, seq in enumerate(seqs) if seq.grammar is not None and seq.grammar.active
+        ]
         if not rows:
             return
         import xgrammar

@@ -1,5 +1,6 @@
-"""Language models the engine runs: one compact decoder for the Llama and Qwen2 families
-(Qwen2 differs by q/k/v biases and, for Qwen2-VL, M-RoPE — both read from the config)."""
+"""Language models the engine runs: one module per decoder family (llama.py for Llama,
+Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py, qwen3_vl.py), built
+from the blocks in layers.py and moe.py, chosen by registry.py."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 import torch
 
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
-from llm_svc.engine.models.decoder import DecoderLM
+from llm_svc.engine.models.decoder import DecoderLM, DeepstackRows
 from llm_svc.engine.models.loader import find_text_prefix, load_weights, swap_quantized_layers
-from llm_svc.engine.models.qwen3_vl import DeepstackRows, Qwen3VLDecoder, rotary_for
+from llm_svc.engine.models.registry import build_decoder, supported_families
 
 
 def load_model(
@@ -21,15 +22,12 @@ def load_model(
     config = TextModelConfig.from_model_dir(model_dir)
     shards = None
     with torch.device("meta"):
-        model = Qwen3VLDecoder(config) if config.qk_norm else DecoderLM(config)
+        model = build_decoder(config)
         if group is not None:
             from llm_svc.engine.parallel.sharding import shard_decoder
 
             shards = shard_decoder(model, config, group)
     model = model.to_empty(device=device).to(dtype)
-    # RoPE frequencies are computed, not loaded, and stay fp32 whatever the weights' dtype.
-    model.rotary = rotary_for(config)
-    model.rotary.to(device)
     # After the cast: FP8 layers keep their FP8 weights and float32 scales.
     swap_quantized_layers(model, model_dir, dtype)
     load_weights(model, model_dir, shards)
@@ -44,4 +42,5 @@ __all__ = [
     "find_text_prefix",
     "load_model",
     "load_weights",
+    "supported_families",
 ]

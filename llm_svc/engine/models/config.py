@@ -1,4 +1,10 @@
-"""The language model's shape, read from a local HF config.json (plain LM or VLM)."""
+"""The language model's shape, read from a local HF config.json (plain LM or VLM).
+
+Everything that changes the math is read here, or refused here by name
+(`UnsupportedModelError`): an option the engine would otherwise ignore must never be
+served silently wrong. Which layers slide is read per family as transformers 5.24 reads it
+(`sliding_layers`).
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,53 @@ from pathlib import Path
 from iris.models import text_family
 from iris.models.quantization import QuantScheme, read_quantization
 
+FULL, SLIDING = "full", "sliding"
+MOE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_vl_moe")
+QWEN3_VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
+SUPPORTED_ROPE_TYPES = ("default", "mrope", "linear")
+SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
+
 
 class UnsupportedModelError(ValueError):
     """The checkpoint's architecture or one of its options is not supported by the engine."""
 
 
 @dataclass(frozen=True)
+class Rope:
+    """One rotary embedding: base `theta`, and `linear_factor` > 1 for linear scaling
+    (positions divided by it, as HF's "linear" rope type does)."""
+
+    theta: float
+    linear_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """A mixture-of-experts MLP: `num_experts` gated experts of width `intermediate_size`,
+    `top_k` of them per token. A layer is sparse iff it is not in `mlp_only_layers` and
+    (index + 1) % `decoder_sparse_step` == 0; other layers get the dense MLP.
+    `shared_expert_size` > 0: Qwen2-MoE's shared expert behind a sigmoid gate."""
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    norm_topk_prob: bool
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    shared_expert_size: int = 0
+
+    def is_sparse(self, layer: int) -> bool:
+        step = self.decoder_sparse_step
+        return layer not in self.mlp_only_layers and step > 0 and (layer + 1) % step == 0
+
+
+@dataclass(frozen=True)
 class TextModelConfig:
-    """Everything the decoder needs; `mrope_section` is set for Qwen2-VL style M-RoPE."""
+    """Everything the decoder needs; `mrope_section` is set for Qwen2-VL style M-RoPE.
+
+    `layer_types[i]` is FULL or SLIDING; a sliding layer lets a query at position q see the
+    keys at k with q - k < `sliding_window`. `ropes` maps each layer kind to its rotary
+    embedding (Gemma 3's differ; everyone else's are the same)."""
 
     architecture: str
     family: str
@@ -37,13 +82,27 @@ class TextModelConfig:
     # FP8 layout of the checkpoint's linear layers (None: unquantized); any other
     # quantization is refused here, at load (iris/models/quantization.py).
     quantization: QuantScheme | None = None
-    # Qwen3-VL: M-RoPE bands interleaved t h w t h w ... (not in blocks), per-head q/k norms,
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    ropes: dict[str, Rope] | None = None
+    hidden_act: str = "silu"
+    moe: MoeConfig | None = None
+    # Gemma 3: softmax scale is query_pre_attn_scalar ** -0.5 instead of head_dim ** -0.5.
+    query_pre_attn_scalar: float | None = None
+    # Qwen3-VL: M-RoPE frequency bands interleaved t h w t h w ... instead of in blocks,
     # and the deepstack levels each image row carries after its main row.
     mrope_interleaved: bool = False
-    qk_norm: bool = False
     deepstack_levels: int = 0
-    # Qwen3-VL-MoE: experts, experts per token, expert width, sparse step, dense layers.
-    moe: tuple[int, int, int, int, tuple[int, ...]] | None = None
+
+    def layer_type(self, layer: int) -> str:
+        return self.layer_types[layer] if self.layer_types else FULL
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of `layer`, None for a full-attention layer."""
+        return self.sliding_window if self.layer_type(layer) == SLIDING else None
+
+    def rope(self, kind: str) -> Rope:
+        return (self.ropes or {}).get(kind) or Rope(self.rope_theta)
 
     @property
     def embedding_width(self) -> int:
@@ -61,14 +120,18 @@ class TextModelConfig:
         except ValueError as err:
             raise UnsupportedModelError(str(err)) from None
         text = raw.get("text_config") or raw
+        refuse_unsupported_options(architecture, family, raw, text)
         rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", "mrope"):
-            raise UnsupportedModelError(f"rope type {rope_type!r} is not supported")
         heads = text["num_attention_heads"]
         section = rope.get("mrope_section")
-        qwen3_vl = family in ("qwen3_vl", "qwen3_vl_moe")
-        vision = raw.get("vision_config") or {}
+        types = sliding_layers(architecture, family, text)
+        ropes = read_ropes(family, text)
+        quantization = read_quantization(raw)
+        if quantization is not None and family in MOE_FAMILIES:
+            raise UnsupportedModelError(
+                f"FP8 experts ({architecture} with quantization_config "
+                f"{quantization.method!r}) are not supported yet"
+            )
         return cls(
             architecture=architecture,
             family=family,
@@ -80,32 +143,175 @@ class TextModelConfig:
             num_kv_heads=text.get("num_key_value_heads") or heads,
             head_dim=text.get("head_dim") or text["hidden_size"] // heads,
             rms_norm_eps=text.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope.get("rope_theta", text.get("rope_theta", 10000.0))),
+            rope_theta=ropes[FULL].theta,
             max_position_embeddings=text.get("max_position_embeddings", 4096),
             # VLMs keep the flag at the top level, plain LMs in the (only) config.
             tie_word_embeddings=bool(
-                raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+                raw.get("tie_word_embeddings", text.get("tie_word_embeddings", family == "gemma3"))
             ),
-            attention_bias=bool(text.get("attention_bias", family == "qwen2")),
+            attention_bias=_attention_bias(family, text),
             mrope_section=tuple(section) if section else None,
             eos_token_ids=_eos_ids(model_dir, raw, text),
-            quantization=read_quantization(raw),
+            quantization=quantization,
+            layer_types=types,
+            sliding_window=text.get("sliding_window") if SLIDING in types else None,
+            ropes=ropes,
+            hidden_act=text.get("hidden_activation") or text.get("hidden_act") or "silu",
+            moe=_read_moe(family, text),
+            query_pre_attn_scalar=text.get("query_pre_attn_scalar") if family == "gemma3" else None,
             # transformers' Qwen3-VL interleaves whatever `mrope_interleaved` says.
-            mrope_interleaved=qwen3_vl,
-            qk_norm=qwen3_vl,
-            deepstack_levels=len(vision.get("deepstack_visual_indexes") or ()) if qwen3_vl else 0,
-            moe=_moe(text) if family == "qwen3_vl_moe" else None,
+            mrope_interleaved=family in QWEN3_VL_FAMILIES,
+            deepstack_levels=_deepstack_levels(family, raw),
         )
 
 
-def _moe(text: dict) -> tuple[int, int, int, int, tuple[int, ...]]:
-    # transformers' Qwen3-VL-MoE router always renormalises its top-k weights.
-    return (
-        int(text.get("num_experts", text.get("num_local_experts"))),
-        int(text["num_experts_per_tok"]),
-        int(text["moe_intermediate_size"]),
-        int(text.get("decoder_sparse_step", 1)),
-        tuple(text.get("mlp_only_layers") or ()),
+def _attention_bias(family: str, text: dict) -> bool:
+    if family == "qwen2_moe":
+        return bool(text.get("qkv_bias", True))
+    return bool(text.get("attention_bias", family == "qwen2"))
+
+
+def refuse_unsupported_options(architecture: str, family: str, raw: dict, text: dict) -> None:
+    """UnsupportedModelError naming the first option that changes the math and that the
+    engine does not implement."""
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        value = text.get(name, raw.get(name))
+        if value is not None:
+            raise UnsupportedModelError(f"{architecture}: {name}={value} is not supported")
+    if text.get("use_bidirectional_attention"):
+        raise UnsupportedModelError(
+            f"{architecture}: use_bidirectional_attention=true is not supported"
+        )
+    for name in ("attention_chunk_size", "no_rope_layers"):
+        if text.get(name):
+            raise UnsupportedModelError(
+                f"{architecture}: {name}={text[name]} (chunked attention) is not supported"
+            )
+    act = text.get("hidden_activation") or text.get("hidden_act") or "silu"
+    if act not in SUPPORTED_ACTIVATIONS:
+        raise UnsupportedModelError(
+            f"{architecture}: activation {act!r} is not supported "
+            f"(supported: {', '.join(SUPPORTED_ACTIVATIONS)})"
+        )
+    for kind, params in _rope_dicts(text).items():
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            where = f" ({kind} layers)" if kind else ""
+            raise UnsupportedModelError(
+                f"{architecture}: rope type {rope_type!r}{where} is not supported "
+                f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
+            )
+    if family in MOE_FAMILIES and text.get("num_experts", text.get("num_local_experts", 0)) < 1:
+        raise UnsupportedModelError(f"{architecture}: num_experts must be >= 1")
+
+
+def _rope_dicts(text: dict) -> dict[str, dict]:
+    """Rope parameter dicts by layer kind ("" when one dict serves every layer)."""
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    if "full_attention" in rope or "sliding_attention" in rope:
+        return {kind: params or {} for kind, params in rope.items()}
+    return {"": rope}
+
+
+def _rope_of(params: dict, theta: float) -> Rope:
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    factor = float(params.get("factor", 1.0)) if rope_type == "linear" else 1.0
+    return Rope(float(params.get("rope_theta", theta)), factor)
+
+
+def read_ropes(family: str, text: dict) -> dict[str, Rope]:
+    """{FULL: rope, SLIDING: rope}. Gemma 3 keeps one per layer kind (transformers 5's
+    `rope_parameters` by kind, or the older `rope_theta` + `rope_local_base_freq` with
+    `rope_scaling` applying to the global layers only)."""
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    if family == "gemma3":
+        if "full_attention" in rope or "sliding_attention" in rope:
+            full = _rope_of(rope.get("full_attention") or {}, 1_000_000.0)
+            local = _rope_of(rope.get("sliding_attention") or {}, 10_000.0)
+        else:
+            full = _rope_of(rope, float(text.get("rope_theta", 1_000_000.0)))
+            local = Rope(float(text.get("rope_local_base_freq", 10_000.0)))
+        return {FULL: full, SLIDING: local}
+    one = _rope_of(rope, float(text.get("rope_theta", 10000.0)))
+    return {FULL: one, SLIDING: one}
+
+
+def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...]:
+    """Each layer's kind (FULL or SLIDING), by the rule transformers 5.24 applies to the
+    family (tests/llm_svc/test_layer_kinds.py checks it against transformers' own code):
+
+    - Gemma 3: `layer_types`, else every `sliding_window_pattern`-th layer (default 6) full;
+    - Qwen2 / Qwen3 (dense): when `use_sliding_window`, `layer_types` if present, else the
+      layers from `max_window_layers` on;
+    - Qwen2-MoE: when `use_sliding_window`, `layer_types` if present, else the even layers
+      below `max_window_layers`;
+    - Qwen3-MoE: every layer, when `use_sliding_window`;
+    - Mistral: every layer, when `sliding_window` is set.
+    Published Qwen configs carry a `sliding_window` with `use_sliding_window: false`:
+    those are full attention."""
+    n = text["num_hidden_layers"]
+    window = text.get("sliding_window")
+    listed = text.get("layer_types")
+
+    def from_list() -> tuple[str, ...]:
+        if len(listed) != n:
+            raise UnsupportedModelError(f"layer_types has {len(listed)} entries for {n} layers")
+        unknown = set(listed) - {"full_attention", "sliding_attention"}
+        if unknown:
+            raise UnsupportedModelError(f"{architecture}: layer types {sorted(unknown)}")
+        return tuple(SLIDING if kind == "sliding_attention" else FULL for kind in listed)
+
+    if family == "gemma3":
+        if not window:
+            return (FULL,) * n
+        if listed:
+            return from_list()
+        pattern = text.get("sliding_window_pattern", text.get("_sliding_window_pattern", 6))
+        return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
+    if architecture == "MistralForCausalLM":
+        return (SLIDING if window else FULL,) * n
+    if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        if not text.get("use_sliding_window") or not window:
+            return (FULL,) * n
+        if family == "qwen3_moe":
+            return (SLIDING,) * n
+        if listed:
+            return from_list()
+        limit = text.get("max_window_layers", 28)
+        if family == "qwen2_moe":
+            return tuple(SLIDING if i % 2 == 0 and i < limit else FULL for i in range(n))
+        return tuple(SLIDING if i >= limit else FULL for i in range(n))
+    if window and text.get("use_sliding_window", True) and architecture != "LlamaForCausalLM":
+        raise UnsupportedModelError(f"{architecture}: sliding_window={window} is not supported")
+    return (FULL,) * n
+
+
+def _deepstack_levels(family: str, raw: dict) -> int:
+    """Qwen3-VL: one deepstack level per `vision_config.deepstack_visual_indexes` entry
+    (vision-tower layers); level i is added after decoder layer i."""
+    if family not in QWEN3_VL_FAMILIES:
+        return 0
+    levels = len((raw.get("vision_config") or {}).get("deepstack_visual_indexes") or ())
+    layers = (raw.get("text_config") or raw)["num_hidden_layers"]
+    if levels > layers:
+        raise UnsupportedModelError(f"{levels} deepstack levels for {layers} decoder layers")
+    return levels
+
+
+def _read_moe(family: str, text: dict) -> MoeConfig | None:
+    if family not in MOE_FAMILIES:
+        return None
+    return MoeConfig(
+        num_experts=int(text.get("num_experts", text.get("num_local_experts", 0))),
+        top_k=int(text["num_experts_per_tok"]),
+        intermediate_size=int(text["moe_intermediate_size"]),
+        # transformers' Qwen3-VL-MoE router always renormalises its top-k weights.
+        norm_topk_prob=family == "qwen3_vl_moe" or bool(text.get("norm_topk_prob", False)),
+        decoder_sparse_step=int(text.get("decoder_sparse_step", 1)),
+        mlp_only_layers=tuple(text.get("mlp_only_layers") or ()),
+        shared_expert_size=int(text.get("shared_expert_intermediate_size") or 0)
+        if family == "qwen2_moe"
+        else 0,
     )
 
 

@@ -1,71 +1,81 @@
-"""A compact decoder-only language model over a paged KV cache (Llama / Qwen2 family).
+"""The decoder-only language model skeleton every family shares: embedding, a stack of
+family-built layers, final norm, LM head, and one rotary embedding per layer kind.
 
-Parameter names mirror the HF checkpoints (`embed_tokens`, `layers.N.self_attn.q_proj`, ...)
-so weights load by name once the checkpoint's prefix is stripped.
+A family module (llm_svc/engine/models/<family>.py) builds the layers from the blocks in
+layers.py and hands them here; parameter names mirror the HF checkpoints
+(`embed_tokens`, `layers.N.self_attn.q_proj`, ...) so weights load by name once the
+checkpoint's prefix is stripped.
+
+A layer is called as layer(x [T, H], cos, sin, backend) → [T, H], with the cos/sin of its
+kind's rotary embedding (`config.layer_type(i)`). With deepstack (Qwen3-VL), level i of
+the step's image rows is added to the hidden states after layer i.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from kernels import scatter_add_rows
 from llm_svc.engine.attention.base import AttentionBackend
-from llm_svc.engine.models.config import TextModelConfig
-from llm_svc.engine.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, apply_rotary
+from llm_svc.engine.models.config import FULL, SLIDING, TextModelConfig
+from llm_svc.engine.models.layers import RMSNorm, RotaryEmbedding
 
 
-class Attention(nn.Module):
-    def __init__(self, config: TextModelConfig, layer: int) -> None:
-        super().__init__()
-        self.layer = layer
-        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
-        self.head_dim = config.head_dim
-        hidden, bias = config.hidden_size, config.attention_bias
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+@dataclass(frozen=True)
+class DeepstackRows:
+    """A step's deepstack input: `levels[i]` [R, hidden] is added to packed rows `rows`
+    (int64 [R], distinct) after decoder layer i. Only the rows of the step's chunks are
+    here, so a chunk that cuts an image adds exactly its part of every level."""
 
-    def forward(self, x, cos, sin, backend: AttentionBackend) -> torch.Tensor:
-        tokens = x.shape[0]
-        q = self.q_proj(x).view(tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = backend.forward(self.layer, q, k, v)
-        return self.o_proj(out.reshape(tokens, -1))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, config: TextModelConfig, layer: int) -> None:
-        super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config, layer)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size)
-
-    def forward(self, x, cos, sin, backend: AttentionBackend) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    rows: torch.Tensor
+    levels: list[torch.Tensor]
 
 
 class DecoderLM(nn.Module):
     """forward(ids, positions, backend[, input_embeds]) → hidden [T, H]; then
-    compute_logits(hidden rows to sample) → fp32 logits [N, vocab]."""
+    compute_logits(hidden rows to sample) → fp32 logits [N, vocab].
 
-    def __init__(self, config: TextModelConfig) -> None:
+    `norm` is the final norm's class; `embed_scale` multiplies the embeddings (Gemma's
+    √hidden, rounded to the weights' dtype as HF does)."""
+
+    def __init__(
+        self,
+        config: TextModelConfig,
+        layers: list[nn.Module],
+        *,
+        norm: type[nn.Module] = RMSNorm,
+        embed_scale: float | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
+        self.embed_scale = embed_scale
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.mrope_section)
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm(config.hidden_size, config.rms_norm_eps)
+        self.layer_kinds = [config.layer_type(i) for i in range(config.num_layers)]
+        full, local = config.rope(FULL), config.rope(SLIDING)
+        self.rotary = RotaryEmbedding(
+            config.head_dim, full.theta, config.mrope_section, full.linear_factor,
+            mrope_interleaved=config.mrope_interleaved,
+        )  # fmt: skip
+        # Layers whose kind has the same rope share one cos/sin table per step.
+        self.local_rotary = None
+        if local != full and SLIDING in self.layer_kinds:
+            self.local_rotary = RotaryEmbedding(
+                config.head_dim, local.theta, None, local.linear_factor
+            )
         self.lm_head = None
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(input_ids)
+        rows = self.embed_tokens(input_ids)
+        if self.embed_scale is not None:
+            rows = rows * torch.tensor(self.embed_scale, dtype=rows.dtype)
+        return rows
 
     def forward(
         self,
@@ -73,13 +83,22 @@ class DecoderLM(nn.Module):
         positions: torch.Tensor,
         backend: AttentionBackend,
         input_embeds: torch.Tensor | None = None,
+        deepstack: DeepstackRows | None = None,
     ) -> torch.Tensor:
         """`input_embeds` [T, H], when given, replaces the embedding of `input_ids` (the
-        multimodal path scatters image rows into it before calling)."""
+        multimodal path scatters image rows into it before calling); `deepstack` levels
+        are added after their layers."""
         x = self.embed(input_ids) if input_embeds is None else input_embeds
-        cos, sin = self.rotary(positions, x.dtype)
-        for layer in self.layers:
+        ropes = {FULL: self.rotary(positions, x.dtype)}
+        ropes[SLIDING] = ropes[FULL]
+        if self.local_rotary is not None:
+            ropes[SLIDING] = self.local_rotary(positions, x.dtype)
+        levels = deepstack.levels if deepstack is not None else ()
+        for index, (layer, kind) in enumerate(zip(self.layers, self.layer_kinds, strict=True)):
+            cos, sin = ropes[kind]
             x = layer(x, cos, sin, backend)
+            if index < len(levels):
+                x = scatter_add_rows(x.contiguous(), levels[index].to(x.dtype), deepstack.rows)
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

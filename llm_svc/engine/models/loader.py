@@ -16,6 +16,7 @@ from safetensors import safe_open
 
 from iris.models.fp8 import FP8, SCALE_NAMES, dequantize, quantized_modules
 from llm_svc.engine.models.decoder import DecoderLM
+from llm_svc.engine.models.expert_weights import is_stacked_expert, read_experts
 from llm_svc.engine.models.quantization import swap_fp8_linears
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,8 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
             wanted[found] = name
         else:
             wanted[prefix + name] = name
-    missing = [name for name in wanted if name not in where]
+    # Stacked experts may be stored per expert: read_experts finds them (checked there).
+    missing = [name for name in wanted if name not in where and not is_stacked_expert(name)]
     if missing:
         raise ValueError(f"{len(missing)} weights missing from {model_dir}, e.g. {missing[:3]}")
     scheme = model.config.quantization
@@ -97,10 +99,15 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
         def read(name: str) -> torch.Tensor:
             return handles[where[name]].get_tensor(name)
 
+        def read_param(stored: str, target: torch.Tensor) -> torch.Tensor:
+            if is_stacked_expert(stored):
+                return read_experts(stored, target.shape[0], where, read)
+            return read(stored)
+
         with torch.no_grad():
             for stored, target_name in wanted.items():
                 target = params[target_name]
-                tensor = read(stored)
+                tensor = read_param(stored, target)
                 if shards and target_name in shards:
                     tensor = shards[target_name](tensor)
                 if tensor.dtype == FP8 and target.dtype != FP8:

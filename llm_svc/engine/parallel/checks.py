@@ -34,6 +34,17 @@ def check_tensor_parallel(model_dir: Path, size: int, device: str) -> None:
             f"tensor_parallel_size {size} does not divide the model's MLP width "
             f"{model.intermediate_size}"
         )
+    moe = model.moe
+    if moe is not None and moe.intermediate_size % size:
+        raise ValueError(
+            f"tensor_parallel_size {size} does not divide the model's expert width "
+            f"{moe.intermediate_size}"
+        )
+    if moe is not None and moe.shared_expert_size % size:
+        raise ValueError(
+            f"tensor_parallel_size {size} does not divide the model's shared expert width "
+            f"{moe.shared_expert_size}"
+        )
     raw = json.loads((Path(model_dir) / "config.json").read_text())
     quantized = raw.get("quantization_config") or (raw.get("text_config") or {}).get(
         "quantization_config"

@@ -46,17 +46,22 @@ class ColumnParallelLinear(nn.Module):
 
 
 class RowParallelLinear(nn.Module):
-    """y = all_reduce(x_r W_r^T): this rank's input features `cols`, summed over ranks."""
+    """y = all_reduce(x_r W_r^T): this rank's input features `cols`, summed over ranks;
+    with `reduce=False` the partial x_r W_r^T is returned, for a caller that sums several
+    partials before one all-reduce (the MoE block)."""
 
-    def __init__(self, cols: tuple[int, int], out_features: int, group: RankGroup) -> None:
+    def __init__(
+        self, cols: tuple[int, int], out_features: int, group: RankGroup, reduce: bool = True
+    ) -> None:
         super().__init__()
         start, stop = cols
-        self.group = group
+        self.group, self.reduce = group, reduce
         self.weight = nn.Parameter(torch.empty(out_features, stop - start))
         _set_shard(self.weight, lambda full: full[:, start:stop])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.group.all_reduce(F.linear(x, self.weight))
+        partial = F.linear(x, self.weight)
+        return self.group.all_reduce(partial) if self.reduce else partial
 
 
 class VocabParallelEmbedding(nn.Module):

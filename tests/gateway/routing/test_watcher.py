@@ -8,6 +8,7 @@ import pytest
 from gateway.routing.kv_index import KVIndex, Source
 from gateway.routing.pods import Pod
 from gateway.routing.watcher import PodWatcher
+from iris.multimodal import AttentionLayer, LayerKind, PrefixResumeRule
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from tests.gateway.fake_services import PodScript, serve_pod
 
@@ -133,3 +134,32 @@ async def test_each_poll_publishes_the_pods_in_flight_count(fake_pod):
         await channel.close()
     metrics.forget_pod(pod.name)  # what the registry does when a pod leaves
     assert shown(names.GATEWAY_POD_REQUESTS_IN_FLIGHT) is None
+
+
+async def test_the_pod_s_layers_reach_its_resume_rule():
+    sliding = llm_pb2.AttentionLayer(kind=llm_pb2.AttentionLayer.SLIDING, window=8)
+    full = llm_pb2.AttentionLayer(kind=llm_pb2.AttentionLayer.FULL)
+    server, address, _ = serve_pod(PodScript(FINGERPRINT, layers=[sliding, full]))
+    pod, channel, task = await start(address, KVIndex())
+    try:
+        await eventually(lambda: pod.usable)
+        assert pod.resume_rule == PrefixResumeRule(
+            4, (AttentionLayer(LayerKind.SLIDING, 8), AttentionLayer())
+        )
+    finally:
+        task.cancel()
+        await channel.close()
+        server.stop(0)
+
+
+async def test_a_pod_with_a_layer_kind_unknown_here_is_refused_by_name():
+    newer = llm_pb2.AttentionLayer(kind=7, window=0)  # a kind a newer pod might report
+    server, address, _ = serve_pod(PodScript(FINGERPRINT, layers=[newer]))
+    pod, channel, task = await start(address, KVIndex())
+    try:
+        await asyncio.wait_for(task, 5)  # refusal ends the watcher
+        assert "layer 0 has attention kind 7" in pod.refused
+        assert not pod.usable
+    finally:
+        await channel.close()
+        server.stop(0)

@@ -3,6 +3,8 @@ that continue the caller's trace."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
@@ -51,6 +53,10 @@ async def test_model_info_describes_the_checkpoint(stub, tiny_idefics3_dir):
     assert (info.page_size, info.vocab_size, info.max_model_len) == (4, 448, 4096)
     assert "message" in info.chat_template
     assert info.pod_name == "pod-test"
+    # Every layer of the tiny model attends fully: what the gateway's resume rule needs.
+    config = json.loads((tiny_idefics3_dir / "config.json").read_text())
+    layers = (config.get("text_config") or config)["num_hidden_layers"]
+    assert [layer.kind for layer in info.layers] == [llm_pb2.AttentionLayer.FULL] * layers
 
 
 async def test_metrics_count_a_request(stub, pod):

@@ -1,0 +1,95 @@
+"""Tiny random checkpoints of the plain language-model families (no vision side):
+Qwen3, Qwen3-MoE, Qwen2-MoE and Gemma 3's text model, built by transformers from a small
+config and saved with `save_pretrained`, with a built-in ChatML tokenizer.
+
+`build(arch, out_dir, **overrides)`: `overrides` replace config keys (the engine tests use
+them for small sliding windows and router options). Norm weights are perturbed from their
+initial value, so a norm that is applied wrongly ((1 + w) against w, or not at all) shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from iris.models.tokenizer_build import (
+    TINY_TEXT_SHAPE,
+    build_tokenizer,
+    save_fast_tokenizer,
+    tiny_vocab,
+)
+
+TEXT_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Larger than HF's default 0.02, so logits are peaked and greedy output varies.
+INITIALIZER_RANGE = 0.15
+_MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+
+
+def _family_config(arch: str) -> tuple[str, dict]:
+    """(transformers class stem, family keys) for `arch`."""
+    if arch == "qwen3":
+        return "Qwen3", {"head_dim": 16}
+    if arch == "qwen3_moe":
+        return "Qwen3Moe", {"head_dim": 16, **_MOE, "norm_topk_prob": True}
+    if arch == "qwen2_moe":
+        return "Qwen2Moe", {**_MOE, "shared_expert_intermediate_size": 96}
+    if arch == "gemma3_text":
+        return "Gemma3", {
+            "head_dim": 16,
+            "query_pre_attn_scalar": 24,
+            # Tied, a tiny random Gemma repeats its last token (the √hidden-scaled embedding
+            # dominates the residual); untied, greedy output varies.
+            "tie_word_embeddings": False,
+            "sliding_window": 16,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        }
+    raise ValueError(f"unknown text arch {arch!r} (choose from: {', '.join(TEXT_ARCHS)})")
+
+
+def build(arch: str, out_dir: Path, seed: int = 0, **overrides) -> None:
+    """Write tiny checkpoint `arch` (config, random weights, tokenizer) into `out_dir`."""
+    import torch
+    import transformers as tf
+
+    stem, family = _family_config(arch)
+    config_cls = getattr(tf, f"{stem}TextConfig" if stem == "Gemma3" else f"{stem}Config")
+    model_cls = getattr(tf, f"{stem}ForCausalLM")
+    tokenizer = build_tokenizer(SPECIAL_TOKENS)
+    ids, vocab_size = tiny_vocab(tokenizer, SPECIAL_TOKENS)
+    keys = {
+        "vocab_size": vocab_size,
+        **TINY_TEXT_SHAPE,
+        "initializer_range": INITIALIZER_RANGE,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+        **family,
+        **overrides,
+    }
+    config = config_cls(**keys)
+    config.architectures = [model_cls.__name__]
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.add_(torch.randn_like(param) * 0.2)
+    model.generation_config.eos_token_id = ids["<|im_end|>"]
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    save_fast_tokenizer(
+        tokenizer,
+        out_dir,
+        bos="<|endoftext|>",
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+    )

@@ -1,0 +1,108 @@
+"""The one rule for how much of a cached prefix a pod resumes (docs/design.md §4).
+
+A pod and the gateway must give the same answer: the pod takes exactly that many leading
+blocks from its prefix cache, and the gateway counts exactly that many as covered (for the
+prefix score, the predicted cached tokens and the images it leaves out of the Reserve). So
+both build a `PrefixResumeRule` from the same facts, the pod from its model and the gateway
+from the pod's GetModelInfo, and ask it with the blocks held (the pod's radix match, the
+gateway's KV index over the pod's KV events).
+
+What the rule knows of the model is its attention layers. The cases that exist today:
+
+- every layer FULL: at most `(num_tokens - 1) // page_size` blocks, since the last token is
+  always computed (its logits give the first output token), and no more than are held;
+- SLIDING layers (a window W) keep every page in this release, so they resume exactly as
+  FULL ones do. Freeing pages outside the window changes `held` (what every layer still
+  has), not this rule's arithmetic.
+
+Spans that must not be cut (e.g. an image whose tokens attend to each other both ways)
+move the resume point back to the span's first block, never inside it. No model served
+today has one; callers pass none. Layer kinds added later (a hybrid linear layer that
+resumes only from a state snapshot every N tokens) extend `LayerKind` and this rule
+together: an unknown kind is refused by name at the gateway's handshake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class LayerKind(Enum):
+    """How one decoder layer attends to the past, as the resumable prefix depends on it."""
+
+    FULL = "full"
+    SLIDING = "sliding"
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One decoder layer: its kind, and for SLIDING its window (a key is visible to a query
+    iff q - k < window)."""
+
+    kind: LayerKind = LayerKind.FULL
+    window: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind is LayerKind.SLIDING and self.window <= 0:
+            raise ValueError(f"a sliding layer needs a window > 0, got {self.window}")
+        if self.kind is LayerKind.FULL and self.window:
+            raise ValueError(f"a full-attention layer has no window, got {self.window}")
+
+
+@dataclass(frozen=True)
+class PrefixResumeRule:
+    """How many leading blocks of a prompt a pod resumes from its prefix cache.
+
+    `layers` are the model's decoder layers in order; none given means every layer is full
+    attention (what a pod that reports no layers, from before layers were reported, has)."""
+
+    page_size: int
+    layers: tuple[AttentionLayer, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.page_size <= 0:
+            raise ValueError(f"page_size must be > 0, got {self.page_size}")
+
+    def resumable_blocks(
+        self,
+        num_tokens: int,
+        held_blocks: int | None = None,
+        uncut_spans: Iterable[tuple[int, int]] = (),
+    ) -> int:
+        """Blocks of a `num_tokens` prompt to take from the cache, given that its first
+        `held_blocks` blocks are held (None: all of them) and that no resume point may fall
+        strictly inside a half-open token span [start, end) of `uncut_spans`."""
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        blocks = max(0, num_tokens - 1) // self.page_size
+        if held_blocks is not None:
+            blocks = min(blocks, max(0, held_blocks))
+        # Backing off from one span may land inside an earlier one: latest first.
+        for start, end in sorted(uncut_spans, reverse=True):
+            if start < blocks * self.page_size < end:
+                blocks = start // self.page_size
+        return blocks
+
+    def resumable_tokens(
+        self,
+        num_tokens: int,
+        held_blocks: int | None = None,
+        uncut_spans: Iterable[tuple[int, int]] = (),
+    ) -> int:
+        """`resumable_blocks` in tokens."""
+        return self.resumable_blocks(num_tokens, held_blocks, uncut_spans) * self.page_size
+
+
+def all_full(num_layers: int) -> tuple[AttentionLayer, ...]:
+    """`num_layers` full-attention layers."""
+    return (AttentionLayer(),) * num_layers
+
+
+def layers_from_windows(windows: Sequence[int | None]) -> tuple[AttentionLayer, ...]:
+    """Layers from one window per layer (None or 0: full attention)."""
+    return tuple(
+        AttentionLayer(LayerKind.SLIDING, window) if window else AttentionLayer()
+        for window in windows
+    )

@@ -1,0 +1,101 @@
+"""Mixture-of-experts MLP: a top-k softmax router over gated experts (Qwen3-MoE,
+Qwen2-MoE, and the Qwen3-VL-MoE decoder built on them).
+
+Experts are held stacked, in HF's internal layout: `experts.gate_up_proj` [E, 2I, H] (gate
+rows first, then up) and `experts.down_proj` [E, H, I]; llm_svc/engine/models/
+expert_weights.py reads them from either checkpoint layout. The forward is grouped: the
+routed (token, expert) pairs are sorted by expert, and each expert runs once, on exactly
+the tokens routed to it (`run_expert`), never on every token.
+
+Tensor parallelism (llm_svc/engine/parallel/sharding.py) shards every expert's
+intermediate dimension and the shared expert's like a dense MLP, keeps the router whole,
+and sets `group`: the block's partial output (routed + shared) is all-reduced once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from llm_svc.engine.models.config import MoeConfig
+from llm_svc.engine.models.layers import ACTIVATIONS, GatedMLP
+
+
+class Router(nn.Module):
+    """`weight` [E, H]: softmax over all experts (in fp32), top-k, optionally renormalised
+    (`norm_topk_prob`). Returns (weights [T, k] in x's dtype, experts [T, k])."""
+
+    def __init__(self, hidden: int, num_experts: int, top_k: int, norm_topk_prob: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_experts, hidden))
+        self.top_k, self.norm_topk_prob = top_k, norm_topk_prob
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = F.softmax(F.linear(x, self.weight), dim=-1, dtype=torch.float32)
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), experts
+
+
+class Experts(nn.Module):
+    """E gated experts, stacked: expert e computes down_e(act(gate_e(x)) * up_e(x))."""
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int, act: str) -> None:
+        super().__init__()
+        self.num_experts, self.intermediate = num_experts, intermediate
+        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, intermediate))
+        self.act = ACTIVATIONS[act]
+
+    def run_expert(self, expert: int, tokens: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Expert `expert` on rows `x` [n, H] (flat token indices `tokens` [n], which the
+        MoE test uses to check that only routed tokens reach an expert)."""
+        gate, up = F.linear(x, self.gate_up_proj[expert]).chunk(2, dim=-1)
+        return F.linear(self.act(gate) * up, self.down_proj[expert])
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor):
+        """x [T, H], weights/experts [T, k] → Σ_k weight · expert(x) [T, H]."""
+        top_k = experts.shape[1]
+        flat = experts.reshape(-1)
+        order = flat.argsort(stable=True)
+        tokens = order // top_k
+        # One host read of the per-expert counts: the loop below runs on the host.
+        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
+        rows, scale = x.index_select(0, tokens), weights.reshape(-1, 1).index_select(0, order)
+        outputs, start = [], 0
+        for expert, count in enumerate(counts):
+            if count:
+                span = slice(start, start + count)
+                outputs.append(self.run_expert(expert, tokens[span], rows[span]) * scale[span])
+                start += count
+        out = torch.zeros_like(x)
+        if outputs:
+            out.index_add_(0, tokens, torch.cat(outputs))
+        return out
+
+
+class SparseMoE(nn.Module):
+    """The MoE MLP block: `gate` (the router), `experts`, and, with
+    `config.shared_expert_size`, Qwen2-MoE's `shared_expert` scaled by
+    sigmoid(`shared_expert_gate`(x)) and added."""
+
+    def __init__(self, hidden: int, config: MoeConfig, act: str = "silu") -> None:
+        super().__init__()
+        self.gate = Router(hidden, config.num_experts, config.top_k, config.norm_topk_prob)
+        self.experts = Experts(config.num_experts, hidden, config.intermediate_size, act)
+        self.shared_expert = self.shared_expert_gate = None
+        if config.shared_expert_size:
+            self.shared_expert = GatedMLP(hidden, config.shared_expert_size, act)
+            self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+        self.group = None  # a tensor-parallel RankGroup: all-reduce the partial output
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, experts = self.gate(x)
+        out = self.experts(x, weights, experts)
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        if self.group is not None:
+            out = self.group.all_reduce(out)
+        return out

@@ -1,0 +1,85 @@
+"""Tiny checkpoints of the decoder families (iris/models/text_tiny.py) with the options the
+engine tests need: a sliding window of WINDOW tokens on some layers, router options set
+away from their defaults, three layers so that both layer kinds and MLP kinds appear.
+Built once per builder version under .cache/llm_svc_tests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from iris.models.build import build_atomically
+from tests.llm_svc.checkpoints import CACHE_ROOT
+
+VERSION = "f1"
+WINDOW = 8
+FAMILIES = {
+    # Layer 0 full, layers 1 and 2 slide (index >= max_window_layers).
+    "qwen3": dict(
+        num_hidden_layers=3, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1
+    ),
+    # Every layer slides; layer 1 is dense (mlp_only_layers); norm_topk_prob at its default.
+    "qwen3_moe": dict(
+        num_hidden_layers=3,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        mlp_only_layers=[1],
+        norm_topk_prob=False,
+    ),
+    # Layer 0 slides (even and < max_window_layers); layer 2 is dense (mlp_only_layers).
+    "qwen2_moe": dict(
+        num_hidden_layers=3,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        max_window_layers=2,
+        mlp_only_layers=[2],
+        norm_topk_prob=True,
+    ),
+    "gemma3_text": dict(
+        num_hidden_layers=3,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+    ),
+}
+
+
+def family_checkpoint(arch: str) -> Path:
+    """The directory of `arch`'s test checkpoint (built on first use)."""
+    from iris.models.text_tiny import build
+
+    return build_atomically(
+        CACHE_ROOT / f"{arch}-{VERSION}", lambda out: build(arch, out, **FAMILIES[arch])
+    )
+
+
+def stacked_experts_copy(model_dir: Path, out: Path) -> Path:
+    """A copy of a per-expert MoE checkpoint with its experts stacked as Qwen3-VL-MoE stores
+    them: `experts.gate_up_proj` [E, H, 2I] and `experts.down_proj` [E, I, H]."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    def build(tmp: Path) -> None:
+        for path in model_dir.iterdir():
+            if path.suffix != ".safetensors" and path.is_file():
+                shutil.copy(path, tmp / path.name)
+        tensors = load_file(model_dir / "model.safetensors")
+        experts: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+        stacked = {}
+        for name, tensor in tensors.items():
+            if ".experts." not in name:
+                stacked[name] = tensor
+                continue
+            base, _, rest = name.partition(".experts.")
+            index, proj, _ = rest.split(".")
+            experts.setdefault(base, {}).setdefault(int(index), {})[proj] = tensor
+        for base, by_index in experts.items():
+            order = sorted(by_index)
+            gate_up = [torch.cat([by_index[e]["gate_proj"], by_index[e]["up_proj"]]) for e in order]
+            stacked[f"{base}.experts.gate_up_proj"] = torch.stack(gate_up).transpose(1, 2)
+            down = [by_index[e]["down_proj"] for e in order]
+            stacked[f"{base}.experts.down_proj"] = torch.stack(down).transpose(1, 2)
+        save_file({k: v.contiguous() for k, v in stacked.items()}, tmp / "model.safetensors")
+        (tmp / "layout.json").write_text(json.dumps({"experts": "stacked"}))
+
+    return build_atomically(out, build)
