@@ -13,7 +13,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")  # iris/models/text_tiny.py
+# iris/models/text_tiny.py
+TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "mistral")
 VLM_TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3", "qwen3_vl", "qwen3_vl_moe")
 TINY_ARCHS = (*VLM_TINY_ARCHS, *TEXT_TINY_ARCHS)
 COMPLETE_MARKER = ".iris-complete"

@@ -15,8 +15,8 @@ import numpy as np
 from iris.models.reasoning import think_markers
 from iris.multimodal import (
     PrefixResumeRule,
-    all_full,
     check_vocab_size,
+    layers_from_windows,
     processor_fingerprint,
 )
 from llm_svc.engine.block_manager import BlockManager
@@ -132,10 +132,11 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        # Every family built today attends fully; a family with sliding layers reports
-        # them here (iris.multimodal.layers_from_windows), and GetModelInfo passes them on.
+        # The model's real layer kinds and windows: GetModelInfo reports them, and the
+        # gateway builds this same rule from them.
+        mc = self.model_config
         self.resume_rule = PrefixResumeRule(
-            config.page_size, all_full(self.model_config.num_layers)
+            config.page_size, layers_from_windows([mc.window(i) for i in range(mc.num_layers)])
         )
         self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache, self.resume_rule)
         self.adapter = load_vlm_adapter(

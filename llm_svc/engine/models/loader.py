@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from iris.models.fp8 import FP8, SCALE_NAMES, dequantize, quantized_modules
 from llm_svc.engine.models.decoder import DecoderLM
-from llm_svc.engine.models.expert_weights import is_stacked_expert, read_experts
+from llm_svc.engine.models.expert_weights import expert_shape, is_stacked_expert, read_experts
 from llm_svc.engine.models.quantization import swap_fp8_linears
 
 log = logging.getLogger(__name__)
@@ -99,9 +99,15 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
         def read(name: str) -> torch.Tensor:
             return handles[where[name]].get_tensor(name)
 
+        def shape_of(name: str) -> tuple[int, ...]:
+            return tuple(handles[where[name]].get_slice(name).get_shape())
+
         def read_param(stored: str, target: torch.Tensor) -> torch.Tensor:
             if is_stacked_expert(stored):
-                return read_experts(stored, target.shape[0], where, read)
+                # The whole shape: under tensor parallelism `target` is one rank's shard.
+                moe, hidden = model.config.moe, model.config.hidden_size
+                whole = expert_shape(stored, moe.num_experts, hidden, moe.intermediate_size)
+                return read_experts(stored, whole, where, read, shape_of)
             return read(stored)
 
         with torch.no_grad():
