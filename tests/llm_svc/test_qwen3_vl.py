@@ -117,8 +117,8 @@ def test_deepstack_is_what_makes_them_match(reference):
 
 def test_tensor_parallel_2_equals_hf(tiny_qwen3_vl_moe_dir):
     """On the MoE model only (rank start-up is most of this family's test time): it covers
-    the sharded q/k-normed attention, every level on every rank, and the experts kept whole
-    on each rank; the dense MLP's sharding is the Qwen2 families' (test_tensor_parallel)."""
+    the sharded q/k-normed attention, every level on every rank, and the sharded experts;
+    the dense MLP's sharding is the Qwen2 families' (test_tensor_parallel)."""
     reference = MMReference(tiny_qwen3_vl_moe_dir)
     one, two = _prompts(reference)
     llm = _llm(reference, tensor_parallel_size=2, max_num_batched_tokens=24)
