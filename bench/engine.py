@@ -155,8 +155,10 @@ def image_request(adapter, fingerprint: bytes, seed: int, text_tokens: int, voca
     image = Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8))
     count, grid = adapter.image_token_count(256, 256)
     words = random.Random(seed)
-    text = [words.randrange(100, min(vocab, 30000)) for _ in range(text_tokens)]
-    question = [words.randrange(100, min(vocab, 30000)) for _ in range(48)]
+    # Any word but the image placeholder (a tiny model's vocabulary holds it in this range).
+    pool = [i for i in range(100, min(vocab, 30000)) if i != adapter.image_token_id]
+    text = [words.choice(pool) for _ in range(text_tokens)]
+    question = [words.choice(pool) for _ in range(48)]
     ids = text + [adapter.image_token_id] + question
     expanded, spans = adapter.expand_prompt(ids, [grid])
     item = MultimodalItem(Modality.IMAGE, offsets=[tuple(s) for s in spans[0]],
