@@ -79,12 +79,14 @@ class LLMSettings(GrpcServiceSettings):
 
     # Structured output (constraints compiled with xgrammar, off the engine loop): the
     # largest constraint text, its deepest JSON nesting, how long one compile may run (its
-    # worker process is then killed and replaced), how long a request may wait for a free
-    # compile worker, compile workers, compiled grammars kept.
+    # worker process is then killed and replaced), how long a request may wait for its
+    # grammar (queue and compile together), how long a failed compile is remembered,
+    # compile workers, compiled grammars kept.
     grammar_max_bytes: int = Field(64 << 10, gt=0)
     grammar_max_depth: int = Field(32, gt=0)
     grammar_compile_timeout_s: float = Field(3.0, gt=0)
-    grammar_queue_timeout_s: float = Field(4.0, gt=0)
+    grammar_queue_timeout_s: float = Field(7.0, gt=0)
+    grammar_failure_ttl_s: float = Field(300.0, gt=0)
     grammar_compile_threads: int = Field(2, gt=0)
     grammar_cache_entries: int = Field(256, gt=0)
 

@@ -63,6 +63,19 @@ class BlockManager:
         assert needed <= len(self.free_pages), "not enough pages: call can_append first"
         seq.block_table.extend(self.free_pages.popleft() for _ in range(needed))
 
+    def drop_cached(self, announce: bool = True) -> int:
+        """Free every cached page no sequence references (an admin's reset); returns how
+        many. Without `announce` their REMOVED events are dropped too: the cache forgets
+        them without telling its subscribers (a test hook: lost events)."""
+        if self.cache is None:
+            return 0
+        mark = len(self.cache.events)
+        freed = self.cache.evict(self.cache.num_unreferenced)
+        self.free_pages.extend(freed)
+        if not announce:
+            del self.cache.events[mark:]
+        return len(freed)
+
     def match_prefix(self, seq: Sequence) -> int:
         """Share the cached pages of `seq`'s longest cached prefix; returns tokens matched.
 

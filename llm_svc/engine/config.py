@@ -40,7 +40,8 @@ class EngineConfig:
     its JSON nests at most `grammar_max_depth` levels; `grammar_compile_threads` worker
     processes (`grammar_worker_module`) compile off the engine's process, a compile is
     killed with its worker `grammar_compile_timeout_s` after it starts, a request waits at
-    most `grammar_queue_timeout_s` for a free worker, and `grammar_cache_entries` compiled
+    most `grammar_queue_timeout_s` for its grammar (queue and compile together), a failed
+    compile is remembered for `grammar_failure_ttl_s`, and `grammar_cache_entries` compiled
     grammars are kept.
 
     `overlap_scheduling`: schedule and prepare step k+1 while step k runs on the device
@@ -79,7 +80,8 @@ class EngineConfig:
     grammar_max_bytes: int = 64 << 10
     grammar_max_depth: int = 32
     grammar_compile_timeout_s: float = 3.0
-    grammar_queue_timeout_s: float = 4.0
+    grammar_queue_timeout_s: float = 7.0
+    grammar_failure_ttl_s: float = 300.0
     grammar_compile_threads: int = 2
     grammar_cache_entries: int = 256
     grammar_worker_module: str = "llm_svc.engine.grammar.worker"
@@ -96,6 +98,7 @@ class EngineConfig:
             "cache_timeout_s",
             "grammar_compile_timeout_s",
             "grammar_queue_timeout_s",
+            "grammar_failure_ttl_s",
             "tensor_parallel_timeout_s",
         ):
             if not getattr(self, name) > 0:

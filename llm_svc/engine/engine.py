@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -199,6 +200,7 @@ class LLMEngine:
             config.grammar_max_depth,
             config.grammar_compile_timeout_s,
             config.grammar_queue_timeout_s,
+            config.grammar_failure_ttl_s,
         )
         return GrammarCompilerPool(
             self.tokenizer,
@@ -294,8 +296,8 @@ class LLMEngine:
         self.requests[request_id] = seq
         if params.constraint is not None:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
-            future = self.grammars.submit(params.constraint)
             limit = self.config.grammar_queue_timeout_s
+            future = self.grammars.submit(params.constraint, limit)
             thought_end = self.think_markers.end_id if params.reasoning else None
             seq.grammar = RequestGrammar(
                 params.constraint,
@@ -303,6 +305,7 @@ class LLMEngine:
                 limit,
                 lambda: self.grammars.ready_since,
                 opens_after=thought_end,
+                release=functools.partial(self.grammars.release, params.constraint),
             )
             self.compiling.add(seq)
         else:
@@ -606,6 +609,11 @@ class LLMEngine:
             num_cached_tokens=seq.num_cached_tokens,
             error=seq.error,
         )
+
+    def reset_prefix_cache(self, announce: bool = True) -> int:
+        """Drop every cached prefix page no running request holds; returns the pages freed.
+        `announce=False` publishes no REMOVED events for them (a test hook)."""
+        return self.blocks.drop_cached(announce)
 
     # --- observability -----------------------------------------------------------------
     def take_kv_events(self) -> list[KVEvent]:

@@ -4,7 +4,6 @@ peak profiled on CUDA, or estimated against the configured budget on the CPU."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import torch
 
@@ -14,6 +13,7 @@ from llm_svc.engine.embeddings.assembly import ChunkImageRows
 from llm_svc.engine.memory_budget import (
     CudaProbe,
     MemoryBudget,
+    ProfiledStep,
     estimated_step_peak,
     measured_budget,
     module_bytes,
@@ -29,15 +29,6 @@ log = logging.getLogger(__name__)
 # prompt and output, logprobs' log-softmax. Half the profile rows add top-k.
 _WIDEST = dict(temperature=0.7, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
                frequency_penalty=0.5, presence_penalty=0.5, logprobs=20)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ProfiledStep:
-    """What `profile_step` ran: tokens in one forward, image rows assembled, sampler rows."""
-
-    tokens: int
-    image_rows: int
-    sampled_rows: int
 
 
 def holds_images(runner) -> bool:
@@ -82,7 +73,15 @@ def profile_step(runner, config: EngineConfig) -> ProfiledStep:
     """Run the largest step the engine may schedule on `runner`'s device, with a KV cache
     just big enough for it: `max_num_batched_tokens` prefill tokens (spread over up to
     `max_num_seqs` sequences) whose every row is an image row assembled into the input
-    embeddings, then the sampler's widest path over `max_num_seqs` rows."""
+    embeddings, then the sampler's widest path over `max_num_seqs` rows. Returns what ran
+    and the bytes of its KV cache and of the embeddings its image rows are taken from,
+    which the budget counts in other terms. Under tensor parallelism its collectives run
+    on the start group (`runner.profiling_collectives`)."""
+    with runner.profiling_collectives():
+        return _run_largest_step(runner, config)
+
+
+def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
     mc, page, device = runner.model_config, runner.page_size, runner.device
     tokens, rows = config.max_num_batched_tokens, config.max_num_seqs
     count = min(rows, tokens)
@@ -106,15 +105,16 @@ def profile_step(runner, config: EngineConfig) -> ProfiledStep:
     runner.backend = make_backend(config.attention_backend, kv)
     try:
         inputs = runner.prepare(chunks)
-        images = [
-            ChunkImageRows(
-                torch.arange(chunk.num_tokens),
-                torch.zeros(
-                    chunk.num_tokens, mc.embedding_width, dtype=config.torch_dtype, device=device
-                ),
-            )  # fmt: skip
+        # Stand-ins for the held embeddings the image rows come from (their own term of
+        # the budget), and each chunk's rows gathered from them into a copy, as a chunk
+        # that spans two images gets (kernels/chunk_rows.py); every deepstack level wide.
+        held = [
+            torch.zeros(
+                chunk.num_tokens, mc.embedding_width, dtype=config.torch_dtype, device=device
+            )
             for chunk in chunks
         ]
+        images = [ChunkImageRows(torch.arange(rows.shape[0]), rows.clone()) for rows in held]
         embeds, deepstack = runner.assemble(inputs, images)
         logits = runner.execute(inputs, embeds, deepstack)
         # The sampler at the maximum batch: rows past the sequences computed repeat theirs.
@@ -125,5 +125,9 @@ def profile_step(runner, config: EngineConfig) -> ProfiledStep:
             del runner.backend
         else:
             runner.backend = saved
-    del kv
-    return ProfiledStep(int(inputs.input_ids.shape[0]), int(embeds.shape[0]), len(sampled))
+    kv_bytes = sum(t.numel() * t.element_size() for t in (kv.k, kv.v))
+    image_bytes = sum(rows.numel() * rows.element_size() for rows in held)
+    del kv, held
+    return ProfiledStep(
+        int(inputs.input_ids.shape[0]), int(embeds.shape[0]), len(sampled), kv_bytes, image_bytes
+    )

@@ -4,6 +4,7 @@ paged KV cache, returns the logits of the sequences that sample this step."""
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +73,11 @@ class ModelRunner:
 
     def close(self) -> None:
         """Nothing to stop on one device (the tensor-parallel runner stops its ranks)."""
+
+    def profiling_collectives(self):
+        """A context for the memory budget's profiling step: nothing on one device (the
+        tensor-parallel runner moves the step's collectives to the start group)."""
+        return nullcontext()
 
     def prepare(
         self, chunks: list[ScheduledChunk], pending: PendingTokens | None = None

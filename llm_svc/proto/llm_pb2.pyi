@@ -205,3 +205,15 @@ class Load(_message.Message):
     waiting: int
     pending_prefill_tokens: int
     def __init__(self, kv_utilisation: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ...) -> None: ...
+
+class ResetPrefixCacheRequest(_message.Message):
+    __slots__ = ("silent",)
+    SILENT_FIELD_NUMBER: _ClassVar[int]
+    silent: bool
+    def __init__(self, silent: _Optional[bool] = ...) -> None: ...
+
+class ResetPrefixCacheResponse(_message.Message):
+    __slots__ = ("pages_freed",)
+    PAGES_FREED_FIELD_NUMBER: _ClassVar[int]
+    pages_freed: int
+    def __init__(self, pages_freed: _Optional[int] = ...) -> None: ...

@@ -46,6 +46,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         grammar_max_depth=settings.grammar_max_depth,
         grammar_compile_timeout_s=settings.grammar_compile_timeout_s,
         grammar_queue_timeout_s=settings.grammar_queue_timeout_s,
+        grammar_failure_ttl_s=settings.grammar_failure_ttl_s,
         grammar_compile_threads=settings.grammar_compile_threads,
         grammar_cache_entries=settings.grammar_cache_entries,
         grammar_worker_module=grammar_worker_from_env(),

@@ -25,7 +25,7 @@ from llm_svc.server.builder import build_engine
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.metrics import LLMMetrics
 from llm_svc.server.service import KVNotifier, LLMServicer, ServingLimits
-from llm_svc.server.step_failures import step_fault_from_env
+from llm_svc.server.step_failures import step_fault_from_env, test_hooks_enabled
 from llm_svc.server.streams import StreamRegistry
 from llm_svc.server.worker import FAULT_PUBLISH_WAIT_S, EngineWorker
 from llm_svc.settings import LLMSettings
@@ -127,6 +127,7 @@ class LLMServer(GrpcService):
             limits,
             engine.tokenizer,
             self._tracer,
+            test_hooks=test_hooks_enabled(),
         )
         self.worker.start()
         self.work_loop = self.worker

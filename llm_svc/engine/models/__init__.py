@@ -10,7 +10,13 @@ import torch
 
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
 from llm_svc.engine.models.decoder import DecoderLM, DeepstackRows
-from llm_svc.engine.models.loader import find_text_prefix, load_weights, swap_quantized_layers
+from llm_svc.engine.models.loader import (
+    building_in,
+    find_text_prefix,
+    load_weights,
+    materialize,
+    swap_quantized_layers,
+)
 from llm_svc.engine.models.registry import build_decoder, supported_families
 
 
@@ -18,18 +24,23 @@ def load_model(
     model_dir: str | Path, dtype: torch.dtype, device: torch.device, group=None
 ) -> tuple[DecoderLM, TextModelConfig]:
     """Build the decoder for `model_dir` and load its weights, in eval mode; with `group`
-    (a tensor-parallel RankGroup), only this rank's shard of them."""
+    (a tensor-parallel RankGroup), only this rank's shard of them.
+
+    Every layer is built in its final dtype and layout (this rank's shard, FP8 layers as
+    FP8) before anything is allocated, so loading needs the weights' own bytes and no more
+    (docs/design.md §3 "Loading")."""
     config = TextModelConfig.from_model_dir(model_dir)
     shards = None
-    with torch.device("meta"):
+    with building_in(dtype):
         model = build_decoder(config)
         if group is not None:
             from llm_svc.engine.parallel.sharding import shard_decoder
 
             shards = shard_decoder(model, config, group)
-    model = model.to_empty(device=device).to(dtype)
-    # After the cast: FP8 layers keep their FP8 weights and float32 scales.
-    swap_quantized_layers(model, model_dir, dtype)
+        swap_quantized_layers(model, model_dir, dtype, device)
+    # RoPE tables are computed on first use, in float32 (layers.RotaryEmbedding): nothing
+    # computed needs rebuilding after the allocation.
+    model = materialize(model, device)
     load_weights(model, model_dir, shards)
     return model.eval(), config
 

@@ -116,7 +116,7 @@ class TextModelConfig:
         raw = json.loads((model_dir / "config.json").read_text())
         architecture = (raw.get("architectures") or ["?"])[0]
         try:
-            family = text_family(architecture)  # the one registry (iris/models/registry.py)
+            family = text_family(architecture, raw)  # the one registry (iris/models/registry.py)
         except ValueError as err:
             raise UnsupportedModelError(str(err)) from None
         text = raw.get("text_config") or raw
@@ -268,7 +268,7 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
             return from_list()
         pattern = text.get("sliding_window_pattern", text.get("_sliding_window_pattern", 6))
         return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
-    if architecture == "MistralForCausalLM":
+    if architecture == "MistralForCausalLM" or text.get("model_type") == "mistral":
         return (SLIDING if window else FULL,) * n
     if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         if not text.get("use_sliding_window") or not window:
