@@ -10,6 +10,8 @@ an exchange went through), on a real ShardRunner and the real profiling step on 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 
 from llm_svc.engine import EngineConfig
@@ -51,7 +53,7 @@ class RecordingGroup:
 def _runner(llama_dir, log):
     group = RankGroup(
         0, 1, torch.device("cpu"), None, RecordingGroup("start", log),
-        RecordingGroup("step host", log), RecordingGroup("step tensors", log),
+        RecordingGroup("step host", log), RecordingGroup("step tensors", log), timedelta(60),
     )  # fmt: skip
     config = EngineConfig(llama_dir, page_size=4, num_pages=16, max_num_batched_tokens=24,
                           max_num_seqs=4, device="cpu", dtype="float32")  # fmt: skip
