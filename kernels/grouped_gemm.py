@@ -107,8 +107,7 @@ def check_gemm_operands(x, weight, counts, row_scale) -> None:
     same device, x and weight of one float dtype, rows of x and weight contiguous."""
     if x.dim() != 2 or weight.dim() != 3:
         raise ValueError(
-            f"x must be [M, K] and weight [E, N, K], got {tuple(x.shape)} and "
-            f"{tuple(weight.shape)}"
+            f"x must be [M, K] and weight [E, N, K], got {tuple(x.shape)} and {tuple(weight.shape)}"
         )
     if x.shape[1] != weight.shape[2]:
         raise ValueError(f"x has K={x.shape[1]} but weight has K={weight.shape[2]}")

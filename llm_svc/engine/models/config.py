@@ -117,11 +117,6 @@ class TextModelConfig:
         types = sliding_layers(architecture, family, text)
         ropes = read_ropes(family, text)
         quantization = read_quantization(raw)
-        if quantization is not None and family in MOE_FAMILIES:
-            raise UnsupportedModelError(
-                f"FP8 experts ({architecture} with quantization_config "
-                f"{quantization.method!r}) are not supported yet"
-            )
         return cls(
             architecture=architecture,
             family=family,
