@@ -61,6 +61,9 @@ class LLMSettings(GrpcServiceSettings):
     memory_budget_bytes: int | None = Field(None, gt=0)  # CPU only: the pod's whole budget
     max_held_embedding_bytes: int = Field(1 << 30, gt=0)
     enable_prefix_caching: bool = True
+    # Hybrid (linear-attention) models: a state snapshot every this many pages of a cached
+    # prefix; larger costs less memory per page and resumes less deep (docs/design.md §3).
+    state_snapshot_interval: int = Field(16, gt=0)
     # Schedule step k+1 while step k runs on the device; unset: on for CUDA, off for CPU
     # (the host's own cores run the model there, so nothing overlaps: docs/design.md §3).
     overlap_scheduling: bool | None = None

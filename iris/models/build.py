@@ -22,6 +22,7 @@ TINY_ARCHS = (
     "internvl",
     "internvl_moe",
     "mistral3",
+    "qwen3_5",
     *TEXT_TINY_ARCHS,
 )
 COMPLETE_MARKER = ".iris-complete"
@@ -35,6 +36,8 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.qwen2_vl.tiny import build_qwen2_5 as build
     elif arch == "idefics3":
         from iris.models.idefics3.tiny import build
+    elif arch == "qwen3_5":
+        from iris.models.qwen3_5.tiny import build
     elif arch == "internvl":
         from iris.models.internvl.tiny import build
     elif arch == "mistral3":
@@ -99,6 +102,7 @@ TINY_SOURCES = {
     "qwen2_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "qwen2_5_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
+    "qwen3_5": ("tokenizer_build.py", "qwen3_5/tiny.py", "build.py"),
     "internvl": ("tokenizer_build.py", "internvl/tiny.py", "build.py"),
     "internvl_moe": ("tokenizer_build.py", "internvl/tiny.py", "build.py"),
     "mistral3": ("tokenizer_build.py", "mistral3/tiny.py", "build.py"),

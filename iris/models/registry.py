@@ -39,6 +39,8 @@ _PLAIN_LANGUAGE_MODELS = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Gemma3ForCausalLM": "gemma3",
+    # Hybrid: Gated DeltaNet linear attention with gated full attention every 4th layer.
+    "Qwen3_5ForCausalLM": "qwen3_5",
 }
 
 
@@ -79,9 +81,10 @@ def has_adapter(architecture: str) -> bool:
 
 def text_family(architecture: str, config: dict | None = None) -> str:
     """The decoder family (llm_svc/engine/models/registry.py: "llama", "qwen2", "qwen3",
-    "qwen3_moe", "qwen2_moe", "gemma3") of an architecture's language model, read from the
-    checkpoint's `config` where the family's language model varies; UnsupportedModelError
-    naming a refused architecture or option, ValueError listing every known architecture."""
+    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5") of an architecture's language model, read
+    from the checkpoint's `config` where the family's language model varies;
+    UnsupportedModelError naming a refused architecture or option, ValueError listing every
+    known architecture."""
     _load_families()
     _refuse_by_name(architecture)
     if architecture in _REGISTRY:

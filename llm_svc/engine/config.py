@@ -52,7 +52,12 @@ class EngineConfig:
     each, this one rank 0; a rank that dies or does not answer a collective within
     `tensor_parallel_timeout_s` fails the engine (RankFailedError). The size must divide
     the attention heads and the MLP width, divide or be a multiple of the KV heads, not
-    exceed the CUDA devices, and be 1 for a quantized checkpoint."""
+    exceed the CUDA devices, and be 1 for a quantized checkpoint.
+
+    Hybrid models (linear attention, Qwen3.5): the prefix cache keeps a snapshot of the
+    linear layers' states every `state_snapshot_interval` pages (k); a hit resumes from the
+    deepest snapshot, so a larger k costs less memory per cached page and resumes less deep
+    (docs/design.md §3 "Hybrid models")."""
 
     model_dir: str | Path
     model_revision: str = ""  # the weights' name for the fingerprint ("": their digest)
@@ -87,6 +92,7 @@ class EngineConfig:
     grammar_worker_module: str = "llm_svc.engine.grammar.worker"
     tensor_parallel_size: int = 1
     tensor_parallel_timeout_s: float = 60.0
+    state_snapshot_interval: int = 16
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
@@ -113,6 +119,7 @@ class EngineConfig:
             "grammar_compile_threads",
             "grammar_cache_entries",
             "max_held_embedding_bytes",
+            "state_snapshot_interval",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -17,7 +17,6 @@ from iris.models.reasoning import think_markers
 from iris.multimodal import (
     PrefixResumeRule,
     check_vocab_size,
-    layers_from_windows,
     processor_fingerprint,
 )
 from llm_svc.engine.block_manager import BlockManager
@@ -133,13 +132,16 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        # The model's real layer kinds and windows: GetModelInfo reports them, and the
-        # gateway builds this same rule from them.
-        mc = self.model_config
+        # The model's real layer kinds (windows; a hybrid model's linear layers with their
+        # snapshot interval): GetModelInfo reports them, and the gateway builds this same
+        # rule from them.
         self.resume_rule = PrefixResumeRule(
-            config.page_size, layers_from_windows([mc.window(i) for i in range(mc.num_layers)])
+            config.page_size, self.model_config.resume_layers(config.state_snapshot_interval)
         )
-        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache, self.resume_rule)
+        self.blocks = BlockManager(
+            self.runner.num_pages, config.page_size, cache, self.resume_rule,
+            getattr(self.runner, "state_pool", None),
+        )  # fmt: skip
         self.adapter = load_vlm_adapter(
             config.model_dir, self.model_config.architecture, config.model_revision
         )
@@ -630,4 +632,15 @@ class LLMEngine:
             prompt_tokens=self._prompt_tokens,
             prefix_hit_tokens=self._hit_tokens,
             generation_tokens=self._generated_tokens,
+            **self._snapshot_stats(),
+        )
+
+    def _snapshot_stats(self) -> dict[str, int]:
+        states = self.blocks.states
+        if states is None:
+            return {}
+        return dict(
+            snapshot_slots=states.snapshot_slots,
+            snapshots_held=states.snapshot_slots - states.num_free_snapshots,
+            snapshots_skipped=self.blocks.num_snapshots_skipped,
         )

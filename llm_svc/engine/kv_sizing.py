@@ -22,6 +22,7 @@ from llm_svc.engine.sampling import Sampler
 from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import ScheduledChunk
 from llm_svc.engine.sequence import Sequence
+from llm_svc.engine.state_pool import StatePool
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +88,28 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
     lengths = [tokens // count + (i < tokens % count) for i in range(count)]
     num_pages = sum(-(-length // page) for length in lengths)
     kv = KVCache.allocate(  # this rank's heads (tensor parallelism holds a share of them)
-        mc.num_layers, num_pages, page, runner.num_kv_heads, mc.head_dim, config.torch_dtype,
+        mc.num_kv_layers, num_pages, page, runner.num_kv_heads, mc.head_dim, config.torch_dtype,
         device,
     )  # fmt: skip
+    # A hybrid model's sequences step with state slots: a pool just for them, as the KV.
+    states = None
+    if mc.is_hybrid:
+        states = StatePool(mc.linear, mc.num_linear_layers, rows, 0, device)
     seqs, chunks, next_page = [], [], 0
     for i in range(rows):
         params = SamplingParams(**_WIDEST, top_k=50 if i % 2 else 0, max_tokens=1)
         length = lengths[i % count]
         seq = Sequence(f"memory-profile-{i}", [i % mc.vocab_size] * length, params)
+        seq.state_slot = i if states is not None else None
         seqs.append(seq)
         if i < count:
             seq.block_table = list(range(next_page, next_page + -(-length // page)))
             next_page += len(seq.block_table)
             chunks.append(ScheduledChunk(seq, 0, length))
     saved = runner.__dict__.get("backend")
+    saved_states = runner.__dict__.get("state_pool")
     runner.backend = make_backend(config.attention_backend, kv)
+    runner.state_pool = states
     try:
         inputs = runner.prepare(chunks)
         # Stand-ins for the held embeddings the image rows come from (their own term of
@@ -124,9 +132,10 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
             del runner.backend
         else:
             runner.backend = saved
+        runner.state_pool = saved_states
     kv_bytes = sum(t.numel() * t.element_size() for t in (kv.k, kv.v))
     image_bytes = sum(rows.numel() * rows.element_size() for rows in held)
-    del kv, held
+    del kv, held, states
     return ProfiledStep(
         int(inputs.input_ids.shape[0]), int(embeds.shape[0]), len(sampled), kv_bytes, image_bytes
     )

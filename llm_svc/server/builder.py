@@ -34,6 +34,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         device=settings.device,
         dtype=settings.dtype,
         enable_prefix_caching=settings.enable_prefix_caching,
+        state_snapshot_interval=settings.state_snapshot_interval,
         attention_backend=settings.attention_backend,
         overlap_scheduling=settings.overlap_scheduling,
         seed=settings.seed,

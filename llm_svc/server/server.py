@@ -40,13 +40,18 @@ ENGINE_FAILED_EXIT_CODE = 3
 _LAYER_KINDS = {
     LayerKind.FULL: llm_pb2.AttentionLayer.FULL,
     LayerKind.SLIDING: llm_pb2.AttentionLayer.SLIDING,
+    LayerKind.LINEAR: llm_pb2.AttentionLayer.LINEAR,
 }
 
 
 def reported_layers(rule: PrefixResumeRule) -> list[llm_pb2.AttentionLayer]:
     """The layers of the pod's resumable-prefix rule, as GetModelInfo reports them."""
     return [
-        llm_pb2.AttentionLayer(kind=_LAYER_KINDS[layer.kind], window=layer.window)
+        llm_pb2.AttentionLayer(
+            kind=_LAYER_KINDS[layer.kind],
+            window=layer.window,
+            snapshot_interval=layer.snapshot_interval,
+        )
         for layer in rule.layers
     ]
 

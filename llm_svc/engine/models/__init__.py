@@ -1,5 +1,6 @@
 """Language models the engine runs: one module per decoder family (llama.py for Llama,
-Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py), built from the blocks
+Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py; qwen3_5.py, the hybrid
+Qwen3.5 with Gated DeltaNet linear attention), built from the blocks
 in layers.py and moe.py, chosen by registry.py."""
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def load_model(
     (docs/design.md §3 "Loading")."""
     config = TextModelConfig.from_model_dir(model_dir)
     shards = None
+    if config.is_hybrid and (group is not None or config.quantization is not None):
+        raise UnsupportedModelError(
+            f"{config.architecture}: tensor parallelism and FP8 are not supported for hybrid "
+            "(linear-attention) models yet"
+        )
     with building_in(dtype):
         model = build_decoder(config)
         if group is not None:
@@ -47,6 +53,7 @@ def load_model(
 
 __all__ = [
     "DecoderLM",
+    "Qwen3_5LM",
     "TextModelConfig",
     "UnsupportedModelError",
     "find_text_prefix",
