@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from kernels.backend import jit, resolve_backend
+from kernels.paged_attention_decode import dot_precision, upcast_dots
 
 GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BLOCK_M = 16  # rows per tile; small, because a decode step routes few tokens to an expert
@@ -41,6 +42,8 @@ def _grouped_gemm_kernel(
     w_row_stride,
     out_row_stride,
     HAS_SCALE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -72,7 +75,10 @@ def _grouped_gemm_kernel(
             mask=k_ok[:, None] & col_ok[None, :],
             other=0.0,
         )
-        acc = tl.dot(a, b, acc)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
     if HAS_SCALE:
         scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         acc = acc * scale[:, None]
@@ -161,6 +167,8 @@ def grouped_gemm(
         weight.stride(1),
         out.stride(0),
         HAS_SCALE=row_scale is not None,
+        PRECISION=dot_precision(x.dtype),
+        UPCAST=upcast_dots(x.dtype),
         BLOCK_M=BLOCK_M,
         BLOCK_N=block_n,
         BLOCK_K=block_k,

@@ -47,6 +47,19 @@ def test_triton_equals_twin_on_ragged_expert_loads(runs_on, counts, n, k, scaled
     torch.testing.assert_close(got, twin, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_triton_equals_twin_in_half_precision(runs_on, dtype):
+    counts, n, k = LOADS[0]
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(sum(counts), k, generator=generator).to(dtype)
+    weight = torch.randn(len(counts), n, k, generator=generator).to(dtype)
+    row_scale = torch.rand(sum(counts), generator=generator).to(dtype)
+    got = grouped_gemm(x, weight, torch.tensor(counts), row_scale, backend="triton")
+    twin = grouped_gemm(x, weight, torch.tensor(counts), row_scale, backend="torch")
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, twin, rtol=1e-2, atol=1e-2)
+
+
 def test_tile_plan_covers_each_row_once_within_its_expert():
     counts = torch.tensor([3, 0, 17, 1, 0, 32])
     expert, start, end = expert_tiles(counts, int(counts.sum()))
