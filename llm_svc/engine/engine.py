@@ -187,7 +187,8 @@ class LLMEngine:
             return None
         return EmbeddingFetcher(
             source,
-            self.model_config.hidden_size,
+            # Every deepstack level is fetched, held and counted with its main row.
+            self.model_config.embedding_width,
             config.torch_dtype,
             self.runner.device,
             config.embedding_fetch_workers,
@@ -474,10 +475,10 @@ class LLMEngine:
         each other request ends here with its RequestDataError (its pages are freed, and
         nothing of this step reaches the prefix cache for it)."""
         kept, image_rows = [], []
-        hidden = self.model_config.hidden_size
+        width = self.model_config.embedding_width
         for chunk in chunks:
             try:
-                rows = chunk_image_rows(chunk, hidden)
+                rows = chunk_image_rows(chunk, width)
             except RequestDataError as err:
                 log.warning("request %s fails alone: %s", chunk.seq.request_id, err)
                 self._fail(chunk.seq, err, outputs)
