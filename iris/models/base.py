@@ -85,6 +85,16 @@ class ModelAdapter(ABC):
     def hidden_size(self) -> int:
         return int(self.text_config["hidden_size"])
 
+    # Deepstack levels carried by each embedding row after the main one (Qwen3-VL: one per
+    # vision_config.deepstack_visual_indexes entry; 0 for every other family).
+    deepstack_levels: int = 0
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of one embedding row as encoded, cached and fetched: the main row, then
+        one row of every deepstack level ((1 + levels) x hidden_size)."""
+        return self.hidden_size * (1 + self.deepstack_levels)
+
     @property
     def vocab_size(self) -> int:
         return int(self.text_config.get("vocab_size", self.config.get("vocab_size")))

@@ -2,10 +2,12 @@
 does not render them.
 
 Hermes style (Qwen2 / Qwen2.5-VL, and Iris's default): each call is
-`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Qwen XML style (Qwen3.5,
-Qwen3-Coder): `<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n...
-</function>\\n</tool_call>`, a string VALUE as it is, any other as JSON. An adapter reads
-which one from its chat template (`format_of_template`). A template that renders
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Mistral style (Mistral
+Small 3.x): the `[TOOL_CALLS]` control token, then all calls as one JSON list
+`[{"name": ..., "arguments": {...}}, ...]`, then the end of the answer. Qwen XML style
+(Qwen3.5, Qwen3-Coder): `<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>
+\\n...</function>\\n</tool_call>`, a string VALUE as it is, any other as JSON; an adapter
+finds it in its chat template (`format_of_template`). A template that renders
 `tools` itself gets them as they are; for one that does not, the adapter adds its own
 system instruction listing the tools and showing that format, and turns earlier calls and
 tool results into text the template can render.
@@ -14,6 +16,9 @@ tool results into text the template can render.
 from __future__ import annotations
 
 import json
+import secrets
+import string
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,9 +52,15 @@ def _bracket_depth(text: str) -> int:
 
 @dataclass(frozen=True)
 class ToolCallFormat:
-    """The text around one call's body and around a tool's result. `style` "json": the
-    body is `{"name": ..., "arguments": ...}`; "qwen_xml": `<function=NAME>` with one
-    `<parameter=P>` block per argument (xgrammar's style of the same name)."""
+    """The text around one call's JSON (`{"name": ..., "arguments": ...}`), around the list
+    of one answer's calls, and around a tool's result.
+
+    `list_begin` non-empty makes a list format: the calls are one JSON list that opens with
+    `list_begin` (whose last character is the list's `[`) and closes with `list_end`.
+    `marker_is_control`: the opening marker is a control token, which the pod's detokenizer
+    drops unless special tokens are kept (the gateway keeps them when it parses calls).
+    `style` "qwen_xml": a call's body is `<function=NAME>` with one `<parameter=P>` block per
+    argument (xgrammar's style of the same name) instead of the JSON object."""
 
     call_begin: str = "<tool_call>\n"
     call_end: str = "\n</tool_call>"
@@ -57,6 +68,22 @@ class ToolCallFormat:
     result_end: str = "\n</tool_response>"
     separator: str = "\n"  # between parallel calls
     style: str = "json"
+    list_begin: str = ""
+    list_end: str = ""
+    marker_is_control: bool = False
+    # Mistral's templates accept only ids of 9 letters and digits; OpenAI's are `call_…`.
+    short_call_ids: bool = False
+
+    @property
+    def is_list(self) -> bool:
+        return bool(self.list_begin)
+
+    @property
+    def marker(self) -> str:
+        """What opens the calls in an answer (`[TOOL_CALLS]`, `<tool_call>`)."""
+        if self.is_list:
+            return self.list_begin[:-1].strip()
+        return self.call_begin.strip()
 
     def call_text(self, name: str, arguments: object) -> str:
         if isinstance(arguments, str):
@@ -66,6 +93,17 @@ class ToolCallFormat:
             return f"{self.call_begin}{xml_call_body(name, arguments)}{self.call_end}"
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         return f"{self.call_begin}{body}{self.call_end}"
+
+    def calls_text(self, calls: Sequence[tuple[str, object]]) -> str:
+        """One answer's calls ((name, arguments) pairs) as the model writes them."""
+        blocks = self.separator.join(self.call_text(name, args) for name, args in calls)
+        return f"{self.list_begin}{blocks}{self.list_end}"
+
+    def new_call_id(self) -> str:
+        if self.short_call_ids:
+            alphabet = string.ascii_letters + string.digits
+            return "".join(secrets.choice(alphabet) for _ in range(9))
+        return f"call_{uuid.uuid4().hex[:24]}"
 
 
 HERMES = ToolCallFormat()
@@ -103,10 +141,23 @@ def format_of_template(render_call) -> ToolCallFormat:
     return QWEN_XML if "<function=iris_probe_tool>" in text else HERMES
 
 
+MISTRAL = ToolCallFormat(
+    call_begin="",
+    call_end="",
+    result_begin="[TOOL_RESULTS]",
+    result_end="[/TOOL_RESULTS]",
+    separator=", ",
+    list_begin="[TOOL_CALLS][",
+    list_end="]",
+    marker_is_control=True,
+    short_call_ids=True,
+)
+
+
 def tool_instruction(tools: Sequence[dict], fmt: ToolCallFormat = HERMES) -> str:
     """The system text that describes `tools` (OpenAI tool objects) and the call format."""
     listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
-    example = fmt.call_text("<the function's name>", {"<parameter>": "<value>"})
+    example = fmt.calls_text([("<the function's name>", {"<parameter>": "<value>"})])
     return (
         "You can call functions to help answer the user. These are the functions, one JSON "
         f"object per line:\n<tools>\n{listed}\n</tools>\n\n"
@@ -160,14 +211,13 @@ def _as_text(message: dict, fmt: ToolCallFormat) -> dict:
         return {"role": "user", "content": f"{fmt.result_begin}{text}{fmt.result_end}"}
     calls = message.get("tool_calls")
     if role == "assistant" and calls:
-        blocks = [
-            fmt.call_text(call["function"]["name"], call["function"].get("arguments", {}))
-            for call in calls
-        ]
+        written = fmt.calls_text(
+            [(call["function"]["name"], call["function"].get("arguments", {})) for call in calls]
+        )
         text = _text_of(message.get("content"))
-        parts = ([text] if text else []) + blocks
+        parts = ([text] if text else []) + [written]
         rest = {key: value for key, value in message.items() if key != "tool_calls"}
-        return {**rest, "content": fmt.separator.join(parts)}
+        return {**rest, "content": "\n".join(parts)}
     return message
 
 

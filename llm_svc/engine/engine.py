@@ -187,7 +187,8 @@ class LLMEngine:
             return None
         return EmbeddingFetcher(
             source,
-            self.model_config.hidden_size,
+            # Every deepstack level is fetched, held and counted with its main row.
+            self.model_config.embedding_width,
             config.torch_dtype,
             self.runner.device,
             config.embedding_fetch_workers,
@@ -474,10 +475,10 @@ class LLMEngine:
         each other request ends here with its RequestDataError (its pages are freed, and
         nothing of this step reaches the prefix cache for it)."""
         kept, image_rows = [], []
-        hidden = self.model_config.hidden_size
+        width = self.model_config.embedding_width
         for chunk in chunks:
             try:
-                rows = chunk_image_rows(chunk, hidden)
+                rows = chunk_image_rows(chunk, width)
             except RequestDataError as err:
                 log.warning("request %s fails alone: %s", chunk.seq.request_id, err)
                 self._fail(chunk.seq, err, outputs)
@@ -539,7 +540,14 @@ class LLMEngine:
         if sampled.logprobs is not None:
             seq.logprobs.append(sampled.logprobs)
         text_before = len(seq.text)
-        seq.text += seq.detokenizer.add(sampled.token_id)
+        if self._is_stop_token(seq.params, sampled.token_id) and not (
+            seq.params.include_stop_str_in_output
+        ):
+            # A stop token ends the text without being part of it (as vLLM), also when
+            # special tokens are kept (EOS would otherwise read `</s>`).
+            seq.text += seq.detokenizer.flush()
+        else:
+            seq.text += seq.detokenizer.add(sampled.token_id)
         reason = self._stop_reason(seq, sampled.token_id)
         if reason is not None:
             seq.text += seq.detokenizer.flush()
@@ -551,14 +559,17 @@ class LLMEngine:
             self._finish(seq, reason)
         return self._output(seq)
 
+    def _is_stop_token(self, params, token: int) -> bool:
+        return token in params.stop_token_ids or (
+            not params.ignore_eos and token in self.eos_token_ids
+        )
+
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         """Why `seq` ends after `token` (stop strings aside), or None."""
         params = seq.params
         if seq.grammar is not None and seq.grammar.terminated:
             return FinishReason.STOP
-        if token in params.stop_token_ids or (
-            not params.ignore_eos and token in self.eos_token_ids
-        ):
+        if self._is_stop_token(params, token):
             return FinishReason.STOP
         if seq.num_output_tokens >= params.max_tokens:
             return FinishReason.LENGTH

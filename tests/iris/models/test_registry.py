@@ -27,6 +27,8 @@ def test_registered_architectures():
         "Mistral3ForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
         "SmolVLMForConditionalGeneration",
     ]
 
