@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")  # iris/models/text_tiny.py
-TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3", *TEXT_TINY_ARCHS)
+TINY_ARCHS = ("qwen2_vl", "qwen2_5_vl", "idefics3", "gemma3", *TEXT_TINY_ARCHS)
 COMPLETE_MARKER = ".iris-complete"
 _PACKAGE = Path(__file__).parent
 
@@ -26,6 +26,8 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.qwen2_vl.tiny import build_qwen2_5 as build
     elif arch == "idefics3":
         from iris.models.idefics3.tiny import build
+    elif arch == "gemma3":
+        from iris.models.gemma3.tiny import build
     elif arch in TEXT_TINY_ARCHS:
         from functools import partial
 
@@ -80,6 +82,7 @@ TINY_SOURCES = {
     "qwen2_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "qwen2_5_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
+    "gemma3": ("tokenizer_build.py", "gemma3/tiny.py", "text_tiny.py", "build.py"),
     **{arch: ("tokenizer_build.py", "text_tiny.py", "build.py") for arch in TEXT_TINY_ARCHS},
 }
 DEMO_SOURCES = ("demo.py", "idefics3/tiny.py", "build.py")

@@ -42,6 +42,7 @@ def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
 
 def _load_families() -> None:
     # Importing a family module registers it; kept here so the registry is always complete.
+    import iris.models.gemma3.adapter  # noqa: F401
     import iris.models.idefics3.adapter  # noqa: F401
     import iris.models.qwen2_vl.adapter  # noqa: F401
 
