@@ -88,6 +88,11 @@ class ModelAdapter(ABC):
         return int(value) if value is not None else None
 
     @property
+    def max_uncut_span(self) -> int:
+        """The longest image span a prefill chunk must take whole (0: none must)."""
+        return 0
+
+    @property
     def placeholder_id(self) -> int | None:
         """The id of `placeholder_token` (the image token's id when there is none)."""
         if self.placeholder_token is None:

@@ -82,9 +82,10 @@ class BlockManager:
         says (iris.multimodal.PrefixResumeRule, which the gateway counts with too). The
         walk stops at the most the rule could allow, so a long prompt is not walked past it."""
         rule = self.resume_rule
-        most = rule.resumable_blocks(seq.num_tokens)
+        spans = seq.uncut_spans
+        most = rule.resumable_blocks(seq.num_tokens, uncut_spans=spans)
         held = self.cache.match(seq.token_ids[: most * self.page_size], seq.cache_salt)
-        return held[: rule.resumable_blocks(seq.num_tokens, held_blocks=len(held))]
+        return held[: rule.resumable_blocks(seq.num_tokens, len(held), spans)]
 
     def peek_prefix(self, seq: Sequence) -> int:
         """Tokens of `seq` the prefix cache holds, without taking them: a load estimate

@@ -58,8 +58,12 @@ class MMReference:
         content = [{"type": "text", "text": text_parts[0]}]
         for image_text in text_parts[1:]:
             content += [{"type": "image"}, {"type": "text", "text": image_text}]
+        return self.chat([{"role": "user", "content": content}], images)
+
+    def chat(self, messages: list[dict], images: list[Image.Image]) -> MMPrompt:
+        """A conversation whose image parts are `images`, in order."""
         adapter = self.adapter
-        rendered = adapter.apply_chat_template([{"role": "user", "content": content}])
+        rendered = adapter.apply_chat_template(messages)
         ids = adapter.encode_prompt(rendered)
         items, grids = [], []
         for image in images:
@@ -89,6 +93,17 @@ class MMReference:
         return self._model
 
     def _pixel_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
+        if self.adapter.bidirectional_image_spans:  # Gemma 3
+            from transformers.models.gemma3.image_processing_pil_gemma3 import (
+                Gemma3ImageProcessorPil,
+            )
+
+            out = Gemma3ImageProcessorPil.from_pretrained(str(self.model_dir))(
+                images=images, return_tensors="pt"
+            )
+            # token_type_ids mark the image tokens: HF's bidirectional blocks come from them.
+            types = (torch.tensor([expanded]) == self.adapter.image_token_id).int()
+            return {"pixel_values": out["pixel_values"], "token_type_ids": types}
         if self.adapter.uses_mrope:
             from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
                 Qwen2VLImageProcessorPil,
