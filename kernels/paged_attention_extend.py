@@ -35,7 +35,10 @@ def extend_tiles(head_dim: int) -> tuple[int, int]:
     return (64, 32) if head_dim <= 128 else (32, 32)
 
 
-@jit
+MAX_COMBINE = None  # bound per mode by `jit` (kernels/backend.py)
+
+
+@jit(max_combine="MAX_COMBINE")
 def _extend_kernel(
     q_ptr,
     k_ptr,
@@ -101,7 +104,7 @@ def _extend_kernel(
     # the loop starts at the block's first row's first visible position.
     end = tl.minimum(context, prefix + first + BLOCK_M)
     if HAS_UNTIL:
-        end = tl.minimum(context, tl.max(last, axis=0) + 1)
+        end = tl.minimum(context, tl.reduce(last, 0, MAX_COMBINE) + 1)
     lo = 0
     if window > 0:
         lo = tl.maximum(prefix + first - window + 1, 0)
