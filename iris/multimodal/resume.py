@@ -15,11 +15,11 @@ What the rule knows of the model is its attention layers. The cases that exist t
   FULL ones do. Freeing pages outside the window changes `held` (what every layer still
   has), not this rule's arithmetic.
 
-Spans that must not be cut (e.g. an image whose tokens attend to each other both ways)
-move the resume point back to the span's first block, never inside it. No model served
-today has one; callers pass none. Layer kinds added later (a hybrid linear layer that
-resumes only from a state snapshot every N tokens) extend `LayerKind` and this rule
-together: an unknown kind is refused by name at the gateway's handshake.
+Spans that must not be cut (an image whose tokens attend to each other both ways: Gemma
+3) move the resume point back to the span's first block, never inside it; the pod's block
+manager and the gateway's routing pass a prompt's spans alike. Layer kinds added later
+(a hybrid linear layer that resumes only from a state snapshot every N tokens) extend
+`LayerKind` and this rule together: an unknown kind is refused by name at the gateway's handshake.
 """
 
 from __future__ import annotations

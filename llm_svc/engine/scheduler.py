@@ -4,10 +4,11 @@ Each step: running sequences in decode go first (one token each), then running s
 part-way through their prefill, then waiting sequences in arrival order — each takes
 min(its remaining tokens, budget left), grown to the end of an image span it would end
 inside when the model attends both ways within one (Gemma 3: a step may exceed the budget
-by at most one span; the engine refuses a budget smaller than one span at load). Prefill chunks and decodes share one step. When a
-sequence needs a page and none is left, the most recently admitted running sequence is
-preempted: its pages are released (full ones stay in the prefix cache) and it waits at the
-head of the queue to be prefilled again, prompt and output so far.
+by at most one span; the engine refuses a budget smaller than one span at load). Prefill
+chunks and decodes share one step. When a sequence needs a page and none is left, the most
+recently admitted running sequence is preempted: its pages are released (full ones stay in
+the prefix cache) and it waits at the head of the queue to be prefilled again, prompt and
+output so far.
 
 Images: at admission a sequence first shares its cached prefix (those pages stay locked by
 their reference count); the items with tokens past that prefix whose embeddings it does not
