@@ -114,6 +114,14 @@ GATEWAY_POD_REQUESTS_IN_FLIGHT = "iris_gateway_pod_requests_in_flight"  # gauge
 GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT = "iris_gateway_pod_prefill_tokens_in_flight"  # gauge
 # The last KV event seq of each LLM pod that this gateway's prefix index has applied.
 GATEWAY_POD_KV_EVENT_SEQ = "iris_gateway_pod_kv_event_seq"  # gauge, label llm_pod
+# Routing accuracy (gateway/routing/accuracy.py): per request, the prefix tokens routing
+# predicted the chosen pod holds against the pod's cached_tokens at admission.
+GATEWAY_ROUTING_PREFIX_ERROR_TOKENS = "iris_gateway_routing_prefix_error_tokens"  # histogram
+GATEWAY_ROUTING_OVER_PREDICTIONS = "iris_gateway_routing_over_predictions_total"  # counter
+GATEWAY_ROUTING_UNDER_PREDICTIONS = "iris_gateway_routing_under_predictions_total"  # counter
+# Requests whose prediction was > 0, and those of them within one page of the pod's answer.
+GATEWAY_ROUTING_PREDICTED = "iris_gateway_routing_predicted_total"  # counter
+GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE = "iris_gateway_routing_predicted_within_page_total"
 
 # --- operator ------------------------------------------------------------------------
 OPERATOR_DESIRED_REPLICAS = "iris_operator_desired_replicas"  # gauge, labels deployment,kind

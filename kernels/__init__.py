@@ -1,4 +1,5 @@
-"""Triton kernels with torch twins: embedding scatter (with its host-side row plan), checksum,
+"""Triton kernels with torch twins: embedding scatter and scatter-add (with their host-side
+row plan), checksum,
 paged attention (decode and extend).
 
 Each kernel picks Triton for CUDA tensors and its torch twin otherwise; `backend="triton"`
@@ -12,7 +13,7 @@ from kernels.checksum import checksum
 from kernels.chunk_rows import ChunkRows, dest_rows_for_chunk
 from kernels.paged_attention_decode import paged_decode_attention
 from kernels.paged_attention_extend import paged_extend_attention
-from kernels.scatter import scatter_rows
+from kernels.scatter import scatter_add_rows, scatter_rows
 
 __all__ = [
     "BACKENDS",
@@ -25,5 +26,6 @@ __all__ = [
     "paged_decode_attention",
     "paged_extend_attention",
     "resolve_backend",
+    "scatter_add_rows",
     "scatter_rows",
 ]

@@ -52,6 +52,13 @@ class ModelAdapter(ABC):
     # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
     tool_call_format: ClassVar[ToolCallFormat] = HERMES
 
+    @classmethod
+    def text_family_of(cls, config: dict) -> str:
+        """The decoder family of this checkpoint's language model. A family whose language
+        model varies (InternVL: Qwen2, Qwen3 or Qwen3-MoE) reads it from `config`, and
+        raises UnsupportedModelError naming an option it does not serve."""
+        return cls.text_family
+
     def __init__(
         self, model_dir: str | Path, config: dict | None = None, revision: str = ""
     ) -> None:
@@ -77,6 +84,16 @@ class ModelAdapter(ABC):
     @property
     def hidden_size(self) -> int:
         return int(self.text_config["hidden_size"])
+
+    # Deepstack levels carried by each embedding row after the main one (Qwen3-VL: one per
+    # vision_config.deepstack_visual_indexes entry; 0 for every other family).
+    deepstack_levels: int = 0
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of one embedding row as encoded, cached and fetched: the main row, then
+        one row of every deepstack level ((1 + levels) x hidden_size)."""
+        return self.hidden_size * (1 + self.deepstack_levels)
 
     @property
     def vocab_size(self) -> int:

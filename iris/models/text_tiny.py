@@ -1,5 +1,5 @@
 """Tiny random checkpoints of the plain language-model families (no vision side):
-Qwen3, Qwen3-MoE, Qwen2-MoE and Gemma 3's text model, built by transformers from a small
+Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3's text model and Mistral, built by transformers from a small
 config and saved with `save_pretrained`, with a built-in ChatML tokenizer.
 
 `build(arch, out_dir, **overrides)`: `overrides` replace config keys (the engine tests use
@@ -18,7 +18,7 @@ from iris.models.tokenizer_build import (
     tiny_vocab,
 )
 
-TEXT_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")
+TEXT_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "mistral")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -52,6 +52,9 @@ def _family_config(arch: str) -> tuple[str, dict]:
                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
             },
         }
+    if arch == "mistral":
+        # Every layer slides once `sliding_window` is set (the engine tests set a small one).
+        return "Mistral", {"head_dim": 16, "sliding_window": 32}
     raise ValueError(f"unknown text arch {arch!r} (choose from: {', '.join(TEXT_ARCHS)})")
 
 

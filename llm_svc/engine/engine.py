@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -16,7 +17,6 @@ from iris.models.checkpoint import read_config
 from iris.models.reasoning import think_markers
 from iris.multimodal import (
     PrefixResumeRule,
-    all_full,
     check_vocab_size,
     processor_fingerprint,
 )
@@ -151,12 +151,16 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        # Every family built today attends fully; a family with sliding layers reports
-        # them here (iris.multimodal.layers_from_windows), and GetModelInfo passes them on.
+        # The model's real layer kinds (windows; a hybrid model's linear layers with their
+        # snapshot interval): GetModelInfo reports them, and the gateway builds this same
+        # rule from them.
         self.resume_rule = PrefixResumeRule(
-            config.page_size, all_full(self.model_config.num_layers)
+            config.page_size, self.model_config.resume_layers(config.state_snapshot_interval)
         )
-        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache, self.resume_rule)
+        self.blocks = BlockManager(
+            self.runner.num_pages, config.page_size, cache, self.resume_rule,
+            getattr(self.runner, "state_pool", None),
+        )  # fmt: skip
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
@@ -199,7 +203,8 @@ class LLMEngine:
             return None
         return EmbeddingFetcher(
             source,
-            self.model_config.hidden_size,
+            # Every deepstack level is fetched, held and counted with its main row.
+            self.model_config.embedding_width,
             config.torch_dtype,
             self.runner.device,
             config.embedding_fetch_workers,
@@ -213,6 +218,7 @@ class LLMEngine:
             config.grammar_max_depth,
             config.grammar_compile_timeout_s,
             config.grammar_queue_timeout_s,
+            config.grammar_failure_ttl_s,
         )
         return GrammarCompilerPool(
             self.tokenizer,
@@ -310,8 +316,8 @@ class LLMEngine:
         self.requests[request_id] = seq
         if params.constraint is not None:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
-            future = self.grammars.submit(params.constraint)
             limit = self.config.grammar_queue_timeout_s
+            future = self.grammars.submit(params.constraint, limit)
             thought_end = self.think_markers.end_id if params.reasoning else None
             seq.grammar = RequestGrammar(
                 params.constraint,
@@ -319,6 +325,7 @@ class LLMEngine:
                 limit,
                 lambda: self.grammars.ready_since,
                 opens_after=thought_end,
+                release=functools.partial(self.grammars.release, params.constraint),
             )
             self.compiling.add(seq)
         else:
@@ -486,10 +493,10 @@ class LLMEngine:
         each other request ends here with its RequestDataError (its pages are freed, and
         nothing of this step reaches the prefix cache for it)."""
         kept, image_rows = [], []
-        hidden = self.model_config.hidden_size
+        width = self.model_config.embedding_width
         for chunk in chunks:
             try:
-                rows = chunk_image_rows(chunk, hidden)
+                rows = chunk_image_rows(chunk, width)
             except RequestDataError as err:
                 log.warning("request %s fails alone: %s", chunk.seq.request_id, err)
                 self._fail(chunk.seq, err, outputs)
@@ -623,6 +630,11 @@ class LLMEngine:
             error=seq.error,
         )
 
+    def reset_prefix_cache(self, announce: bool = True) -> int:
+        """Drop every cached prefix page no running request holds; returns the pages freed.
+        `announce=False` publishes no REMOVED events for them (a test hook)."""
+        return self.blocks.drop_cached(announce)
+
     # --- observability -----------------------------------------------------------------
     def take_kv_events(self) -> list[KVEvent]:
         """Stored / removed page events since the last call (none without prefix caching)."""
@@ -639,4 +651,15 @@ class LLMEngine:
             prompt_tokens=self._prompt_tokens,
             prefix_hit_tokens=self._hit_tokens,
             generation_tokens=self._generated_tokens,
+            **self._snapshot_stats(),
+        )
+
+    def _snapshot_stats(self) -> dict[str, int]:
+        states = self.blocks.states
+        if states is None:
+            return {}
+        return dict(
+            snapshot_slots=states.snapshot_slots,
+            snapshots_held=states.snapshot_slots - states.num_free_snapshots,
+            snapshots_skipped=self.blocks.num_snapshots_skipped,
         )

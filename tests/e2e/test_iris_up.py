@@ -235,3 +235,21 @@ def test_gemma3_image_chat_then_the_same_image_reads_the_cache(tmp_path, tiny_ge
     # The image (16 tokens) sits before "Describe the image.": the hit covers it whole.
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert prompt_tokens - 12 < cached < prompt_tokens, (cached, prompt_tokens)
+
+
+def test_several_gateways_are_printed_and_each_serves(tmp_path, tiny_qwen2_vl_dir):
+    process = iris_up(tiny_qwen2_vl_dir, "--gateways", "2", log_dir=tmp_path)
+    lines: list[str] = []
+    try:
+        assert read_until(process, "Ctrl-C to stop", lines), "".join(lines)
+        output = "".join(lines)
+        (first,) = re.findall(r"Iris is up: (http://[\w.:]+)", output)
+        (second,) = re.findall(r"another gateway: (http://[\w.:]+)", output)
+        assert first != second
+        for url in (first, second):
+            assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()

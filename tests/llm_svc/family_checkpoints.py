@@ -36,6 +36,8 @@ FAMILIES = {
         mlp_only_layers=[2],
         norm_topk_prob=True,
     ),
+    # Every layer slides (Mistral reads only `sliding_window`).
+    "mistral": dict(num_hidden_layers=2, sliding_window=WINDOW),
     "gemma3_text": dict(
         num_hidden_layers=3,
         sliding_window=WINDOW,
@@ -53,9 +55,11 @@ def family_checkpoint(arch: str) -> Path:
     )
 
 
-def stacked_experts_copy(model_dir: Path, out: Path) -> Path:
-    """A copy of a per-expert MoE checkpoint with its experts stacked as Qwen3-VL-MoE stores
-    them: `experts.gate_up_proj` [E, H, 2I] and `experts.down_proj` [E, I, H]."""
+def stacked_experts_copy(model_dir: Path, out: Path, transposed: bool = True) -> Path:
+    """A copy of a per-expert MoE checkpoint with its experts stacked as the published
+    Qwen3-VL-MoE checkpoints store them, `experts.gate_up_proj` [E, H, 2I] and
+    `experts.down_proj` [E, I, H] (`transposed`), or as transformers 5.24's save_pretrained
+    writes Qwen3-VL-MoE, [E, 2I, H] and [E, H, I]."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -76,10 +80,18 @@ def stacked_experts_copy(model_dir: Path, out: Path) -> Path:
         for base, by_index in experts.items():
             order = sorted(by_index)
             gate_up = [torch.cat([by_index[e]["gate_proj"], by_index[e]["up_proj"]]) for e in order]
-            stacked[f"{base}.experts.gate_up_proj"] = torch.stack(gate_up).transpose(1, 2)
             down = [by_index[e]["down_proj"] for e in order]
-            stacked[f"{base}.experts.down_proj"] = torch.stack(down).transpose(1, 2)
+            gate_up_stack, down_stack = torch.stack(gate_up), torch.stack(down)
+            if transposed:
+                gate_up_stack, down_stack = (
+                    gate_up_stack.transpose(1, 2),
+                    down_stack.transpose(1, 2),
+                )
+            stacked[f"{base}.experts.gate_up_proj"] = gate_up_stack
+            stacked[f"{base}.experts.down_proj"] = down_stack
         save_file({k: v.contiguous() for k, v in stacked.items()}, tmp / "model.safetensors")
-        (tmp / "layout.json").write_text(json.dumps({"experts": "stacked"}))
+        (tmp / "layout.json").write_text(
+            json.dumps({"experts": "stacked", "transposed": transposed})
+        )
 
     return build_atomically(out, build)

@@ -1,8 +1,9 @@
-"""Each decoder family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3) against HF transformers in
-float32: greedy tokens equal and log-probs within 1e-4, on a prompt longer than three
-sliding windows prefilled in chunks smaller than the window, on a prefix-cache hit, under
-preemption; a JSON-constrained request stays valid and unchanged by chunking and
-preemption. The checkpoints are built by transformers (tests/llm_svc/family_checkpoints.py)."""
+"""Each decoder family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3, and Mistral with a sliding
+window on every layer) against HF transformers in float32: greedy tokens equal and log-probs
+within 1e-4, on a prompt longer than three sliding windows prefilled in chunks smaller than
+the window, on a prefix-cache hit, under preemption; a JSON-constrained request stays valid
+and unchanged by chunking and preemption. The checkpoints are built by transformers
+(tests/llm_svc/family_checkpoints.py)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def test_images_between_text_turns_equal_hf(gemma3_reference):
         {"role": "assistant", "content": "A cat."},
         {"role": "user", "content": [{"type": "text", "text": "And"}, {"type": "image"}]},
     ]
-    prompt = ref.chat(messages, [make_image(3, (48, 80)), make_image(4)])
+    prompt = ref.conversation(messages, [make_image(3, (48, 80)), make_image(4)])
     out = _generate(_llm(ref), [prompt])[0]
     assert same_tokens(out.token_ids, ref.greedy(prompt, MAX_NEW))
 

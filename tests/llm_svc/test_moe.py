@@ -48,12 +48,15 @@ def test_each_expert_runs_once_on_exactly_its_routed_tokens(moe_dir, monkeypatch
     engine.close()
 
 
-def test_stacked_expert_layout_loads_the_same_model(moe_dir, tmp_path_factory):
-    stacked = stacked_experts_copy(moe_dir, tmp_path_factory.mktemp("stacked") / "model")
+def test_both_stacked_expert_layouts_load_the_same_model(moe_dir, tmp_path_factory):
+    published = stacked_experts_copy(moe_dir, tmp_path_factory.mktemp("published") / "model")
+    internal = stacked_experts_copy(
+        moe_dir, tmp_path_factory.mktemp("internal") / "model", transposed=False
+    )
     reference = HFGreedy()
     ids = make_engine(moe_dir).tokenizer(LONG)["input_ids"]
     expected, _ = reference(moe_dir, ids, 6)
-    for model_dir in (moe_dir, stacked):
+    for model_dir in (moe_dir, published, internal):
         engine = make_engine(model_dir)
         assert token_ids(run_all(engine, {"r": (ids, greedy(6))})["r"]) == expected
         engine.close()

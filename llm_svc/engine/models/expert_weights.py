@@ -1,11 +1,21 @@
-"""Reading stacked expert weights from the two layouts published checkpoints use.
+"""Reading stacked expert weights from the layouts checkpoints use.
 
 The engine holds `experts.gate_up_proj` [E, 2I, H] and `experts.down_proj` [E, H, I]
-(llm_svc/engine/models/moe.py). Checkpoints store them either
+(llm_svc/engine/models/moe.py), HF's internal layout. Checkpoints store them
 - per expert, `experts.{e}.gate_proj.weight` [I, H], `.up_proj.weight` [I, H],
-  `.down_proj.weight` [H, I] (Qwen2-MoE and Qwen3-MoE, as `save_pretrained` writes them), or
+  `.down_proj.weight` [H, I] (Qwen2-MoE and Qwen3-MoE, as `save_pretrained` writes them);
 - stacked and transposed, `experts.gate_up_proj` [E, H, 2I] and `experts.down_proj`
-  [E, I, H] (Qwen3-VL-MoE).
+  [E, I, H] (the published Qwen3-VL-MoE checkpoints); or
+- stacked in the internal layout, [E, 2I, H] and [E, H, I] (what transformers 5.24's
+  `save_pretrained` writes for Qwen3-VL-MoE).
+
+A stacked tensor is taken in whichever layout its shape matches; one that matches neither is
+refused by name. When the two layouts have the same shape (gate_up_proj with H == 2I,
+down_proj with H == I) the shape cannot tell, so the tensor follows its sibling in the same
+layer (down_proj for gate_up_proj and back): a checkpoint writes both projections one way,
+and the two are never ambiguous together (that would need H == 2I and H == I). This is
+sounder than provenance (transformers' own loader keeps an ambiguous tensor as stored,
+which reads a published-layout checkpoint wrongly).
 """
 
 from __future__ import annotations
@@ -14,7 +24,12 @@ from collections.abc import Callable, Container
 
 import torch
 
-STACKED = ("experts.gate_up_proj", "experts.down_proj")
+from llm_svc.engine.models.config import UnsupportedModelError
+
+GATE_UP, DOWN = "experts.gate_up_proj", "experts.down_proj"
+STACKED = (GATE_UP, DOWN)
+
+Shape = tuple[int, ...]
 
 
 def is_stacked_expert(name: str) -> bool:
@@ -22,18 +37,74 @@ def is_stacked_expert(name: str) -> bool:
     return name.endswith(STACKED)
 
 
+def expert_shape(name: str, num_experts: int, hidden: int, intermediate: int) -> Shape:
+    """The whole (unsharded) internal shape of stacked parameter `name`."""
+    if name.endswith(GATE_UP):
+        return (num_experts, 2 * intermediate, hidden)
+    return (num_experts, hidden, intermediate)
+
+
+def _sibling(stored: str, expected: Shape) -> tuple[str, Shape]:
+    """The other stacked projection of the same layer, with its expected internal shape."""
+    experts, hidden_or_2i, last = expected
+    if stored.endswith(GATE_UP):  # expected [E, 2I, H] → down_proj [E, H, I]
+        return stored[: -len(GATE_UP)] + DOWN, (experts, last, hidden_or_2i // 2)
+    return stored[: -len(DOWN)] + GATE_UP, (experts, 2 * last, hidden_or_2i)  # [E, H, I]
+
+
+def stored_transposed(
+    stored: str,
+    expected: Shape,
+    available: Container[str],
+    shape_of: Callable[[str], Shape],
+    *,
+    ask_sibling: bool = True,
+) -> bool:
+    """Whether stacked tensor `stored` is kept transposed ([E, H, 2I] / [E, I, H]) rather
+    than in the internal `expected` layout. UnsupportedModelError names the tensor when its
+    shape fits neither layout, or when the layout cannot be told."""
+    shape = tuple(shape_of(stored))
+    transposed = (expected[0], expected[2], expected[1])
+    if transposed != tuple(expected):
+        if shape == tuple(expected):
+            return False
+        if shape == transposed:
+            return True
+        raise UnsupportedModelError(
+            f"{stored} has shape {shape}; expected {tuple(expected)} (stacked as transformers "
+            f"holds it) or {transposed} (stacked transposed, as Qwen3-VL-MoE publishes it)"
+        )
+    if shape != transposed:
+        raise UnsupportedModelError(
+            f"{stored} has shape {shape}; expected {transposed} (either stacked layout)"
+        )
+    sibling, sibling_expected = _sibling(stored, tuple(expected))
+    if not ask_sibling or sibling not in available:
+        raise UnsupportedModelError(
+            f"{stored} has shape {shape}, the same in both stacked expert layouts, and "
+            f"{sibling} is not stacked beside it to tell which layout the checkpoint uses"
+        )
+    return stored_transposed(sibling, sibling_expected, available, shape_of, ask_sibling=False)
+
+
 def read_experts(
     stored: str,
-    num_experts: int,
+    expected: Shape,
     available: Container[str],
     read: Callable[[str], torch.Tensor],
+    shape_of: Callable[[str], Shape],
 ) -> torch.Tensor:
-    """The full [E, 2I, H] or [E, H, I] tensor for checkpoint name `stored` (the model's
-    parameter name with the checkpoint prefix), from whichever layout is `available`."""
+    """The whole internal-layout tensor of `expected` shape ([E, 2I, H] or [E, H, I]) for
+    checkpoint name `stored` (the model's parameter name with the checkpoint prefix), from
+    whichever layout is `available`."""
     if stored in available:
-        return read(stored).transpose(1, 2)  # stacked [E, H, 2I] / [E, I, H]
+        tensor = read(stored)
+        if stored_transposed(stored, expected, available, shape_of):
+            return tensor.transpose(1, 2)
+        return tensor
+    num_experts = expected[0]
     base = stored.rpartition("experts.")[0] + "experts."
-    if stored.endswith("gate_up_proj"):
+    if stored.endswith(GATE_UP):
 
         def one(e: int) -> torch.Tensor:
             gate = read(f"{base}{e}.gate_proj.weight")
