@@ -31,7 +31,8 @@ the peak memory. Run: .venv/bin/python bench/engine.py
 `--only overlap` part 6, `--only tp` tensor parallelism, TP 2 against TP 1, see
 bench/engine_tp.py; `--device cuda` runs the engine parts on a GPU; `--only attention
 --device cuda` the Triton attention backend against SDPA, see bench/attention.py; `--only
-fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py).
+fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py; `--only hybrid` the prefix
+cache on a hybrid linear-attention model, see bench/engine_hybrid.py).
 """
 
 from __future__ import annotations
@@ -155,8 +156,10 @@ def image_request(adapter, fingerprint: bytes, seed: int, text_tokens: int, voca
     image = Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8))
     count, grid = adapter.image_token_count(256, 256)
     words = random.Random(seed)
-    text = [words.randrange(100, min(vocab, 30000)) for _ in range(text_tokens)]
-    question = [words.randrange(100, min(vocab, 30000)) for _ in range(48)]
+    # Any word but the image placeholder (a tiny model's vocabulary holds it in this range).
+    pool = [i for i in range(100, min(vocab, 30000)) if i != adapter.image_token_id]
+    text = [words.choice(pool) for _ in range(text_tokens)]
+    question = [words.choice(pool) for _ in range(48)]
     ids = text + [adapter.image_token_id] + question
     expanded, spans = adapter.expand_prompt(ids, [grid])
     item = MultimodalItem(Modality.IMAGE, offsets=[tuple(s) for s in spans[0]],
@@ -431,9 +434,20 @@ def main() -> None:
     parser.add_argument("--tp-out", type=int, default=32, help="--only tp: tokens each")
     parser.add_argument(
         "--only",
-        choices=["all", "mm", "structured", "sampler", "overlap", "attention", "fp8", "tp"],
+        choices=[
+            "all",
+            "mm",
+            "structured",
+            "sampler",
+            "overlap",
+            "attention",
+            "fp8",
+            "tp",
+            "hybrid",
+        ],
         default="all",
     )
+    parser.add_argument("--hybrid-k", type=int, default=4, help="--only hybrid: pages/snapshot")
     parser.add_argument("--fp8-batch", type=int, default=8, help="--only fp8: requests")
     parser.add_argument("--fp8-prompt", type=int, default=32, help="--only fp8: prompt tokens")
     parser.add_argument("--fp8-out", type=int, default=32, help="--only fp8: tokens decoded")
@@ -446,6 +460,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
+    if args.only == "hybrid":
+        from bench.engine_hybrid import bench_hybrid
+
+        bench_hybrid(ROOT / ".cache" / "models", args)
+        return
     directory, label = model_dir()
     print(f"model: {label}\n  {directory}")
     if args.only == "tp":
