@@ -1,6 +1,6 @@
 """Triton kernels with torch twins: embedding scatter and scatter-add (with their host-side
-row plan), checksum,
-paged attention (decode and extend).
+row plan), checksum, paged attention (decode and extend), the grouped expert GEMM of the
+fused MoE.
 
 Each kernel picks Triton for CUDA tensors and its torch twin otherwise; `backend="triton"`
 or `backend="torch"` forces one, and `CALLS[(name, backend)]` counts the launches. The
@@ -11,6 +11,7 @@ and the engine's attention backend chooses between the two.
 from kernels.backend import BACKENDS, CALLS, Backend, interpreting, resolve_backend
 from kernels.checksum import checksum
 from kernels.chunk_rows import ChunkRows, dest_rows_for_chunk
+from kernels.grouped_gemm import grouped_gemm
 from kernels.paged_attention_decode import paged_decode_attention
 from kernels.paged_attention_extend import paged_extend_attention
 from kernels.scatter import scatter_add_rows, scatter_rows
@@ -22,6 +23,7 @@ __all__ = [
     "ChunkRows",
     "checksum",
     "dest_rows_for_chunk",
+    "grouped_gemm",
     "interpreting",
     "paged_decode_attention",
     "paged_extend_attention",

@@ -102,6 +102,29 @@ CASES.update(
 )
 
 
+def grouped_gemm_case(dtype: str, has_scale: bool):
+    arguments = {
+        "x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
+        "scale_ptr": f"*{dtype}", "tile_expert_ptr": "*i64", "tile_start_ptr": "*i64",
+        "tile_end_ptr": "*i64", "N": "i32", "K": "i32", "x_row_stride": "i32",
+        "w_expert_stride": "i32", "w_row_stride": "i32", "out_row_stride": "i32",
+    }  # fmt: skip
+    constants = {
+        "HAS_SCALE": has_scale, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
+        "UPCAST": False, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64,
+    }  # fmt: skip
+    return kernel("grouped_gemm", "_grouped_gemm_kernel"), arguments, constants
+
+
+CASES.update(
+    {
+        "grouped-gemm-bf16-scaled": grouped_gemm_case("bf16", True),
+        "grouped-gemm-fp16": grouped_gemm_case("fp16", False),
+        "grouped-gemm-fp32-scaled": grouped_gemm_case("fp32", True),
+    }
+)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_compiles_for_sm90(case, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compile for real, not from cache

@@ -176,10 +176,11 @@ class TextModelConfig:
         types = sliding_layers(architecture, family, text)
         ropes = read_ropes(family, text)
         quantization = read_quantization(raw)
-        if quantization is not None and family in MOE_FAMILIES:
+        if quantization is not None and family in MOE_FAMILIES and quantization.block is None:
             raise UnsupportedModelError(
-                f"FP8 experts ({architecture} with quantization_config "
-                f"{quantization.method!r}) are not supported yet"
+                f"FP8 experts with {quantization.method!r} {quantization.strategy} scales "
+                f"({architecture}) are not supported; FP8 experts are served block-wise "
+                "(quant_method 'fp8', weight_block_size)"
             )
         linear = _linear_shape(text, family)
         return cls(
