@@ -9,6 +9,7 @@ from pydantic_settings import SettingsConfigDict
 
 from gateway.clients.channels import MAX_MESSAGE_BYTES
 from iris.metrics import GATEWAY_HTTP_PORT, GATEWAY_METRICS_PORT
+from iris.multimodal.video import VideoLimits
 from iris.settings import AddressList, GrpcServiceSettings, StringList
 
 
@@ -68,6 +69,17 @@ class GatewaySettings(GrpcServiceSettings):
     max_image_bytes: int = Field(20 * 1024 * 1024, gt=0)
     max_image_pixels: int = Field(40_000_000, gt=0)
     max_images_per_request: int = Field(16, gt=0)
+    # Video intake (docs/design.md §2, "Video"): the work the gateway's decode pool may spend
+    # on one video; each refusal is a 400 naming its setting. `video_max_groups` bounds a
+    # request's frame groups over all its videos (not `max_images_per_request`). A `data:`
+    # video is also bounded by `max_body_bytes`.
+    video_max_bytes: int = Field(16 * 1024 * 1024, gt=0)  # one container file
+    video_max_duration_s: float = Field(300.0, gt=0)
+    video_max_frames: int = Field(600, gt=0)  # sampled frames of one video
+    video_max_frame_pixels: int = Field(3840 * 2160, gt=0)  # one decoded frame
+    video_max_total_pixels: int = Field(600 * 1920 * 1080, gt=0)  # sampled, before resizing
+    video_max_groups: int = Field(300, gt=0)  # frame groups per request
+    video_max_decode_s: float = Field(30.0, gt=0)
     # Per-route body caps (docs/design.md, "The door"): parsing holds the event loop for the
     # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)
@@ -135,6 +147,18 @@ class GatewaySettings(GrpcServiceSettings):
     # On SIGTERM, requests may finish for this long; streams still open a second before it
     # ends close with a `shutting_down` error event (gateway/serving.py).
     shutdown_grace_s: float = Field(5.0, ge=2)
+
+    def video_limits(self) -> VideoLimits:
+        """The `video_*` settings as the decoder's bounds."""
+        return VideoLimits(
+            max_bytes=self.video_max_bytes,
+            max_duration_s=self.video_max_duration_s,
+            max_frames=self.video_max_frames,
+            max_frame_pixels=self.video_max_frame_pixels,
+            max_total_pixels=self.video_max_total_pixels,
+            max_groups=self.video_max_groups,
+            max_decode_s=self.video_max_decode_s,
+        )
 
     @property
     def model_name(self) -> str:

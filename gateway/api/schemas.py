@@ -81,7 +81,19 @@ class ImagePart(_Lenient):
     image_url: ImageURL
 
 
-ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+class VideoURL(_Lenient):
+    url: StrictStr = Field(min_length=1)
+
+
+class VideoPart(_Lenient):
+    """vLLM's `video_url` part: parsed so that the prompt builder can refuse it by name
+    (docs/status.md: video is decoded and identified, not yet served)."""
+
+    type: Literal["video_url"]
+    video_url: VideoURL
+
+
+ContentPart = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
 
 
 class ToolCallFunction(_Lenient):

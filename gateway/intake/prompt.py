@@ -44,6 +44,9 @@ class PreparedPrompt:
     items: list[MultimodalItem] = field(default_factory=list)
     images: list[bytes] = field(default_factory=list)  # the file of each item, same order
     salts: RequestSalts = NO_SALTS
+    # Half-open token spans a pod never resumes inside (images whose tokens attend to each
+    # other both ways, Gemma 3): the pod's block manager passes the same to the resume rule.
+    uncut_spans: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def prompt_tokens(self) -> int:
@@ -70,6 +73,15 @@ def split_messages(messages: Sequence[dict]) -> tuple[list[dict], list[ImageRef]
             continue
         parts = []
         for j, part in enumerate(content):
+            if part.get("type") == "video_url":
+                # The pieces exist (gateway/intake/videos.py, the adapters' frame groups) but
+                # the route, dispatch, encoder and pods do not carry VIDEO items yet.
+                raise bad_request(
+                    "video input (video_url) is not yet served by this gateway; "
+                    "send the video's frames as image_url parts",
+                    f"messages[{i}].content[{j}]",
+                    "unsupported_content",
+                )
             if part.get("type") == "image_url":
                 images.append(ImageRef(part["image_url"]["url"], f"messages[{i}].content[{j}]"))
                 parts.append({"type": "image_url"})
@@ -279,4 +291,7 @@ class PromptBuilder:
             # The adapter's expansion and its own count must agree (its contract, not input).
             assert item.span_token_count == item.token_count, (item.offsets, item.token_count)
         padded = pad_with_offsets(expanded, items) if items else np.asarray(expanded, np.int64)
-        return PreparedPrompt(padded, items, datas, salts)
+        uncut = []
+        if self.adapter.bidirectional_image_spans:
+            uncut = [(start, end + 1) for item in items for start, end in item.offsets]
+        return PreparedPrompt(padded, items, datas, salts, uncut)

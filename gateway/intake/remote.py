@@ -124,18 +124,23 @@ class RemoteImageFetcher:
         # Tests that serve images from loopback pass a looser check; production never does.
         self.address_allowed = address_allowed
 
-    async def fetch(self, url: str, param: str, budget: ImageBudget | None = None) -> bytes:
+    async def fetch(
+        self, url: str, param: str, budget: ImageBudget | None = None, media: str = "image"
+    ) -> bytes:
         """The body of `url`, or an APIError (400 refused/failed/timed out, 413 too large
-        for one image or for the request's `budget`)."""
+        for one image or for the request's `budget`). `media`: the Content-Type's main type
+        the answer must have ("image", or "video" for a video_url under the same rules)."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await self._fetch(url, param, budget)
+                return await self._fetch(url, param, budget, media)
         except TimeoutError:
             raise bad_request(
                 f"image URL not fetched within {self.timeout_s:g} s", param, "image_fetch"
             ) from None
 
-    async def _fetch(self, url: str, param: str, budget: ImageBudget | None) -> bytes:
+    async def _fetch(
+        self, url: str, param: str, budget: ImageBudget | None, media: str = "image"
+    ) -> bytes:
         if not self.enabled:
             raise bad_request("remote image URLs are disabled on this gateway", param)
         try:
@@ -153,7 +158,7 @@ class RemoteImageFetcher:
         address = await self._resolve(host, port, param)
         if not self.address_allowed(address):
             raise bad_request(f"image host {host!r} resolves to a non-public address", param)
-        return await self._download(parts, host, address, param, budget)
+        return await self._download(parts, host, address, param, budget, media)
 
     async def _resolve(self, host: str, port: int, param: str) -> IPAddress:
         try:
@@ -176,7 +181,13 @@ class RemoteImageFetcher:
         return addresses[0]
 
     async def _download(
-        self, parts, host: str, address: IPAddress, param: str, budget: ImageBudget | None
+        self,
+        parts,
+        host: str,
+        address: IPAddress,
+        param: str,
+        budget: ImageBudget | None,
+        media: str = "image",
     ) -> bytes:
         netloc = f"[{address}]" if address.version == 6 else str(address)
         if parts.port:
@@ -184,7 +195,7 @@ class RemoteImageFetcher:
         pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
         headers = {
             "Host": host if not parts.port else f"{host}:{parts.port}",
-            "Accept": "image/*",
+            "Accept": f"{media}/*",
             "Accept-Encoding": "identity",
         }
         extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
@@ -196,7 +207,7 @@ class RemoteImageFetcher:
                 httpx.AsyncClient(follow_redirects=False, trust_env=False) as client,
                 client.stream("GET", pinned, headers=headers, extensions=extensions) as response,
             ):
-                self._check_response(response, param)
+                self._check_response(response, param, media)
                 # Raw bytes: nothing is decompressed (identity was checked above).
                 async for chunk in response.aiter_raw():
                     body += chunk
@@ -210,15 +221,15 @@ class RemoteImageFetcher:
             ) from None
         return bytes(body)
 
-    def _check_response(self, response: httpx.Response, param: str) -> None:
+    def _check_response(self, response: httpx.Response, param: str, media: str) -> None:
         if response.status_code != 200:
             raise bad_request(
                 f"image URL answered HTTP {response.status_code}", param, "image_fetch"
             )
-        media = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if not media.startswith("image/"):
+        answered = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not answered.startswith(f"{media}/"):
             raise bad_request(
-                f"image URL answered Content-Type {media[:60]!r}, not image/*",
+                f"{media} URL answered Content-Type {answered[:60]!r}, not {media}/*",
                 param,
                 "image_fetch",
             )

@@ -48,6 +48,12 @@ class ModelAdapter(ABC):
     text_family: ClassVar[str]
     image_token: ClassVar[str]
     image_placeholder_text: ClassVar[str]
+    # The token marking one image in a rendered prompt, which `expand_prompt` replaces
+    # (None: the image token itself; Gemma 3: <start_of_image>).
+    placeholder_token: ClassVar[str | None] = None
+    # Whether an image span's tokens attend to each other both ways during prefill (Gemma
+    # 3): such spans are never cut by a prefill chunk or a resumed prefix.
+    bidirectional_image_spans: ClassVar[bool] = False
     uses_mrope: ClassVar[bool] = False
     # False for a plain language model (iris.models.text_only): an image part is refused.
     takes_images: ClassVar[bool] = True
@@ -103,6 +109,23 @@ class ModelAdapter(ABC):
     def image_token_id(self) -> int | None:
         value = self.config.get("image_token_id", self.config.get("image_token_index"))
         return int(value) if value is not None else None
+
+    @property
+    def max_uncut_span(self) -> int:
+        """The longest image span a prefill chunk must take whole (0: none must)."""
+        return 0
+
+    @property
+    def placeholder_id(self) -> int | None:
+        """The id of `placeholder_token` (the image token's id when there is none)."""
+        if self.placeholder_token is None:
+            return self.image_token_id
+        return self.tokenizer().convert_tokens_to_ids(self.placeholder_token)
+
+    @property
+    def placeholder_marker(self) -> str:
+        """The text of one image's placeholder token in a rendered prompt."""
+        return self.placeholder_token or self.image_token
 
     @cached_property
     def eos_token_ids(self) -> list[int]:
@@ -187,7 +210,7 @@ class ModelAdapter(ABC):
             add_generation_prompt=add_generation_prompt,
             **extra,
         )
-        if self.takes_images and prompt.count(self.image_token) != images:
+        if self.takes_images and prompt.count(self.placeholder_marker) != images:
             # Some templates render only string content: give them the flattened form.
             prompt = tokenizer.apply_chat_template(
                 flatten_content(template_messages, self.image_placeholder_text),
@@ -195,7 +218,8 @@ class ModelAdapter(ABC):
                 add_generation_prompt=add_generation_prompt,
                 **extra,
             )
-        self._check_placeholders(prompt.count(self.image_token) if self.takes_images else 0, images)
+        found = prompt.count(self.placeholder_marker) if self.takes_images else 0
+        self._check_placeholders(found, images)
         return prompt
 
     def chat_prompt_ids(
@@ -224,7 +248,7 @@ class ModelAdapter(ABC):
             **extra,
         )
         ids = list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
-        found = ids.count(self.image_token_id)
+        found = ids.count(self.placeholder_id)
         if found != images:
             # A template that renders only string content: the placeholders would be text
             # here, so render the flattened form and tokenize it (its control tokens are not
@@ -232,7 +256,7 @@ class ModelAdapter(ABC):
             ids = self.encode_prompt(
                 self.apply_chat_template(messages, add_generation_prompt, tools, template_kwargs)
             )
-            found = ids.count(self.image_token_id)
+            found = ids.count(self.placeholder_id)
         self._check_placeholders(found, images)
         return ids
 
@@ -240,7 +264,7 @@ class ModelAdapter(ABC):
         """ValueError unless the rendered prompt holds one placeholder per image."""
         if found != images:
             raise ValueError(
-                f"prompt has {found} image placeholder(s) {self.image_token!r} "
+                f"prompt has {found} image placeholder(s) {self.placeholder_marker!r} "
                 f"for {images} image(s)"
             )
 
@@ -311,7 +335,7 @@ class ModelAdapter(ABC):
         )
 
     def _placeholder_positions(self, input_ids: Sequence[int], grids: Sequence[Grid]) -> list[int]:
-        image_id = self.image_token_id
+        image_id = self.placeholder_id
         positions = [i for i, token in enumerate(input_ids) if token == image_id]
         if len(positions) != len(grids):
             raise ValueError(

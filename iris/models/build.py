@@ -19,6 +19,7 @@ VLM_TINY_ARCHS = (
     "qwen2_vl",
     "qwen2_5_vl",
     "idefics3",
+    "gemma3",
     "internvl",
     "internvl_moe",
     "mistral3",
@@ -39,6 +40,8 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.qwen2_vl.tiny import build_qwen2_5 as build
     elif arch == "idefics3":
         from iris.models.idefics3.tiny import build
+    elif arch == "gemma3":
+        from iris.models.gemma3.tiny import build
     elif arch == "qwen3_5":
         from iris.models.qwen3_5.tiny import build
     elif arch == "qwen3_vl":
@@ -109,6 +112,7 @@ TINY_SOURCES = {
     "qwen2_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "qwen2_5_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
+    "gemma3": ("tokenizer_build.py", "gemma3/tiny.py", "text_tiny.py", "build.py"),
     "qwen3_5": ("tokenizer_build.py", "qwen3_5/tiny.py", "build.py"),
     "qwen3_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
     "qwen3_vl_moe": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),

@@ -57,6 +57,7 @@ def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
 
 def _load_families() -> None:
     # Importing a family module registers it; kept here so the registry is always complete.
+    import iris.models.gemma3.adapter  # noqa: F401
     import iris.models.idefics3.adapter  # noqa: F401
     import iris.models.internvl.adapter  # noqa: F401
     import iris.models.mistral3.adapter  # noqa: F401

@@ -24,6 +24,7 @@ from iris.multimodal.identity import (
     image_identity,
     parse_mm_hash,
     processor_fingerprint,
+    video_group_identity,
 )
 from iris.multimodal.item import (
     PAD_BASE,
@@ -49,6 +50,7 @@ from iris.multimodal.spans import (
 from iris.multimodal.vocab import check_vocab_size
 
 __all__ = [
+    "video_group_identity",
     "AttentionLayer",
     "LayerKind",
     "PrefixResumeRule",

@@ -15,6 +15,7 @@ import blake3
 from iris.multimodal.weights import weights_identity
 
 IDENTITY_TAG = b"iris-image-v1"
+VIDEO_GROUP_TAG = b"iris-video-group-v1"
 FINGERPRINT_BYTES = 32
 SALT_BYTES = 32  # a salt is a BLAKE3 key
 _PARALLEL_HASH_BYTES = 1 << 20
@@ -98,6 +99,26 @@ def image_identity(
         hasher = blake3.blake3(IDENTITY_TAG, max_threads=threads)
     hasher.update(fingerprint)
     hasher.update(image_bytes)
+    return hasher.digest()
+
+
+def video_group_identity(
+    payload: bytes | memoryview, fingerprint: bytes, salt: bytes | None = None
+) -> bytes:
+    """BLAKE3(b"iris-video-group-v1" ‖ fingerprint ‖ frame group bytes): 32 bytes, keyed by
+    `salt` as `image_identity` is. The payload is the group after sampling and resizing
+    (`iris.multimodal.video.pack_group`: its size, then its RGB pixels), so the same frames
+    at the same size are one item whichever clip, request or tenant-free caller sent them."""
+    if len(fingerprint) != FINGERPRINT_BYTES:
+        raise ValueError(f"fingerprint must be {FINGERPRINT_BYTES} bytes, got {len(fingerprint)}")
+    check_salt(salt)
+    threads = blake3.blake3.AUTO if len(payload) >= _PARALLEL_HASH_BYTES else 1
+    if salt:
+        hasher = blake3.blake3(VIDEO_GROUP_TAG, key=salt, max_threads=threads)
+    else:
+        hasher = blake3.blake3(VIDEO_GROUP_TAG, max_threads=threads)
+    hasher.update(fingerprint)
+    hasher.update(payload)
     return hasher.digest()
 
 

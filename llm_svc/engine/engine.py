@@ -13,6 +13,7 @@ from typing import Any
 import blake3
 import numpy as np
 
+from iris.models.checkpoint import read_config
 from iris.models.reasoning import think_markers
 from iris.multimodal import (
     PrefixResumeRule,
@@ -38,6 +39,7 @@ from llm_svc.engine.grammar import (
 )
 from llm_svc.engine.grammar.request import GrammarViolation
 from llm_svc.engine.kv_events import KVEvent
+from llm_svc.engine.models.config import UnsupportedModelError
 from llm_svc.engine.outputs import EngineStats, RequestOutput
 from llm_svc.engine.parallel import make_runner
 from llm_svc.engine.pending import PendingTokens
@@ -92,6 +94,20 @@ def load_vlm_adapter(model_dir, architecture: str, revision: str = ""):
     return load_adapter(model_dir, revision=revision)
 
 
+def check_chunk_budget(adapter, max_num_batched_tokens: int) -> None:
+    """UnsupportedModelError unless one step's token budget holds the longest span a prefill
+    chunk must take whole (a model whose image tokens attend both ways: Gemma 3)."""
+    if adapter is None or not adapter.bidirectional_image_spans:
+        return
+    span = adapter.max_uncut_span
+    if max_num_batched_tokens < span:
+        raise UnsupportedModelError(
+            f"max_num_batched_tokens={max_num_batched_tokens} is smaller than one image span "
+            f"({span} tokens) of {adapter.architecture}, whose image tokens attend to each "
+            f"other both ways and must be prefilled in one chunk: set at least {span}"
+        )
+
+
 def positions_salt(salt: bytes, positions: np.ndarray) -> bytes:
     """The prefix-cache namespace of a request run at caller-given positions: `salt`'s,
     narrowed to exactly these positions (32 bytes, like a tenant salt)."""
@@ -124,6 +140,9 @@ class LLMEngine:
         embedding_source: EmbeddingSource | None = None,
     ) -> None:
         self.config = config
+        architecture = (read_config(config.model_dir).get("architectures") or [""])[0]
+        self.adapter = load_vlm_adapter(config.model_dir, architecture, config.model_revision)
+        check_chunk_budget(self.adapter, config.max_num_batched_tokens)
         self.runner = make_runner(config)
         self.model_config = self.runner.model_config
         check_vocab_size(self.model_config.vocab_size)
@@ -142,9 +161,6 @@ class LLMEngine:
             self.runner.num_pages, config.page_size, cache, self.resume_rule,
             getattr(self.runner, "state_pool", None),
         )  # fmt: skip
-        self.adapter = load_vlm_adapter(
-            config.model_dir, self.model_config.architecture, config.model_revision
-        )
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
@@ -293,6 +309,8 @@ class LLMEngine:
             mrope_positions=mrope_positions,
             cache_salt=bytes(cache_salt),
         )
+        if self.adapter is not None and self.adapter.bidirectional_image_spans:
+            seq.uncut_spans = [(start, end + 1) for item in items for start, end in item.offsets]
         seq.context = context
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens)
         self.requests[request_id] = seq

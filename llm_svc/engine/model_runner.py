@@ -131,6 +131,9 @@ class ModelRunner:
         pending_flat, pending_seqs = [], []
         starts, lens, contexts, tables, sample_rows, sample_chunks = [], [], [], [], [], []
         mrope = any(chunk.seq.mrope_positions is not None for chunk in chunks)
+        # A step whose prefill chunks hold image spans that attend both ways.
+        spans = any(chunk.seq.uncut_spans and chunk.num_tokens > 1 for chunk in chunks)
+        until = []
         flat, size = 0, self.page_size
         for chunk in chunks:
             seq, begin, end = chunk.seq, chunk.start, chunk.start + chunk.num_tokens
@@ -139,6 +142,8 @@ class ModelRunner:
             if mrope and pos.ndim == 1:
                 pos = np.broadcast_to(pos, (3, len(pos)))
             positions.append(pos)
+            if spans:
+                until.append(seq.attend_until(begin, end))
             table = np.asarray(seq.block_table, dtype=np.int64)
             index = np.arange(begin, end)
             slots.append(table[index // size] * size + index % size)
@@ -162,6 +167,7 @@ class ModelRunner:
             query_lens=lens,
             context_lens=contexts,
             block_tables=to_device(np.asarray(padded, dtype=np.int64), device),
+            attend_until=to_device(np.concatenate(until), device) if spans else None,
         )
         input_ids = to_device(np.asarray(ids, dtype=np.int64), device)
         if pending_seqs:

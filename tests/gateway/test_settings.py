@@ -5,6 +5,7 @@ import pytest
 from gateway.errors import APIError
 from gateway.service import Admission
 from gateway.settings import GatewaySettings
+from iris.multimodal.video import VideoLimits
 from iris.settings import SettingsError
 
 
@@ -31,12 +32,24 @@ def test_env_names_and_lists(monkeypatch):
         ({"llm_addresses": ["nohost"]}, "IRIS_GATEWAY_LLM_ADDRESSES"),
         ({"port": 0}, "IRIS_GATEWAY_PORT"),
         ({"max_image_bytes": -1}, "IRIS_GATEWAY_MAX_IMAGE_BYTES"),
+        ({"video_max_groups": 0}, "IRIS_GATEWAY_VIDEO_MAX_GROUPS"),
+        ({"video_max_decode_s": 0}, "IRIS_GATEWAY_VIDEO_MAX_DECODE_S"),
         ({"colour": "red"}, "IRIS_GATEWAY_COLOUR"),
     ],
 )
 def test_bad_values_name_the_key(overrides, key):
     with pytest.raises(SettingsError, match=key):
         GatewaySettings.load(model="/m", **overrides)
+
+
+def test_video_settings_are_the_decoders_limits(monkeypatch):
+    defaults = GatewaySettings.load(model="/m").video_limits()
+    assert defaults == VideoLimits()  # the settings' defaults are the decoder's
+    monkeypatch.setenv("IRIS_GATEWAY_VIDEO_MAX_DURATION_S", "12.5")
+    monkeypatch.setenv("IRIS_GATEWAY_VIDEO_MAX_GROUPS", "7")
+    limits = GatewaySettings.load(model="/m", video_max_bytes=1000).video_limits()
+    assert limits.max_duration_s == 12.5 and limits.max_groups == 7
+    assert limits.max_bytes == 1000
 
 
 def test_admission_refuses_beyond_the_limit_with_retry_after():

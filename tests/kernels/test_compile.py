@@ -51,7 +51,7 @@ def decode_case(dtype: str, head_dim: int, group: int, direct: bool):
         "part_out_ptr": partial, "part_lse_ptr": partial,
         "tables_ptr": "*i64", "plan_ptr": "*i32",
         **{name: "i32" for name in ("num_seqs", "num_heads", "num_splits", "split_len")},
-        **ATTENTION_STRIDES, "scale_log2": "fp32",
+        **ATTENTION_STRIDES, "scale_log2": "fp32", "window": "i32",
     }  # fmt: skip
     constants = {
         "GROUP": group, "PAGE": 16, "HEAD_DIM": head_dim, "BLOCK_H": 16,
@@ -65,13 +65,14 @@ def extend_case(dtype: str, head_dim: int, group: int):
     block_m, block_n = sys.modules["kernels.paged_attention_extend"].extend_tiles(head_dim)
     arguments = {
         **{f"{name}_ptr": f"*{dtype}" for name in ("q", "k", "v", "out")},
-        "tables_ptr": "*i64", "chunks_ptr": "*i32", "blocks_ptr": "*i32",
+        "tables_ptr": "*i64", "chunks_ptr": "*i32", "blocks_ptr": "*i32", "until_ptr": "*i64",
         "num_chunks": "i32", "num_blocks": "i32", **ATTENTION_STRIDES, "scale_log2": "fp32",
+        "window": "i32",
     }  # fmt: skip
     constants = {
         "GROUP": group, "PAGE": 16, "HEAD_DIM": head_dim, "BLOCK_M": block_m,
         "BLOCK_N": block_n, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
-        "UPCAST": False,
+        "UPCAST": False, "HAS_UNTIL": True,
     }  # fmt: skip
     return kernel("paged_attention_extend", "_extend_kernel"), arguments, constants
 

@@ -214,3 +214,16 @@ def test_oversized_body_is_413(qwen_gateway_parts, model_name):
 def test_a_well_formed_request_succeeds_on_the_same_gateway(client, model_name):
     response = client.post("/v1/chat/completions", json={"model": model_name, "messages": TEXT})
     assert response.status_code == 200, response.text
+
+
+def test_a_video_part_is_refused_naming_that_video_is_not_yet_served(client, model_name):
+    """Video is decoded and identified (gateway/intake/videos.py) but not carried to the
+    encoder and pods: the route must say so, not fail later or serve it as nothing."""
+    part = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
+    text = {"type": "text", "text": "what happens?"}
+    body = chat(messages=[{"role": "user", "content": [text, part]}])
+    response = send(client, "/v1/chat/completions", body, model_name)
+    assert_openai_error(response, 400)
+    error = response.json()["error"]
+    assert error["param"] == "messages[0].content[1]"
+    assert "video input (video_url) is not yet served" in error["message"]

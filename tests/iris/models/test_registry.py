@@ -22,6 +22,7 @@ from iris.models.build import COMPLETE_MARKER, build_atomically
 
 def test_registered_architectures():
     assert registered_architectures() == [
+        "Gemma3ForConditionalGeneration",
         "Idefics3ForConditionalGeneration",
         "InternVLForConditionalGeneration",
         "Mistral3ForConditionalGeneration",

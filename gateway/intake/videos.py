@@ -1,0 +1,152 @@
+"""`video_url` parts → frame-group items (docs/design.md §2, "Video").
+
+A video is decoded, sampled and resized in a pool of worker processes (spawned, as the body
+parser's are: FFmpeg and the resize hold the GIL or a core for the whole file, so neither
+the loop nor a thread of it may run them). The gateway keeps only the sampled frames: each
+frame group becomes one item whose identity is the BLAKE3 of its frames (with the
+fingerprint and the request's salt), so a group any pod or the cache already holds is never
+encoded again, whichever clip or request it came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+from gateway.errors import APIError, bad_request
+from gateway.intake.budget import ImageBudget
+from gateway.intake.remote import RemoteImageFetcher
+from gateway.intake.sources import decode_base64_image
+from iris.multimodal import Modality, MultimodalItem, video_group_identity
+from iris.multimodal.video import (
+    SampledVideo,
+    VideoDecodeError,
+    VideoLimits,
+    VideoSampling,
+    sample_video,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _decode(data: bytes, limits: VideoLimits, sampling: VideoSampling) -> SampledVideo | str:
+    """In a worker: the sampled video, or "setting\\0message" for a refusal."""
+    try:
+        return sample_video(data, limits, sampling)
+    except VideoDecodeError as err:
+        return f"{err.setting}\0{err}"
+
+
+def _ready() -> bool:
+    return True
+
+
+class VideoDecoder:
+    """`workers` spawned processes that decode videos; `start` / `stop` from the lifespan."""
+
+    def __init__(self, workers: int, limits: VideoLimits, retry_after_s: int = 1) -> None:
+        self.workers = max(1, workers)
+        self.limits = limits
+        self.retry_after_s = retry_after_s
+        self._pool: ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
+            self._pool.submit(_ready)
+
+    async def stop(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+    async def decode(self, data: bytes, sampling: VideoSampling, param: str) -> SampledVideo:
+        """The sampled video, or a 400 naming the setting that refused it."""
+        self.start()
+        assert self._pool is not None
+        future = self._pool.submit(_decode, data, self.limits, sampling)
+        try:
+            outcome = await asyncio.wrap_future(future)
+        except BrokenProcessPool:
+            log.warning("a video decoder process died; starting the pool again")
+            self._pool = None
+            raise APIError(
+                503,
+                "the video decoder stopped; send the request again",
+                code="overloaded",
+                retry_after=self.retry_after_s,
+            ) from None
+        if isinstance(outcome, str):
+            setting, message = outcome.split("\0", 1)
+            raise bad_request(f"{param}: {message} ({setting})", param, "invalid_video")
+        return outcome
+
+
+async def video_bytes(
+    url: str, fetcher: RemoteImageFetcher, max_bytes: int, param: str, budget: ImageBudget
+) -> bytes:
+    """The file of one `video_url`: `data:video/<type>;base64,...` or http(s) under the
+    images' fetch rules (allow-list, public addresses only, no redirects, a video/* answer)."""
+    if url.startswith("data:"):
+        header, comma, payload = url.partition(",")
+        if not comma or not header.endswith(";base64"):
+            raise bad_request("video data URL must be data:<mime>;base64,<data>", param)
+        mime = header[5:-7]
+        if mime and not mime.startswith("video/"):
+            raise bad_request(f"video data URL has media type {mime!r}, not video/*", param)
+        try:
+            data = decode_base64_image(payload, max_bytes, param)
+        except APIError as err:  # the image helper's words: say video, name the setting
+            raise bad_request(
+                f"{param}: {err.message.replace('image', 'video')} (video_max_bytes)",
+                param,
+                "invalid_video",
+            ) from None
+        budget.charge_bytes(len(data), param)
+        return data
+    if url.startswith(("http://", "https://")):
+        return await fetcher.fetch(url, param, budget, media="video")
+    raise bad_request("video_url must be a data: URL or an http(s) URL", param)
+
+
+@dataclass
+class VideoGroups:
+    """One video's items (one per frame group, in time order), their payloads for the
+    encoder (`iris.multimodal.video.pack_group`) and their timestamps in seconds."""
+
+    items: list[MultimodalItem]
+    payloads: list[bytes]
+    timestamps: list[float]
+
+
+def describe_video(
+    video: SampledVideo, *, adapter, fingerprint: bytes, salt: bytes | None
+) -> VideoGroups:
+    """Each frame group as an item: the adapter's token count and grid for the group's size,
+    identity from its frames (offsets are set once the prompt is expanded)."""
+    token_count, grid = adapter.video_group_token_count(video.width, video.height)
+    items, payloads = [], []
+    for group in range(video.num_groups):
+        payload = video.group_payload(group)
+        item = MultimodalItem(Modality.VIDEO, token_count=int(token_count), grid=tuple(grid))
+        item.set_identity(video_group_identity(payload, fingerprint, salt))
+        items.append(item)
+        payloads.append(payload)
+    timestamps = [video.sampling.timestamp(group) for group in range(video.num_groups)]
+    return VideoGroups(items, payloads, timestamps)
+
+
+def check_group_count(groups: int, limit: int, param: str) -> None:
+    """400 when a request's videos hold more frame groups than `video_max_groups`."""
+    if groups > limit:
+        raise bad_request(
+            f"request has {groups} video frame groups, over the limit of {limit} "
+            "(video_max_groups)",
+            param,
+            "invalid_video",
+        )

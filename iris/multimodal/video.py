@@ -1,0 +1,323 @@
+"""Video decode and Iris's sampling rule (docs/design.md §2, "Video"): one set of rules for
+the gateway (count, hash) and the encoder (the frames it is sent are the ones hashed).
+
+The rule is chosen so that frame groups can be shared between clips:
+- frame k is the decoded frame nearest to t = k / fps (an absolute time grid from the
+  clip's first frame), not HF's `linspace` over the whole clip;
+- every frame gets one size, `smart_resize(num_frames=temporal_patch_size, h, w)` within
+  the processor's `size` bounds, so a frame's size does not depend on the clip's length;
+- group g holds frames g*T .. g*T+T-1 (T = temporal_patch_size), so group boundaries fall
+  at multiples of T / fps seconds; a short last group repeats its last frame, as HF's
+  patchify pads.
+
+Every bound is checked while decoding (the container's own claims are not trusted) and a
+refusal is a `VideoDecodeError` naming the setting that refused it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+# Container formats, recognised from their first bytes and then opened with that demuxer
+# only: FFmpeg's probing would also accept playlists (HLS, concat) that open other URLs.
+_CONTAINERS = (
+    (4, b"ftyp", "mov"),  # MP4 / MOV / 3GP (ISO base media)
+    (0, b"\x1a\x45\xdf\xa3", "matroska"),  # Matroska / WebM
+    (0, b"RIFF", "avi"),
+)
+ALLOWED_CODECS = frozenset(
+    {"h264", "hevc", "vp8", "vp9", "av1", "mpeg4", "mjpeg", "ffv1", "mpeg2video", "png"}
+)
+# A stream's frames may run past its declared duration by this much before it is refused as
+# lying about its length (container rounding, a last frame's own duration).
+_DURATION_SLACK_S = 1.0
+GROUP_HEADER = struct.Struct(">4sHII")  # magic, frames, height, width
+GROUP_MAGIC = b"IRVG"
+
+
+class VideoDecodeError(ValueError):
+    """A video the policy refuses; `setting` names the gateway setting that refused it (or
+    "video" for a file that is not a readable video)."""
+
+    def __init__(self, message: str, setting: str = "video") -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+@dataclass(frozen=True)
+class VideoLimits:
+    """The work one video may cost (gateway settings `video_max_*`)."""
+
+    max_bytes: int = 16 * 1024 * 1024
+    max_duration_s: float = 300.0
+    max_frames: int = 600  # sampled
+    max_frame_pixels: int = 3840 * 2160  # a decoded frame, before resizing
+    max_total_pixels: int = 600 * 1920 * 1080  # sampled frames, before resizing
+    max_groups: int = 300  # frame groups per request, over all its videos
+    max_decode_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class VideoSampling:
+    """The processor's settings that decide which frames are taken and their size."""
+
+    fps: float = 2.0
+    temporal_patch_size: int = 2
+    patch_size: int = 16
+    merge_size: int = 2
+    min_pixels: int = 128 * 32 * 32  # the video processor's size: over T frames
+    max_pixels: int = 768 * 32 * 32
+
+    def resized(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of every frame: the processor's smart_resize for T frames."""
+        factor = self.patch_size * self.merge_size
+        frames = self.temporal_patch_size
+        if height < factor or width < factor:
+            scale = max(factor / height, factor / width)
+            height, width = int(height * scale), int(width * scale)
+        ratio = max(height, width) / min(height, width)
+        if ratio > 200:
+            raise VideoDecodeError(
+                f"video aspect ratio {ratio:.1f} ({width}x{height}) is over the limit of 200"
+            )
+        h_bar = round(height / factor) * factor
+        w_bar = round(width / factor) * factor
+        if frames * h_bar * w_bar > self.max_pixels:
+            beta = math.sqrt((frames * height * width) / self.max_pixels)
+            h_bar = max(factor, math.floor(height / beta / factor) * factor)
+            w_bar = max(factor, math.floor(width / beta / factor) * factor)
+        elif frames * h_bar * w_bar < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (frames * height * width))
+            h_bar = math.ceil(height * beta / factor) * factor
+            w_bar = math.ceil(width * beta / factor) * factor
+        return w_bar, h_bar
+
+    def timestamp(self, group: int) -> float:
+        """Group g's time: the mean of its frames' grid times, from the clip's first frame."""
+        frames = self.temporal_patch_size
+        return (group * frames + (frames - 1) / 2) / self.fps
+
+
+@dataclass
+class SampledVideo:
+    """A video after sampling and resizing: `frames` uint8 [N, H, W, 3], N a multiple of
+    the temporal patch size (a short last group repeats its last frame)."""
+
+    frames: np.ndarray
+    sampling: VideoSampling
+    source_frames: int  # decoded
+    duration_s: float  # of the last decoded frame, from the first
+
+    @property
+    def num_groups(self) -> int:
+        return self.frames.shape[0] // self.sampling.temporal_patch_size
+
+    @property
+    def height(self) -> int:
+        return int(self.frames.shape[1])
+
+    @property
+    def width(self) -> int:
+        return int(self.frames.shape[2])
+
+    def group_frames(self, group: int) -> np.ndarray:
+        frames = self.sampling.temporal_patch_size
+        return self.frames[group * frames : (group + 1) * frames]
+
+    def group_payload(self, group: int) -> bytes:
+        """Group g as the encoder receives it and identity hashes it (`pack_group`)."""
+        return pack_group(self.group_frames(group))
+
+
+def pack_group(frames: np.ndarray) -> bytes:
+    """A frame group's bytes: header (magic, frames, height, width) + its RGB pixels."""
+    count, height, width, channels = frames.shape
+    if channels != 3 or frames.dtype != np.uint8:
+        raise ValueError(f"a frame group is uint8 [T, H, W, 3], got {frames.dtype} {frames.shape}")
+    header = GROUP_HEADER.pack(GROUP_MAGIC, count, height, width)
+    return header + np.ascontiguousarray(frames).tobytes()
+
+
+def unpack_group(payload: bytes | memoryview) -> np.ndarray:
+    """`pack_group`'s inverse; ValueError naming what does not fit."""
+    if len(payload) < GROUP_HEADER.size:
+        raise ValueError(f"frame group is {len(payload)} bytes, shorter than its header")
+    magic, count, height, width = GROUP_HEADER.unpack_from(payload)
+    if magic != GROUP_MAGIC:
+        raise ValueError("frame group does not start with the IRVG header")
+    expected = GROUP_HEADER.size + count * height * width * 3
+    if len(payload) != expected:
+        raise ValueError(
+            f"frame group {count}x{height}x{width} must be {expected} bytes, got {len(payload)}"
+        )
+    pixels = np.frombuffer(payload, dtype=np.uint8, offset=GROUP_HEADER.size)
+    return pixels.reshape(count, height, width, 3)
+
+
+def container_format(data: bytes | memoryview) -> str:
+    """The demuxer for `data`, from its first bytes; VideoDecodeError if none is allowed."""
+    head = bytes(data[:16])
+    for offset, magic, name in _CONTAINERS:
+        if head[offset : offset + len(magic)] == magic:
+            if name == "avi" and head[8:12] != b"AVI ":
+                continue
+            return name
+    raise VideoDecodeError("not a supported video container (MP4/MOV, Matroska/WebM, AVI)")
+
+
+def sample_video(
+    data: bytes | memoryview, limits: VideoLimits, sampling: VideoSampling
+) -> SampledVideo:
+    """Decode `data` and take Iris's grid of frames (module docstring), under `limits`.
+
+    Refusals (VideoDecodeError, naming the setting): too many bytes, a file that is not a
+    video in an allowed container and codec, a decoded frame over `max_frame_pixels`, a
+    frame past `max_duration_s` or past the stream's own declared length, more sampled
+    frames, groups or pixels than allowed, and decoding past `max_decode_s`.
+    """
+    if len(data) > limits.max_bytes:
+        raise VideoDecodeError(
+            f"video is {len(data)} bytes, over the limit of {limits.max_bytes}",
+            "video_max_bytes",
+        )
+    if len(data) == 0:
+        raise VideoDecodeError("video is empty (0 bytes)")
+    import av  # PyAV: imported where decoding runs (worker processes, the encoder)
+
+    started = time.monotonic()
+    demuxer = container_format(data)
+    try:
+        container = av.open(io.BytesIO(data), format=demuxer, mode="r")
+    except (av.FFmpegError, ValueError, OSError):
+        raise VideoDecodeError("cannot read the video: not a valid video file") from None
+    try:
+        return _sample(container, limits, sampling, started)
+    except av.FFmpegError:
+        raise VideoDecodeError("video data is corrupt: decoding failed") from None
+    finally:
+        container.close()
+
+
+def _sample(container, limits: VideoLimits, sampling: VideoSampling, started: float):
+    if not container.streams.video:
+        raise VideoDecodeError("the file holds no video stream")
+    stream = container.streams.video[0]
+    codec = stream.codec_context.name
+    if codec not in ALLOWED_CODECS:
+        allowed = ", ".join(sorted(ALLOWED_CODECS))
+        raise VideoDecodeError(f"video codec {codec} not allowed (allowed: {allowed})")
+    declared = _declared_duration(container, stream)
+    if declared is not None and declared > limits.max_duration_s:
+        raise VideoDecodeError(
+            f"video lasts {declared:.1f} s, over the limit of {limits.max_duration_s} s",
+            "video_max_duration_s",
+        )
+    picked: list[np.ndarray] = []
+    size: tuple[int, int] | None = None  # (width, height) every frame is resized to
+    source: tuple[int, int] | None = None
+    first_t: float | None = None
+    previous = None  # (t, frame) of the last decoded frame not yet passed by the grid
+    decoded = 0
+    last_t = 0.0
+    pixels = 0
+
+    def take(frame) -> None:
+        nonlocal pixels
+        if len(picked) >= limits.max_frames:
+            raise VideoDecodeError(
+                f"video samples more than {limits.max_frames} frames at {sampling.fps} fps",
+                "video_max_frames",
+            )
+        pixels += frame.width * frame.height
+        if pixels > limits.max_total_pixels:
+            raise VideoDecodeError(
+                f"video's sampled frames hold over {limits.max_total_pixels} pixels",
+                "video_max_total_pixels",
+            )
+        rgb = frame.to_ndarray(format="rgb24")
+        image = Image.fromarray(rgb).resize(size, Image.Resampling.BICUBIC)
+        picked.append(np.asarray(image, dtype=np.uint8))
+
+    for frame in container.decode(stream):
+        decoded += 1
+        if time.monotonic() - started > limits.max_decode_s:
+            raise VideoDecodeError(
+                f"video took over {limits.max_decode_s} s to decode", "video_max_decode_s"
+            )
+        if frame.width * frame.height > limits.max_frame_pixels:
+            raise VideoDecodeError(
+                f"video frame is {frame.width}x{frame.height} = {frame.width * frame.height} "
+                f"pixels, over the limit of {limits.max_frame_pixels}",
+                "video_max_frame_pixels",
+            )
+        if source is None:
+            source = (frame.width, frame.height)
+            size = sampling.resized(frame.width, frame.height)
+        elif (frame.width, frame.height) != source:
+            raise VideoDecodeError(
+                f"video frame size changes from {source[0]}x{source[1]} to "
+                f"{frame.width}x{frame.height}"
+            )
+        t = _frame_time(frame, stream, decoded)
+        if first_t is None:
+            first_t = t
+        t -= first_t
+        if t < last_t:  # out of order timestamps: the stream's clock cannot be trusted
+            raise VideoDecodeError(
+                f"video frame times go backwards ({t:.3f} s after {last_t:.3f} s)"
+            )
+        last_t = t
+        if t > limits.max_duration_s:
+            raise VideoDecodeError(
+                f"video holds a frame at {t:.1f} s, over the limit of {limits.max_duration_s} s",
+                "video_max_duration_s",
+            )
+        if declared is not None and t > declared + _DURATION_SLACK_S:
+            raise VideoDecodeError(
+                f"video stream declares {declared:.1f} s but holds a frame at {t:.1f} s"
+            )
+        # Every grid time up to this frame takes the nearer of it and the previous frame
+        # (ties to the earlier): the same frame serves several grid times below the fps.
+        while len(picked) / sampling.fps <= t:
+            grid_t = len(picked) / sampling.fps
+            if previous is not None and grid_t - previous[0] <= t - grid_t:
+                take(previous[1])
+            else:
+                take(frame)
+        previous = (t, frame)
+    if source is None or not picked:
+        raise VideoDecodeError("the video stream has no decodable frame")
+    frames = sampling.temporal_patch_size
+    while len(picked) % frames:
+        picked.append(picked[-1])
+    groups = len(picked) // frames
+    if groups > limits.max_groups:
+        raise VideoDecodeError(
+            f"video has {groups} frame groups, over the limit of {limits.max_groups}",
+            "video_max_groups",
+        )
+    return SampledVideo(np.stack(picked), sampling, decoded, last_t)
+
+
+def _declared_duration(container, stream) -> float | None:
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / 1_000_000  # AV_TIME_BASE
+    return None
+
+
+def _frame_time(frame, stream, index: int) -> float:
+    if frame.time is not None:
+        return float(frame.time)
+    rate = stream.average_rate or stream.guessed_rate
+    if not rate:
+        raise VideoDecodeError("video frames carry no timestamps and the stream no frame rate")
+    return (index - 1) / float(rate)
