@@ -30,7 +30,8 @@ the peak memory. Run: .venv/bin/python bench/engine.py
 `--only overlap` part 6, `--only tp` tensor parallelism, TP 2 against TP 1, see
 bench/engine_tp.py; `--device cuda` runs the engine parts on a GPU; `--only attention
 --device cuda` the Triton attention backend against SDPA, see bench/attention.py; `--only
-fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py).
+fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py; `--only families` each decoder
+family's decode against HF generate at the demo's size, see bench/engine_families.py).
 """
 
 from __future__ import annotations
@@ -419,12 +420,30 @@ def main() -> None:
     parser.add_argument("--tp-out", type=int, default=32, help="--only tp: tokens each")
     parser.add_argument(
         "--only",
-        choices=["all", "mm", "structured", "sampler", "overlap", "attention", "fp8", "tp"],
+        choices=[
+            "all",
+            "mm",
+            "structured",
+            "sampler",
+            "overlap",
+            "attention",
+            "fp8",
+            "tp",
+            "families",
+        ],
         default="all",
     )
     parser.add_argument("--fp8-batch", type=int, default=8, help="--only fp8: requests")
     parser.add_argument("--fp8-prompt", type=int, default=32, help="--only fp8: prompt tokens")
     parser.add_argument("--fp8-out", type=int, default=32, help="--only fp8: tokens decoded")
+    parser.add_argument(
+        "--families", default="qwen3,qwen3_moe,qwen2_moe,gemma3_text",
+        help="--only families: which, comma-separated",
+    )  # fmt: skip
+    parser.add_argument(
+        "--families-requests", type=int, default=16,
+        help="--only families: requests (with --batch, --max-prompt, --max-out)",
+    )  # fmt: skip
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument(
         "--torch-threads", type=int, default=1,
@@ -440,6 +459,11 @@ def main() -> None:
         from bench.engine_tp import bench_tp
 
         bench_tp(directory, ROOT / ".cache" / "models", args)
+        return
+    if args.only == "families":
+        from bench.engine_families import bench_families
+
+        bench_families(directory, ROOT / ".cache" / "models", args)
         return
     if args.only == "attention":
         from bench.attention import bench_attention
