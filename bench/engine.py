@@ -30,8 +30,10 @@ the peak memory. Run: .venv/bin/python bench/engine.py
 `--only overlap` part 6, `--only tp` tensor parallelism, TP 2 against TP 1, see
 bench/engine_tp.py; `--device cuda` runs the engine parts on a GPU; `--only attention
 --device cuda` the Triton attention backend against SDPA, see bench/attention.py; `--only
-fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py; `--only families` each decoder
-family's decode against HF generate at the demo's size, see bench/engine_families.py).
+fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py; `--only hybrid` the prefix
+cache on a hybrid linear-attention model, see bench/engine_hybrid.py; `--only families` each
+decoder family's decode against HF generate at the demo's size, see
+bench/engine_families.py).
 """
 
 from __future__ import annotations
@@ -429,10 +431,12 @@ def main() -> None:
             "attention",
             "fp8",
             "tp",
+            "hybrid",
             "families",
         ],
         default="all",
     )
+    parser.add_argument("--hybrid-k", type=int, default=4, help="--only hybrid: pages/snapshot")
     parser.add_argument("--fp8-batch", type=int, default=8, help="--only fp8: requests")
     parser.add_argument("--fp8-prompt", type=int, default=32, help="--only fp8: prompt tokens")
     parser.add_argument("--fp8-out", type=int, default=32, help="--only fp8: tokens decoded")
@@ -453,6 +457,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
+    if args.only == "hybrid":
+        from bench.engine_hybrid import bench_hybrid
+
+        bench_hybrid(ROOT / ".cache" / "models", args)
+        return
     directory, label = model_dir()
     print(f"model: {label}\n  {directory}")
     if args.only == "tp":

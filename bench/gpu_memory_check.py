@@ -8,15 +8,21 @@ the pod holds its whole embedding allowance?
 Not yet run on a GPU (docs/design.md §3 "Memory budget"). Default model: the tiny Qwen2-VL
 test checkpoint (built locally, no network), a VLM, so the held-embedding term counts.
 
+0. Loads the model alone and reads the allocator's peak during the load
+   (`torch.cuda.max_memory_allocated`) against the loaded weights' bytes: each layer is
+   built in its target dtype and allocated once (docs/design.md §3 "Loading"), so the
+   ratio should be 1.00 (FAIL above 1.15).
 1. Loads the model, sizes the budget as the pod does (kv_sizing.kv_budget: the profiling
    step at `--tokens` batched tokens, all image rows, sampler at `--seqs` rows) and prints
    each part.
 2. Allocates the KV cache it sized and `--held-mib` of held embeddings, then runs the same
-   largest step again and reads the allocator's peak.
-Prints `gpu memory check: step peak profiled X MiB, rerun Y MiB`, `headroom H MiB` (what
-is left of utilisation × total after weights, KV, held embeddings, memory outside torch
-and the rerun step) and PASS when H >= 0 and the profile is within 10% of the rerun;
-exits 1 on FAIL.
+   largest step again and reads the allocator's peak (net of the step's own KV cache and
+   image-row stand-ins, as the budget counts it).
+Prints `gpu memory check: load peak L MiB for W MiB of weights`, `step peak profiled X MiB,
+rerun Y MiB`, `headroom H MiB` (what is left of utilisation × total after weights, KV,
+held embeddings, memory outside torch and the rerun step) and PASS when the load peak is
+within 1.15x the weights, H >= 0 and the profile is within 10% of the rerun; exits 1 on
+FAIL.
 """
 
 from __future__ import annotations
@@ -36,9 +42,28 @@ sys.path.insert(0, str(ROOT))
 from llm_svc.engine import EngineConfig  # noqa: E402
 from llm_svc.engine.attention import KVCache  # noqa: E402
 from llm_svc.engine.kv_sizing import kv_budget, profile_step  # noqa: E402
+from llm_svc.engine.memory_budget import module_bytes  # noqa: E402
 from llm_svc.engine.model_runner import ModelRunner  # noqa: E402
+from llm_svc.engine.models import load_model  # noqa: E402
 
 MIB = 1 << 20
+LOAD_BOUND = 1.15
+
+
+def load_peak(config: EngineConfig) -> tuple[int, int]:
+    """(the allocator's peak above what was allocated before, the weights' bytes) while
+    `config`'s model loads alone; the model is dropped afterwards."""
+    device = torch.device("cuda")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    model, _ = load_model(config.model_dir, config.torch_dtype, device)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    weights = module_bytes(model)
+    del model
+    torch.cuda.empty_cache()
+    return peak, weights
 
 
 def main() -> int:
@@ -63,6 +88,11 @@ def main() -> int:
         gpu_memory_utilization=args.utilisation, max_held_embedding_bytes=args.held_mib * MIB,
     )  # fmt: skip
     device = torch.device("cuda")
+    loaded_peak, weights = load_peak(config)
+    load_ok = loaded_peak <= LOAD_BOUND * weights
+    print(f"gpu memory check: load peak {loaded_peak / MIB:.0f} MiB for "
+          f"{weights / MIB:.0f} MiB of weights ({loaded_peak / max(weights, 1):.2f}x, "
+          f"bound {LOAD_BOUND}x)")  # fmt: skip
     # The runner with a one-page cache, which is then dropped: only the weights stay
     # allocated when the budget is measured, as in ModelRunner._num_pages.
     runner = ModelRunner(dataclasses.replace(config, num_pages=1))
@@ -85,14 +115,15 @@ def main() -> int:
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    profile_step(runner, config)
+    step = profile_step(runner, config)
     torch.cuda.synchronize()
-    rerun_peak = torch.cuda.max_memory_allocated() - before
+    # Net of the step's own KV cache and image-row stand-ins, as the budget counts it.
+    rerun_peak = torch.cuda.max_memory_allocated() - before - step.counted_elsewhere
     free, total = torch.cuda.mem_get_info()
     used_peak = before + rerun_peak + budget.other
     headroom = budget.usable - used_peak
     close = abs(budget.step_peak - rerun_peak) <= 0.1 * max(rerun_peak, 1)
-    ok = headroom >= 0 and close
+    ok = load_ok and headroom >= 0 and close
     kv_mib = 2 * kv.k.numel() * kv.k.element_size() / MIB
     print(f"gpu memory check: step peak profiled {budget.step_peak / MIB:.0f} MiB, "
           f"rerun {rerun_peak / MIB:.0f} MiB (beside {kv_mib:.0f} MiB KV and "

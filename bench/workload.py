@@ -51,9 +51,15 @@ contention, the floor the loaded figures can be held against.
 p90 ratio (b)/(a) is printed with a bootstrap interval (conversations resampled), and every
 turn (when sent, which pod served it, its tokens and TTFT) is written as JSON beside the PNG.
 
+`--gateways N` runs N gateways per platform and sends each conversation's turns round-robin
+over them; per mode it prints routing precision (gateway/routing/accuracy.py) beside the
+embedding reuse. `--goodput` searches modes (a), (b), (c) for the highest rate within a
+latency SLO instead (bench/goodput.py; `--quick` for a shape in about 10 minutes).
+
     python bench/workload.py [--model DIR] [--users 8] [--turns 4] [--rate 0.05] [--pods 3]
         [--library 6] [--upload-share 0.3] [--later-image 0.1] [--no-warm-up]
-        [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...]
+        [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...] [--gateways 1]
+        [--goodput [--quick] [--slo-ttft-ms MS] [--slo-tpot-ms MS] [--wall-cap-min 60]]
 
 The default (32 measured turns a mode, 3 of them with an upload) is sized for the
 15-minute budget on the demo model (SmolVLM-256M's tower, one tile an image) on this
@@ -143,6 +149,10 @@ class ModeResult:
     requests_per_pod: list = field(default_factory=list)
     per_seed: list[ModeResult] = field(default_factory=list)
     cpu_s_by_kind: dict[str, float] = field(default_factory=dict)
+    # Routing's predictions over the measured turns, every gateway summed: those > 0, and
+    # those within a page of the pod's cached tokens (gateway/routing/accuracy.py).
+    predicted: float = 0.0
+    predicted_within_page: float = 0.0
     warmed: bool = False  # the library was sent before the measured turns
     warm_up_s: float = 0.0
 
@@ -255,8 +265,14 @@ async def run_turn(client, url, model, messages, max_tokens) -> tuple[float, flo
     return (ttft or total), total, usage, "".join(text), pod
 
 
+def gateway_for(urls: list[str], user: int, turn: int) -> str:
+    """The gateway a turn goes to: round-robin over them, so one user's turns reach
+    different gateways (with one gateway, always it)."""
+    return urls[(user + turn) % len(urls)]
+
+
 async def run_user(
-    user, plan_row, images, url, model, max_tokens, result: ModeResult, client, started: float
+    user, plan_row, images, urls, model, max_tokens, result: ModeResult, client, started: float
 ):
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for turn, image_key in enumerate(plan_row):
@@ -274,6 +290,7 @@ async def run_user(
         )
         sent_s = time.perf_counter() - started
         try:
+            url = gateway_for(urls, user, turn)
             ttft, total, usage, text, pod = await run_turn(client, url, model, messages, max_tokens)
             details = usage.get("prompt_tokens_details") or {}
             result.turns.append(
@@ -362,9 +379,19 @@ def arrival_gaps(users: int, rate: float, seed: int) -> list[float]:
     return [gap * scale for gap in gaps]
 
 
+def routing_counts(platform: Platform) -> tuple[float, float]:
+    """(requests routed with a predicted prefix hit, those within a page of the pod's
+    cached tokens), summed over every gateway."""
+    from iris import metrics as names
+
+    predicted = sum(service_totals(platform, "gateway", names.GATEWAY_ROUTING_PREDICTED))
+    within = sum(service_totals(platform, "gateway", names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE))
+    return predicted, within
+
+
 async def drive(platform, plan, images, args, name, seed) -> ModeResult:
     result = ModeResult(name)
-    url = platform.gateway_url
+    url, urls = platform.gateway_url, platform.gateway_urls
     rate, max_tokens = args.rate, args.max_tokens
     async with httpx.AsyncClient(timeout=600) as client:
         model = (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
@@ -374,13 +401,14 @@ async def drive(platform, plan, images, args, name, seed) -> ModeResult:
             result.warm_up_s = time.perf_counter() - warm_started
             result.warmed = True
         encoded_before = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
+        routing_before = routing_counts(platform)
         finished_before = service_totals(platform, "llm", "iris_llm_requests_finished_total")
         gaps = arrival_gaps(len(plan), rate, seed)
         cpu_before = cpu_by_kind(platform)
         tasks, started = [], time.perf_counter()
         for user, row in enumerate(plan):
             conversation = run_user(
-                user, row, images, url, model, max_tokens, result, client, started
+                user, row, images, urls, model, max_tokens, result, client, started
             )
             if rate == 0:  # one conversation at a time: the platform never queues
                 await conversation
@@ -396,6 +424,9 @@ async def drive(platform, plan, images, args, name, seed) -> ModeResult:
     }
     encoded = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
     result.encoded_images = encoded - encoded_before
+    routing_after = routing_counts(platform)
+    result.predicted = routing_after[0] - routing_before[0]
+    result.predicted_within_page = routing_after[1] - routing_before[1]
     finished = service_totals(platform, "llm", "iris_llm_requests_finished_total")
     result.requests_per_pod = [
         int(after - before) for after, before in zip(finished, finished_before, strict=True)
@@ -502,6 +533,10 @@ def summarise(result: ModeResult) -> dict:
         "images_in_requests": result.images_sent,
         "encoder_calls": result.encoded_images,
         "embedding_reuse": 1 - result.encoded_images / max(result.images_sent, 1),
+        "routing_precision": result.predicted_within_page / result.predicted
+        if result.predicted
+        else float("nan"),
+        "routing_predicted_hits": result.predicted,
         "requests_per_pod_per_seed": result.requests_per_pod,
         "wall_s_summed_over_seeds": result.wall_s,
         "cpu_s_by_service_kind_summed_over_seeds": result.cpu_s_by_kind,
@@ -578,15 +613,16 @@ SLOW_TOWER_ENV = {
 }
 
 
-def run_one(args, name, router, reuse, seed, plan, images) -> ModeResult:
-    """One mode on one seed's workload, on a freshly started platform."""
+def up_config(args, router: str, reuse: bool) -> UpConfig:
+    """The platform every mode runs on, with its router and reuse setting."""
     extra_env = {kind: dict(values) for kind, values in SLOW_TOWER_ENV.items()}
     for kind, values in args.extra_env.items():
         extra_env.setdefault(kind, {}).update(values)
-    config = UpConfig(
+    return UpConfig(
         model_dir=args.model,
         llm_pods=args.pods,
         encoders=1,
+        gateways=args.gateways,
         router=router,
         embedding_reuse=reuse,
         torch_threads=1,
@@ -596,6 +632,11 @@ def run_one(args, name, router, reuse, seed, plan, images) -> ModeResult:
             "gateway": {"IRIS_GATEWAY_DEBUG_POD_HEADER": "true", **extra_env.get("gateway", {})},
         },
     )
+
+
+def run_one(args, name, router, reuse, seed, plan, images) -> ModeResult:
+    """One mode on one seed's workload, on a freshly started platform."""
+    config = up_config(args, router, reuse)
     starting = time.perf_counter()
     with Platform(config) as platform:
         print(
@@ -621,6 +662,8 @@ def add_seed(pooled: ModeResult, seed: int, result: ModeResult) -> None:
     pooled.wall_s += result.wall_s
     pooled.encoded_images += result.encoded_images
     pooled.images_sent += result.images_sent
+    pooled.predicted += result.predicted
+    pooled.predicted_within_page += result.predicted_within_page
     pooled.requests_per_pod += [result.requests_per_pod]
     for kind, seconds in result.cpu_s_by_kind.items():
         pooled.cpu_s_by_kind[kind] = round(pooled.cpu_s_by_kind.get(kind, 0) + seconds, 1)
@@ -649,6 +692,11 @@ def print_mode(result: ModeResult, summary: dict) -> None:
     if len(result.per_seed) > 1:
         p90s = [f"{summarise(one)['ttft_p90_ms']:.0f}" for one in result.per_seed]
         print(f"  ttft_p90_ms per seed: {', '.join(p90s)}")
+        per_seed = [summarise(one) for one in result.per_seed]
+        for key in ("routing_precision", "embedding_reuse"):
+            values = [one[key] for one in per_seed]
+            shown = ", ".join(f"{value:.3f}" for value in values)
+            print(f"  {key} per seed: {shown}; mean {statistics.fmean(values):.3f}")
     slowest = sorted((t for t in result.turns if t.ok), key=lambda t: -t.ttft_s)[:6]
     print(
         "  slowest turns (user/turn ttft_ms prompt cached): "
@@ -790,7 +838,45 @@ def main() -> None:
         "--turns-json", type=Path, default=ROOT / "bench" / "out" / "workload_turns.json",
         help="every turn of every mode (when sent, TTFT, pod, tokens), for a closer look",
     )  # fmt: skip
+    parser.add_argument(
+        "--gateways", type=int, default=1,
+        help="gateways per platform; each conversation's turns go round-robin over them",
+    )  # fmt: skip
+    goodput = parser.add_argument_group("goodput (bench/goodput.py)")
+    goodput.add_argument(
+        "--goodput", action="store_true",
+        help="search each of modes a, b, c for the highest rate within the SLO",
+    )  # fmt: skip
+    goodput.add_argument(
+        "--quick", action="store_true", help="with --goodput: a shape in about 10 minutes"
+    )
+    goodput.add_argument("--slo-ttft-ms", type=float, default=None, help="default: 3x calibration")
+    goodput.add_argument("--slo-tpot-ms", type=float, default=None, help="default: 2x calibration")
+    goodput.add_argument(
+        "--start-rate", type=float, default=None,
+        help="the search's first rate (default: one conversation in flight, from calibration)",
+    )  # fmt: skip
+    goodput.add_argument("--point-turns", type=int, default=None, help="turns per point (100)")
+    goodput.add_argument("--bisections", type=int, default=None, help="after the bracket (4)")
+    goodput.add_argument("--wall-cap-min", type=float, default=None, help="minutes (60)")
+    goodput.add_argument("--calibration-users", type=int, default=None, help="(6)")
+    goodput.add_argument("--goodput-png", type=Path, default=ROOT / "bench" / "out" / "goodput.png")
+    goodput.add_argument(
+        "--goodput-json", type=Path, default=ROOT / "bench" / "out" / "goodput_points.json"
+    )
     args = parser.parse_args()
+    if args.gateways < 1:
+        parser.error(f"--gateways must be >= 1, got {args.gateways}")
+    for name in ("slo_ttft_ms", "slo_tpot_ms", "start_rate", "wall_cap_min"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            parser.error(f"--{name.replace('_', '-')} must be > 0, got {value}")
+    for name in ("point_turns", "calibration_users"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.bisections is not None and args.bisections < 0:
+        parser.error(f"--bisections must be >= 0, got {args.bisections}")
     if args.rate < 0:
         parser.error(f"--rate must be >= 0, got {args.rate}")
     if args.seeds < 1:
@@ -812,6 +898,11 @@ def main() -> None:
     unknown = sorted(set(only) - {mode[0] for mode in MODES})
     if unknown or not only:
         parser.error(f"--only {args.only!r}: modes are a, b, c, d")
+    if args.goodput:
+        from bench.goodput import run_goodput
+
+        run_goodput(args, sys.modules[__name__])
+        return
     from bench.cost_split import print_cost_split
 
     run_started = time.perf_counter()

@@ -48,7 +48,13 @@ def create_app(settings: GatewaySettings, gateway: Gateway | None = None) -> Fas
             ("/v1/completions", settings.max_completions_body_bytes),
         )
     }
-    app.add_middleware(BodyLimit, caps=caps, timeout_s=settings.body_timeout_s)
+    app.add_middleware(
+        BodyLimit,
+        caps=caps,
+        timeout_s=settings.body_timeout_s,
+        # Bodies the parse pool takes are kept in shared memory as they arrive.
+        spill_over_bytes=settings.parse_in_process_max_bytes if settings.parse_workers else None,
+    )
     app.add_middleware(Authenticate, keys=gateway.keys, limits=gateway.key_limits)
     app.add_middleware(
         RequestLimit, limit=settings.max_requests_in_progress, retry_after_s=settings.retry_after_s

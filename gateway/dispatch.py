@@ -13,8 +13,9 @@ acceptance the caller streams the pod's chunks.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -26,6 +27,7 @@ from gateway.clients.channels import MAX_MESSAGE_BYTES
 from gateway.clients.encoders import EncoderPool, EncodersFull, EncodersUnavailable
 from gateway.errors import APIError, bad_request, upstream_failure
 from gateway.intake.prompt import PreparedPrompt
+from gateway.routing import accuracy
 from gateway.routing.inflight import Ticket
 from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
@@ -83,9 +85,11 @@ class Generation:
     async def prime(self) -> None:
         """Read the first message after acceptance and keep it for `responses()`; raises
         what `responses()` would. Until it returns nothing of this choice has begun, so a
-        failure here may be retried on another pod (gateway/api/generation.py)."""
+        failure here may be retried on another pod (gateway/api/generation.py). Its tokens
+        are counted (`on_tokens`) now: they were computed even if this attempt is given up."""
         message = await self._read()
         if message is not grpc.aio.EOF:
+            self._count(message)
             self._first = message
 
     async def responses(self) -> AsyncIterator[llm_pb2.GenerateResponse]:
@@ -95,19 +99,23 @@ class Generation:
         try:
             while True:
                 if self._first is not None:
-                    message, self._first = self._first, None
+                    message, self._first = self._first, None  # counted by `prime`
                 else:
                     message = await self._read()
-                if message is grpc.aio.EOF:
-                    return
-                if message.HasField("tokens"):
-                    if self.ticket is not None:
-                        self.ticket.first_token()
-                    if self.on_tokens is not None:
-                        self.on_tokens(len(message.tokens.token_ids))
+                    if message is grpc.aio.EOF:
+                        return
+                    self._count(message)
                 yield message
         finally:
             self._close_ticket()
+
+    def _count(self, message: llm_pb2.GenerateResponse) -> None:
+        """A message just read from the pod: its tokens to the ticket and `on_tokens`."""
+        if message.HasField("tokens"):
+            if self.ticket is not None:
+                self.ticket.first_token()
+            if self.on_tokens is not None:
+                self.on_tokens(len(message.tokens.token_ids))
 
     async def _read(self):
         """The pod's next message (or EOF), its failures as APIErrors."""
@@ -162,6 +170,8 @@ class Dispatcher:
     generate_timeout_s: float | None = None  # the gRPC deadline of every Generate
     # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
     _background: set[asyncio.Task] = field(default_factory=set, init=False, repr=False)
+    # Numbers the tries on pods, so that every try has an id of its own on its pod.
+    _tries: Iterator[int] = field(default_factory=itertools.count, init=False, repr=False)
 
     @property
     def background(self) -> int:
@@ -239,11 +249,21 @@ class Dispatcher:
         decision: Decision,
         force_all: bool,
     ) -> Generation:
-        """One try on the decision's pod: embeddings it lacks, then Generate until accepted."""
+        """One try on the decision's pod: embeddings it lacks, then Generate until accepted.
+
+        The pod knows the try as `request_id` + "." + a number of its own: a pod that still
+        ends an earlier try of the same choice (its cancel on the way) never mistakes it
+        for this one. Errors and logs name `request_id`, the id the client knows."""
         indices = self._uncovered(prompt, 0 if force_all else decision.matched_tokens)
         encode = await self._prepare_embeddings(prompt, indices, request_id)
-        generation = await self._generate(prompt, sampling, request_id, decision.pod, encode)
+        attempt_id = f"{request_id}.{next(self._tries)}"
+        generation = await self._generate(
+            prompt, sampling, request_id, attempt_id, decision.pod, encode
+        )
         generation.ticket = decision.ticket
+        accuracy.record(
+            decision.matched_tokens, generation.accepted.cached_tokens, decision.pod.page_size
+        )
         return generation
 
     def _exhausted(
@@ -377,12 +397,13 @@ class Dispatcher:
         prompt: PreparedPrompt,
         sampling: common_pb2.SamplingParams,
         request_id: str,
+        attempt_id: str,
         pod: Pod,
         encode: asyncio.Task | None,
     ) -> Generation:
         carrier = inject_headers()
         request = llm_pb2.GenerateRequest(
-            request_id=request_id,
+            request_id=attempt_id,
             input_ids=prompt.input_ids.tolist(),
             items=[item_to_proto(item) for item in prompt.items],
             sampling=sampling,

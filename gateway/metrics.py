@@ -39,6 +39,11 @@ MM_HASHES_IGNORED = Counter(
     names.GATEWAY_MM_HASHES_IGNORED,
     "callers' mm_hashes entries ignored: not the identity computed from the image's bytes",
 )
+BODY_PARSES = Counter(
+    names.GATEWAY_BODY_PARSES,
+    "request bodies parsed, on the event loop or in a parse worker process",
+    [names.LABEL_WHERE],
+)
 POD_REQUESTS_IN_FLIGHT = Gauge(
     names.GATEWAY_POD_REQUESTS_IN_FLIGHT,
     "requests this gateway placed on the LLM pod that have not finished",
@@ -54,6 +59,31 @@ POD_KV_EVENT_SEQ = Gauge(
     names.GATEWAY_POD_KV_EVENT_SEQ,
     "the last KV event seq of the LLM pod that the gateway's prefix index has applied",
     [names.LABEL_LLM_POD],
+)
+
+
+# actual - predicted prefix tokens per routed request: negative is an over-prediction. With
+# negative buckets the client exposes no _sum (OpenMetrics), only buckets and _count.
+_PREDICTION_ERROR = (-4096, -1024, -256, -64, -16, -1, 0, 16, 64, 256, 1024, 4096)
+ROUTING_PREFIX_ERROR_TOKENS = Histogram(
+    names.GATEWAY_ROUTING_PREFIX_ERROR_TOKENS,
+    "the chosen pod's cached prompt tokens at admission minus routing's prediction",
+    buckets=_PREDICTION_ERROR,
+)
+ROUTING_OVER_PREDICTIONS = Counter(
+    names.GATEWAY_ROUTING_OVER_PREDICTIONS,
+    "requests whose pod held fewer prompt tokens than routing predicted (a routing miss)",
+)
+ROUTING_UNDER_PREDICTIONS = Counter(
+    names.GATEWAY_ROUTING_UNDER_PREDICTIONS,
+    "requests whose pod held more prompt tokens than routing knew of",
+)
+ROUTING_PREDICTED = Counter(
+    names.GATEWAY_ROUTING_PREDICTED, "requests routed with a predicted prefix hit (> 0 tokens)"
+)
+ROUTING_PREDICTED_WITHIN_PAGE = Counter(
+    names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE,
+    "requests with a predicted prefix hit whose pod's cached tokens were within one page of it",
 )
 
 

@@ -11,11 +11,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.errors import APIError
+from gateway.parsing.shared_body import BodyBuffer, SharedBody
 
 # Paths that label metrics as themselves; anything else is "other" (bounded cardinality).
 KNOWN_ROUTES = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/models", "/healthz", "/readyz"}
 )
+# The scope key under which a large body is handed on in shared memory (BodyLimit).
+SHARED_BODY = "iris.shared_body"
 
 
 @dataclass(frozen=True)
@@ -33,18 +36,28 @@ class BodyCaps:
 class BodyLimit:
     """Read the whole request body up to its route's `caps` (413 beyond; a Content-Length
     over it is refused before a byte is read) within `timeout_s` in all (408 after: a
-    client that trickles its body cannot hold a slot for long), count its JSON values (413
-    over the route's bound), then replay it. JSON parsing and validation hold the GIL for
-    the whole body, so these caps are what bound how long one request can hold the event
-    loop (docs/design.md, "The door").
+    client that trickles its body cannot hold a slot for long), counting its JSON values
+    and objects as it arrives (413 over the route's bounds, before any parse), then replay
+    it. These caps bound what a parse may cost; bodies past a size are parsed in a worker
+    process, not on the loop (gateway/parsing/, docs/design.md, "The door").
 
     A path that takes no body (probes, /v1/models, docs, unknown paths) answers any method
     but GET / HEAD with a 405, and a GET carrying a body with a 413, without reading it."""
 
-    def __init__(self, app: ASGIApp, caps: dict[str, BodyCaps], timeout_s: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        caps: dict[str, BodyCaps],
+        timeout_s: float,
+        spill_over_bytes: int | None = None,
+    ) -> None:
+        """`spill_over_bytes`: a body past this many bytes is kept in shared memory as it
+        arrives, never joined, and handed on as `scope[SHARED_BODY]` (an empty body is
+        replayed): the parse pool reads it there (gateway/parsing/). None: always joined."""
         self.app = app
         self.caps = caps
         self.timeout_s = timeout_s
+        self.spill_over_bytes = spill_over_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,9 +79,26 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > caps.max_bytes:
             await too_large.response()(scope, receive, send)
             return
+        buffer = BodyBuffer(self.spill_over_bytes, caps.max_bytes)
+        try:
+            await self._answer(scope, receive, send, caps, buffer, too_large)
+        finally:
+            buffer.release()
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        caps: BodyCaps,
+        buffer: BodyBuffer,
+        too_large: APIError,
+    ) -> None:
         try:
             async with asyncio.timeout(self.timeout_s):
-                body = await self._read(receive, caps.max_bytes)
+                body = await self._read(
+                    receive, caps.max_bytes, BodyCount(caps, scope["path"]), buffer
+                )
         except TimeoutError:
             slow = APIError(
                 408,
@@ -79,20 +109,23 @@ class BodyLimit:
             return
         if body is None:  # the client left
             return
-        if len(body) > caps.max_bytes:
+        if isinstance(body, APIError):
+            await body.response()(scope, receive, send)
+            return
+        if body > caps.max_bytes:
             await too_large.response()(scope, receive, send)
             return
-        crowded = _crowded(body, caps, scope["path"])
-        if crowded is not None:
-            await crowded.response()(scope, receive, send)
-            return
+        kept = buffer.body()
+        if isinstance(kept, SharedBody):
+            scope[SHARED_BODY] = kept
+            kept = b""
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
+                return {"type": "http.request", "body": kept, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)
@@ -116,33 +149,57 @@ class BodyLimit:
             return
         await self.app(scope, receive, send)
 
-    async def _read(self, receive: Receive, max_bytes: int) -> bytes | None:
-        """The body (cut short just past `max_bytes`), or None if the client left."""
-        chunks, size = [], 0
+    async def _read(
+        self, receive: Receive, max_bytes: int, count: BodyCount, buffer: BodyBuffer
+    ) -> int | APIError | None:
+        """The body's size (its bytes kept in `buffer`, cut short just past `max_bytes`),
+        its refusal by count, or None if the client left. Each chunk is counted as it
+        arrives (a count of the whole at the end would hold the loop for ~10 ms on 16 MB);
+        a body found over a count is read to its end without being kept, so that the
+        client, still sending, reads the 413."""
+        size = 0
+        refusal: APIError | None = None
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            chunks.append(chunk)
+            if refusal is None:
+                refusal = count.add(chunk)
+                if refusal is None and size <= max_bytes:
+                    await buffer.add(chunk)
+                else:
+                    buffer.drop()
             if size > max_bytes or not message.get("more_body", False):
-                return b"".join(chunks)
+                return refusal or size
 
 
-def _crowded(body: bytes, caps: BodyCaps, path: str) -> APIError | None:
-    """A 413 when the body holds more JSON values or objects than its route's caps."""
-    for count, limit, what in (
-        (body.count(b",") + 1, caps.max_values, "JSON values (counted by commas)"),
-        (body.count(b"{"), caps.max_objects, "JSON objects (counted by '{')"),
-    ):
-        if count > limit:
-            return APIError(
-                413,
-                f"request body holds up to {count} {what}, over the limit of {limit} for {path}",
-                code="request_too_large",
-            )
-    return None
+class BodyCount:
+    """A body's JSON values (commas + 1) and objects (`{`), counted chunk by chunk against
+    its route's caps: `add` answers the 413 once a count is over its cap."""
+
+    def __init__(self, caps: BodyCaps, path: str) -> None:
+        self.caps = caps
+        self.path = path
+        self.values = 1
+        self.objects = 0
+
+    def add(self, chunk: bytes) -> APIError | None:
+        self.values += chunk.count(b",")
+        self.objects += chunk.count(b"{")
+        for count, limit, what in (
+            (self.values, self.caps.max_values, "JSON values (counted by commas)"),
+            (self.objects, self.caps.max_objects, "JSON objects (counted by '{')"),
+        ):
+            if count > limit:
+                return APIError(
+                    413,
+                    f"request body holds {count} or more {what}, over the limit of {limit} "
+                    f"for {self.path}",
+                    code="request_too_large",
+                )
+        return None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -17,6 +17,7 @@ from gateway.errors import APIError
 from gateway.intake.prompt import PromptBuilder
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.key_limits import KeyLimits
+from gateway.parsing.pool import BodyParser
 from gateway.routing.capacity import PodCapacity
 from gateway.routing.config import load_router_config
 from gateway.routing.discovery import EndpointSliceDiscovery
@@ -110,6 +111,11 @@ class Gateway:
             completion_tokens_per_s=settings.key_completion_tokens_per_s,
             completion_token_burst=settings.key_completion_tokens_burst,
         )
+        # Large bodies are parsed in worker processes (started by `serve`, else at the
+        # first large body): gateway/parsing/.
+        self.bodies = BodyParser(
+            settings.parse_workers, settings.parse_in_process_max_bytes, settings.retry_after_s
+        )
         # Set when open streams must end (the server is stopping): see begin_drain.
         self.streams_ending = asyncio.Event()
         self.registry: PodRegistry | None = None
@@ -164,6 +170,7 @@ class Gateway:
         asyncio.get_running_loop().call_later(streams_end_after_s, self.streams_ending.set)
 
     async def stop(self) -> None:
+        await self.bodies.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

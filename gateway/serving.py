@@ -41,6 +41,7 @@ def serve(settings: GatewaySettings) -> None:
     # every millisecond rather than every 5: the event loop waits at most that long for it.
     sys.setswitchinterval(0.001)
     gateway = Gateway(settings)
+    gateway.bodies.start()  # the parse processes, spawned before the first large body
     limits = HeadLimits()
     config = uvicorn.Config(
         create_app(settings, gateway),

@@ -75,6 +75,10 @@ class GatewaySettings(GrpcServiceSettings):
     max_body_values: int = Field(131_072, gt=0)  # both routes
     max_body_objects: int = Field(8192, gt=0)  # both routes
     body_timeout_s: float = Field(30.0, gt=0)  # the whole body must arrive within this
+    # Bodies over this many bytes are parsed and validated in one of `parse_workers`
+    # processes, not on the event loop (gateway/parsing/); 0 workers: all on the loop.
+    parse_in_process_max_bytes: int = Field(32 * 1024, ge=0)
+    parse_workers: int = Field(2, ge=0)
     header_timeout_s: float = Field(10.0, gt=0)  # and the request line and headers in this
     # Per request, across all its images (beside the per-image limits above).
     max_request_image_bytes: int = Field(64 * 1024 * 1024, gt=0)

@@ -46,6 +46,7 @@ LABEL_REASON = "reason"  # discard / failure reason
 LABEL_PLUGIN = "plugin"  # routing plugin name
 LABEL_STATUS = "status"  # HTTP or gRPC status
 LABEL_ROUTE = "route"  # HTTP route
+LABEL_WHERE = "where"  # gateway body parse: loop | process
 LABEL_DEPLOYMENT = "deployment"  # operator: encoder | llm
 LABEL_KIND = "kind"  # operator: encoder | llm
 LABEL_STAGE = "stage"  # encoder: claim, prepare, batch_wait, tower, store
@@ -105,11 +106,22 @@ GATEWAY_ENCODE_DISPATCHED = "iris_gateway_encode_dispatched_total"  # counter
 GATEWAY_RETRIES = "iris_gateway_retries_total"  # counter, label reason
 # Callers' mm_hashes entries that were not the images' computed identities (ignored).
 GATEWAY_MM_HASHES_IGNORED = "iris_gateway_mm_hashes_ignored_total"  # counter
+# counter, label where: loop | process (request bodies parsed on the event loop or in a
+# parse worker process, docs/design.md §3.6)
+GATEWAY_BODY_PARSES = "iris_gateway_body_parses_total"
 # This gateway's placements per LLM pod (routing's own count; label llm_pod = address).
 GATEWAY_POD_REQUESTS_IN_FLIGHT = "iris_gateway_pod_requests_in_flight"  # gauge
 GATEWAY_POD_PREFILL_TOKENS_IN_FLIGHT = "iris_gateway_pod_prefill_tokens_in_flight"  # gauge
 # The last KV event seq of each LLM pod that this gateway's prefix index has applied.
 GATEWAY_POD_KV_EVENT_SEQ = "iris_gateway_pod_kv_event_seq"  # gauge, label llm_pod
+# Routing accuracy (gateway/routing/accuracy.py): per request, the prefix tokens routing
+# predicted the chosen pod holds against the pod's cached_tokens at admission.
+GATEWAY_ROUTING_PREFIX_ERROR_TOKENS = "iris_gateway_routing_prefix_error_tokens"  # histogram
+GATEWAY_ROUTING_OVER_PREDICTIONS = "iris_gateway_routing_over_predictions_total"  # counter
+GATEWAY_ROUTING_UNDER_PREDICTIONS = "iris_gateway_routing_under_predictions_total"  # counter
+# Requests whose prediction was > 0, and those of them within one page of the pod's answer.
+GATEWAY_ROUTING_PREDICTED = "iris_gateway_routing_predicted_total"  # counter
+GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE = "iris_gateway_routing_predicted_within_page_total"
 
 # --- operator ------------------------------------------------------------------------
 OPERATOR_DESIRED_REPLICAS = "iris_operator_desired_replicas"  # gauge, labels deployment,kind

@@ -61,6 +61,9 @@ class LLMSettings(GrpcServiceSettings):
     memory_budget_bytes: int | None = Field(None, gt=0)  # CPU only: the pod's whole budget
     max_held_embedding_bytes: int = Field(1 << 30, gt=0)
     enable_prefix_caching: bool = True
+    # Hybrid (linear-attention) models: a state snapshot every this many pages of a cached
+    # prefix; larger costs less memory per page and resumes less deep (docs/design.md §3).
+    state_snapshot_interval: int = Field(16, gt=0)
     # Schedule step k+1 while step k runs on the device; unset: on for CUDA, off for CPU
     # (the host's own cores run the model there, so nothing overlaps: docs/design.md §3).
     overlap_scheduling: bool | None = None
@@ -79,12 +82,14 @@ class LLMSettings(GrpcServiceSettings):
 
     # Structured output (constraints compiled with xgrammar, off the engine loop): the
     # largest constraint text, its deepest JSON nesting, how long one compile may run (its
-    # worker process is then killed and replaced), how long a request may wait for a free
-    # compile worker, compile workers, compiled grammars kept.
+    # worker process is then killed and replaced), how long a request may wait for its
+    # grammar (queue and compile together), how long a failed compile is remembered,
+    # compile workers, compiled grammars kept.
     grammar_max_bytes: int = Field(64 << 10, gt=0)
     grammar_max_depth: int = Field(32, gt=0)
     grammar_compile_timeout_s: float = Field(3.0, gt=0)
-    grammar_queue_timeout_s: float = Field(4.0, gt=0)
+    grammar_queue_timeout_s: float = Field(7.0, gt=0)
+    grammar_failure_ttl_s: float = Field(300.0, gt=0)
     grammar_compile_threads: int = Field(2, gt=0)
     grammar_cache_entries: int = Field(256, gt=0)
 

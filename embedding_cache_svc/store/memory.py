@@ -7,6 +7,7 @@ live in the same LRU under `_failure_key(key, token_count)`.
 
 from __future__ import annotations
 
+import heapq
 import struct
 import time
 from collections import OrderedDict
@@ -53,6 +54,9 @@ class MemoryStore(Store):
         self._failed_ttl_s = failed_ttl_s
         self._slots: OrderedDict[bytes, _Slot] = OrderedDict()
         self._leases: dict[bytes, float] = {}
+        # (expiry, key) of every lease granted: expired ones are swept at each reservation,
+        # so a dead holder's lease does not stay until its key is asked for again.
+        self._lease_expiries: list[tuple[float, bytes]] = []
         self._bytes = 0
         self._evictions = 0
 
@@ -174,6 +178,7 @@ class MemoryStore(Store):
         """Each item's state; with `lease_ms`, an item neither stored nor leased (with
         `take_over`: leased or not) is leased to the caller (RESERVED), else it is FREE."""
         now = self._clock()
+        self._sweep_leases(now)
         out = []
         for key, token_count in items:
             state = self._state(key, token_count)
@@ -184,9 +189,17 @@ class MemoryStore(Store):
             elif lease_ms is None:
                 out.append(ItemState(Status.FREE))
             else:
-                self._leases[key] = now + lease_ms / 1000
+                expires = self._leases[key] = now + lease_ms / 1000
+                heapq.heappush(self._lease_expiries, (expires, key))
                 out.append(ItemState(Status.RESERVED))
         return out
+
+    def _sweep_leases(self, now: float) -> None:
+        expiries = self._lease_expiries
+        while expiries and expiries[0][0] <= now:
+            expires, key = heapq.heappop(expiries)
+            if self._leases.get(key) == expires:  # not renewed, filled or given back since
+                del self._leases[key]
 
     async def stats(self) -> StoreStats:
         return StoreStats(len(self._slots), self._bytes, self._capacity, self._evictions)

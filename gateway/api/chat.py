@@ -30,8 +30,9 @@ from gateway.api.telemetry import Inference
 from gateway.api.tool_calls import ToolCallStream, parse_answer
 from gateway.api.tools import OutputPlan, plan_chat_output
 from gateway.errors import APIError, bad_request
+from gateway.parsing.route import ParsedBodyRoute
 
-router = APIRouter(tags=["chat"])
+router = APIRouter(tags=["chat"], route_class=ParsedBodyRoute)
 
 
 def _logprob_entry(token: str, logprob: float) -> dict:

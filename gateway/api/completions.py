@@ -33,8 +33,9 @@ from gateway.api.structured import (
 )
 from gateway.api.telemetry import Inference
 from gateway.errors import APIError, bad_request
+from gateway.parsing.route import ParsedBodyRoute
 
-router = APIRouter(tags=["completions"])
+router = APIRouter(tags=["completions"], route_class=ParsedBodyRoute)
 
 
 def completion_logprobs(entries, offset: int = 0) -> dict:

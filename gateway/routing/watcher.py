@@ -25,6 +25,7 @@ LLM_HEALTH_SERVICE = "iris.llm.LLM"  # the name an LLM pod's readiness is publis
 _LAYER_KINDS = {
     llm_pb2.AttentionLayer.FULL: LayerKind.FULL,
     llm_pb2.AttentionLayer.SLIDING: LayerKind.SLIDING,
+    llm_pb2.AttentionLayer.LINEAR: LayerKind.LINEAR,
 }
 
 
@@ -37,7 +38,7 @@ def attention_layers(info: llm_pb2.ModelInfo) -> tuple[AttentionLayer, ...]:
         kind = _LAYER_KINDS.get(layer.kind)
         if kind is None:
             raise ValueError(f"layer {number} has attention kind {layer.kind}, unknown here")
-        layers.append(AttentionLayer(kind, layer.window))
+        layers.append(AttentionLayer(kind, layer.window, layer.snapshot_interval))
     return tuple(layers)
 
 

@@ -4,6 +4,7 @@ demo checkpoints. Importing this package does not import torch."""
 from iris.models.base import Grid, ModelAdapter, Span
 from iris.models.contract import TokenContractError
 from iris.models.registry import (
+    UnsupportedModelError,
     adapter_class,
     has_adapter,
     language_model_architectures,
@@ -36,6 +37,7 @@ __all__ = [
     "PreparedImage",
     "Span",
     "TokenContractError",
+    "UnsupportedModelError",
     "VisionRunner",
     "adapter_class",
     "has_adapter",

@@ -46,6 +46,13 @@ class ModelAdapter(ABC):
     # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
     tool_call_format: ClassVar[ToolCallFormat] = HERMES
 
+    @classmethod
+    def text_family_of(cls, config: dict) -> str:
+        """The decoder family of this checkpoint's language model. A family whose language
+        model varies (InternVL: Qwen2, Qwen3 or Qwen3-MoE) reads it from `config`, and
+        raises UnsupportedModelError naming an option it does not serve."""
+        return cls.text_family
+
     def __init__(
         self, model_dir: str | Path, config: dict | None = None, revision: str = ""
     ) -> None:

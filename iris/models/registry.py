@@ -19,6 +19,17 @@ if TYPE_CHECKING:
 
 _REGISTRY: dict[str, type[ModelAdapter]] = {}
 
+
+class UnsupportedModelError(ValueError):
+    """A checkpoint's architecture or one of its options that Iris refuses, by name."""
+
+
+# Architectures refused by name, with what to serve instead.
+_REFUSED = {
+    "InternVLChatModel": "the remote-code InternVL layout is not supported; serve the "
+    "transformers (-HF) checkpoint, InternVLForConditionalGeneration",
+}
+
 # Plain language models (no images, no adapter) → the decoder family the engine builds.
 _PLAIN_LANGUAGE_MODELS = {
     "LlamaForCausalLM": "llama",
@@ -28,6 +39,8 @@ _PLAIN_LANGUAGE_MODELS = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Gemma3ForCausalLM": "gemma3",
+    # Hybrid: Gated DeltaNet linear attention with gated full attention every 4th layer.
+    "Qwen3_5ForCausalLM": "qwen3_5",
 }
 
 
@@ -43,6 +56,8 @@ def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
 def _load_families() -> None:
     # Importing a family module registers it; kept here so the registry is always complete.
     import iris.models.idefics3.adapter  # noqa: F401
+    import iris.models.internvl.adapter  # noqa: F401
+    import iris.models.mistral3.adapter  # noqa: F401
     import iris.models.qwen2_vl.adapter  # noqa: F401
 
 
@@ -64,13 +79,17 @@ def has_adapter(architecture: str) -> bool:
     return architecture in _REGISTRY
 
 
-def text_family(architecture: str) -> str:
+def text_family(architecture: str, config: dict | None = None) -> str:
     """The decoder family (llm_svc/engine/models/registry.py: "llama", "qwen2", "qwen3",
-    "qwen3_moe", "qwen2_moe", "gemma3") of an architecture's language model;
-    ValueError listing every known architecture."""
+    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5") of an architecture's language model, read
+    from the checkpoint's `config` where the family's language model varies;
+    UnsupportedModelError naming a refused architecture or option, ValueError listing every
+    known architecture."""
     _load_families()
+    _refuse_by_name(architecture)
     if architecture in _REGISTRY:
-        return _REGISTRY[architecture].text_family
+        adapter = _REGISTRY[architecture]
+        return adapter.text_family_of(config) if config is not None else adapter.text_family
     try:
         return _PLAIN_LANGUAGE_MODELS[architecture]
     except KeyError:
@@ -78,9 +97,15 @@ def text_family(architecture: str) -> str:
         raise ValueError(f"unsupported architecture {architecture!r} (known: {known})") from None
 
 
+def _refuse_by_name(architecture: str) -> None:
+    if architecture in _REFUSED:
+        raise UnsupportedModelError(f"{architecture}: {_REFUSED[architecture]}")
+
+
 def adapter_class(architecture: str) -> type[ModelAdapter]:
     """The adapter class for one architecture name; ValueError listing the known ones."""
     _load_families()
+    _refuse_by_name(architecture)
     try:
         return _REGISTRY[architecture]
     except KeyError:
@@ -102,6 +127,8 @@ def load_adapter(model_dir: str | Path, *, revision: str = "") -> ModelAdapter:
     if not architectures:
         known = ", ".join(registered_architectures())
         raise ValueError(f"{model_dir}/config.json has no 'architectures' (registered: {known})")
-    adapter = adapter_class(architectures[0])(model_dir, config, revision=revision)
+    adapter_cls = adapter_class(architectures[0])
+    adapter_cls.text_family_of(config)  # refuses, by name, a language model not served
+    adapter = adapter_cls(model_dir, config, revision=revision)
     adapter.check_token_contract()
     return adapter

@@ -57,7 +57,7 @@ def save_fast_tokenizer(
     eos: str,
     pad: str,
     chat_template: str,
-    extra_special: list[str] | None = None,
+    extra_special: list[str] | dict[str, str] | None = None,
 ):
     """Wrap a `tokenizers.Tokenizer` as a transformers fast tokenizer and save it in HF layout."""
     from transformers import PreTrainedTokenizerFast

@@ -58,6 +58,8 @@ POLICY: dict[str, frozenset[str]] = {
     _LLM + "StreamKVEvents": frozenset({"gateway"}),
     _LLM + "GetKVSnapshot": frozenset({"gateway"}),
     _LLM + "GetLoad": frozenset({"gateway", "admin"}),
+    # Maintenance: drop a pod's prefix cache (tests use its silent form, a test hook).
+    _LLM + "ResetPrefixCache": frozenset({"admin"}),
 }
 
 OPEN_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/",)

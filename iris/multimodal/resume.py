@@ -15,16 +15,21 @@ What the rule knows of the model is its attention layers. The cases that exist t
   FULL ones do. Freeing pages outside the window changes `held` (what every layer still
   has), not this rule's arithmetic.
 
+- LINEAR layers (Gated DeltaNet, Qwen3.5's hybrid models) keep a fixed-size state instead of
+  KV, which exists only where the pod kept a snapshot of it: every `snapshot_interval` (k)
+  blocks of a cached prefix, while the snapshot has not been evicted. The resume point is
+  then the deepest multiple of k blocks, within the FULL rule and the blocks held, at which
+  a snapshot is held (`snapshots`; None: at every boundary).
+
 Spans that must not be cut (e.g. an image whose tokens attend to each other both ways)
 move the resume point back to the span's first block, never inside it. No model served
-today has one; callers pass none. Layer kinds added later (a hybrid linear layer that
-resumes only from a state snapshot every N tokens) extend `LayerKind` and this rule
+today has one; callers pass none. Layer kinds added later extend `LayerKind` and this rule
 together: an unknown kind is refused by name at the gateway's handshake.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -34,17 +39,24 @@ class LayerKind(Enum):
 
     FULL = "full"
     SLIDING = "sliding"
+    LINEAR = "linear"
 
 
 @dataclass(frozen=True)
 class AttentionLayer:
-    """One decoder layer: its kind, and for SLIDING its window (a key is visible to a query
-    iff q - k < window)."""
+    """One decoder layer: its kind, for SLIDING its window (a key is visible to a query
+    iff q - k < window), for LINEAR the blocks between two state snapshots."""
 
     kind: LayerKind = LayerKind.FULL
     window: int = 0
+    snapshot_interval: int = 0
 
     def __post_init__(self) -> None:
+        if (self.kind is LayerKind.LINEAR) != (self.snapshot_interval > 0):
+            raise ValueError(
+                f"a {self.kind.value} layer has snapshot_interval {self.snapshot_interval}: "
+                "linear layers need one > 0, others none"
+            )
         if self.kind is LayerKind.SLIDING and self.window <= 0:
             raise ValueError(f"a sliding layer needs a window > 0, got {self.window}")
         if self.kind is LayerKind.FULL and self.window:
@@ -64,35 +76,57 @@ class PrefixResumeRule:
     def __post_init__(self) -> None:
         if self.page_size <= 0:
             raise ValueError(f"page_size must be > 0, got {self.page_size}")
+        intervals = {layer.snapshot_interval for layer in self.layers if layer.snapshot_interval}
+        if len(intervals) > 1:
+            raise ValueError(f"linear layers must share one snapshot interval, got {intervals}")
+
+    @property
+    def snapshot_interval(self) -> int | None:
+        """Blocks between two resumable points of a hybrid model (None: every block)."""
+        return next((lay.snapshot_interval for lay in self.layers if lay.snapshot_interval), None)
 
     def resumable_blocks(
         self,
         num_tokens: int,
         held_blocks: int | None = None,
         uncut_spans: Iterable[tuple[int, int]] = (),
+        snapshots: Callable[[int], bool] | None = None,
     ) -> int:
         """Blocks of a `num_tokens` prompt to take from the cache, given that its first
-        `held_blocks` blocks are held (None: all of them) and that no resume point may fall
-        strictly inside a half-open token span [start, end) of `uncut_spans`."""
+        `held_blocks` blocks are held (None: all of them), that no resume point may fall
+        strictly inside a half-open token span [start, end) of `uncut_spans`, and, for a
+        hybrid model, that `snapshots(depth)` says whether a state snapshot is held after
+        `depth` blocks (None: at every boundary)."""
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         blocks = max(0, num_tokens - 1) // self.page_size
         if held_blocks is not None:
             blocks = min(blocks, max(0, held_blocks))
         # Backing off from one span may land inside an earlier one: latest first.
-        for start, end in sorted(uncut_spans, reverse=True):
-            if start < blocks * self.page_size < end:
-                blocks = start // self.page_size
-        return blocks
+        spans = sorted(uncut_spans, reverse=True)
+        interval = self.snapshot_interval or 1
+        ask = snapshots if self.snapshot_interval else None
+        while True:
+            before = blocks
+            for start, end in spans:
+                if start < blocks * self.page_size < end:
+                    blocks = start // self.page_size
+            blocks -= blocks % interval
+            while blocks and ask is not None and not ask(blocks):
+                blocks -= interval
+            if blocks == before:
+                return blocks
 
     def resumable_tokens(
         self,
         num_tokens: int,
         held_blocks: int | None = None,
         uncut_spans: Iterable[tuple[int, int]] = (),
+        snapshots: Callable[[int], bool] | None = None,
     ) -> int:
         """`resumable_blocks` in tokens."""
-        return self.resumable_blocks(num_tokens, held_blocks, uncut_spans) * self.page_size
+        blocks = self.resumable_blocks(num_tokens, held_blocks, uncut_spans, snapshots)
+        return blocks * self.page_size
 
 
 def all_full(num_layers: int) -> tuple[AttentionLayer, ...]:

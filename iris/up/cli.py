@@ -26,6 +26,9 @@ def command(
         int, typer.Option(min=1, help="Tensor-parallel ranks (processes) per LLM pod")
     ] = 1,
     encoders: Annotated[int, typer.Option(min=1, help="Encoder processes")] = 1,
+    gateways: Annotated[
+        int, typer.Option(min=1, help="Gateway processes, each on its own port (all printed)")
+    ] = 1,
     cache: Annotated[
         str, typer.Option(help="Embedding store: memory | redis | redis-cluster")
     ] = "memory",
@@ -68,6 +71,7 @@ def command(
             llm_pods=llm_pods,
             tensor_parallel_size=tensor_parallel_size,
             encoders=encoders,
+            gateways=gateways,
             cache=cache,
             router=router,
             embedding_reuse=embedding_reuse == "on",
@@ -108,6 +112,8 @@ def command(
         url = platform.gateway_url
         key = config.api_keys[0] if config.api_keys else None
         typer.echo(f"Iris is up: {url}" + (" (API key required)" if key else ""))
+        for other in platform.gateway_urls[1:]:
+            typer.echo(f"  another gateway: {other}")
         if prometheus:
             from iris.up.prometheus import start_beside_platform
 
@@ -153,7 +159,7 @@ def _demo(url: str, on_demo_model: bool, api_key: str | None) -> None:
 def _supervise(platform, stop: threading.Event) -> None:
     """Serve until `stop`, restarting services that exit (iris/up/supervisor.py). A service
     in a crash loop is given up and the platform serves on without it; without its gateway
-    nothing can be served, so a gateway given up ends `iris up` (1)."""
+    nothing can be served, so once every gateway is given up `iris up` ends (1)."""
     from iris.up.supervisor import Supervisor
 
     def report(message: str) -> None:
@@ -165,5 +171,6 @@ def _supervise(platform, stop: threading.Event) -> None:
     )
     while not stop.wait(0.2):
         supervisor.tick()
-        if "gateway" in supervisor.given_up:
+        gateways = {service.name for service in platform.services if service.kind == "gateway"}
+        if gateways <= supervisor.given_up:
             raise typer.Exit(1)

@@ -1,6 +1,6 @@
 """Start and stop the whole platform as separate processes on loopback ports.
 
-The cache service, N encoders, N LLM pods and the gateway are each `python -m iris.cli
+The cache service, N encoders, N LLM pods and N gateways are each `python -m iris.cli
 <service>` with their settings in the environment (the agreed IRIS_<SERVICE>_* names), so
 what runs here is exactly what runs in a pod. Used by `iris up`, the end-to-end tests and
 the workload benchmark.
@@ -35,6 +35,9 @@ class UpConfig:
     llm_pods: int = 1
     tensor_parallel_size: int = 1  # ranks per LLM pod (IRIS_LLM_TENSOR_PARALLEL_SIZE)
     encoders: int = 1
+    # Gateways, each its own process and port ("gateway", then "gateway-1", ...), all over
+    # the same pods: each keeps its own routing state (docs/design.md §4).
+    gateways: int = 1
     cache: str = "memory"  # memory | redis | redis-cluster (3 local masters)
     router: str = "prefix"  # prefix | round-robin
     embedding_reuse: bool = True
@@ -60,6 +63,8 @@ class UpConfig:
             raise ValueError(f"services must be one of {parts}, got {self.services!r}")
         if self.tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        if self.gateways < 1:
+            raise ValueError(f"need at least one gateway, got {self.gateways}")
         if self.llm_pods < 1 or self.encoders < 1:
             raise ValueError(
                 f"need at least one LLM pod and one encoder, got {self.llm_pods} and "
@@ -231,13 +236,18 @@ class Platform:
                 tensor_parallel_size=str(self.config.tensor_parallel_size),
             )
             self.services.append(pod)
+        for index in range(self.config.gateways):
+            self.services.append(self._gateway(model, cache.address, index))
+
+    def _gateway(self, model: str, cache_address: str, index: int) -> Service:
+        """Gateway `index` on its own two free ports ("gateway" for the first)."""
         gateway_port, gateway_metrics_port = free_port(), free_port()
         gateway_settings = {
             "host": HOST,
             "port": str(gateway_port),
             "metrics_port": str(gateway_metrics_port),
             "model": model,
-            "cache_address": cache.address,
+            "cache_address": cache_address,
             "encoder_addresses": ",".join(self.addresses("encoder")),
             "llm_addresses": ",".join(self.addresses("llm")),
             "router_config": ROUTER_POLICIES[self.config.router],
@@ -246,14 +256,14 @@ class Platform:
         if self.config.api_keys:
             gateway_settings["api_keys"] = json.dumps(list(self.config.api_keys))
         gateway = self._python_service(
-            "gateway",
+            "gateway" if index == 0 else f"gateway-{index}",
             "gateway",
             _settings_env("gateway", gateway_settings),
             gateway_port,
             f"http://{HOST}:{gateway_port}/readyz",
         )
         gateway.metrics_port = gateway_metrics_port
-        self.services.append(gateway)
+        return gateway
 
     # --- running -------------------------------------------------------------------------
 
@@ -268,7 +278,13 @@ class Platform:
 
     @property
     def gateway_url(self) -> str:
+        """The first gateway's URL."""
         return f"http://{self.service('gateway').address}"
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        """Every gateway's URL, the first one first."""
+        return [f"http://{address}" for address in self.addresses("gateway")]
 
     def metrics_url(self, name: str) -> str:
         """Where the service `name` serves /metrics (its own port, for every service)."""

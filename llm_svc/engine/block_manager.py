@@ -1,4 +1,5 @@
-"""Page allocation for sequences, with the radix prefix cache (when enabled) in front."""
+"""Page allocation for sequences, with the radix prefix cache (when enabled) in front; for a
+hybrid model also its linear layers' state slots and the cache's state snapshots."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections import deque
 from iris.multimodal import PrefixResumeRule
 from llm_svc.engine.radix_cache import RadixCache
 from llm_svc.engine.sequence import Sequence
+from llm_svc.engine.state_pool import StatePool
 
 
 class BlockManager:
@@ -17,6 +19,13 @@ class BlockManager:
     pages a step has filled to the cache. How much of a cached prefix a sequence resumes is
     `resume_rule`'s answer (default: every layer full attention), the one the gateway counts
     with too.
+
+    Hybrid models (`states`, a StatePool; the rule has linear layers with a snapshot
+    interval of k pages): a running sequence holds a state slot from its first `append` to
+    its `release`. At every k-th page `commit` copies the sequence's state into a snapshot
+    slot carried by that page's node; the rule resumes only from a node with a snapshot,
+    and the slot starts as a copy of it (zeros without a hit). Chunks end at those
+    boundaries (Scheduler), so the state at a boundary exists at the end of some step.
     """
 
     def __init__(
@@ -25,6 +34,7 @@ class BlockManager:
         page_size: int,
         cache: RadixCache | None,
         resume_rule: PrefixResumeRule | None = None,
+        states: StatePool | None = None,
     ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
@@ -32,6 +42,18 @@ class BlockManager:
         self.resume_rule = resume_rule or PrefixResumeRule(page_size)
         assert self.resume_rule.page_size == page_size, "the rule counts in this pod's pages"
         self.free_pages: deque[int] = deque(range(num_pages))
+        self.states = states
+        self.snapshot_interval = self.resume_rule.snapshot_interval or 1
+        self.num_snapshots_skipped = 0  # boundaries passed with every snapshot slot in use
+        if cache is not None and states is not None:
+            cache.snapshot_freed = states.give_snapshot
+
+    @property
+    def snapshot_tokens(self) -> int | None:
+        """Hybrid models with a prefix cache: tokens between two snapshots (k pages)."""
+        if self.states is None or self.cache is None:
+            return None
+        return self.snapshot_interval * self.page_size
 
     @property
     def num_available(self) -> int:
@@ -62,6 +84,33 @@ class BlockManager:
             self.free_pages.extend(self.cache.evict(needed - len(self.free_pages)))
         assert needed <= len(self.free_pages), "not enough pages: call can_append first"
         seq.block_table.extend(self.free_pages.popleft() for _ in range(needed))
+        if self.states is not None and seq.state_slot is None:
+            self._start_state(seq)
+
+    def _start_state(self, seq: Sequence) -> None:
+        """Give `seq` its state slot: the snapshot of its cached prefix, or zeros."""
+        seq.state_slot = self.states.take_running()
+        if seq.num_computed_tokens == 0:
+            self.states.reset(seq.state_slot)
+            return
+        node = seq.tree_nodes[-1]
+        assert node.snapshot is not None and seq.num_computed_tokens == (
+            len(seq.tree_nodes) * self.page_size
+        ), "a hybrid sequence resumes only from a snapshot"
+        self.states.copy(node.snapshot, seq.state_slot)
+
+    def drop_cached(self, announce: bool = True) -> int:
+        """Free every cached page no sequence references (an admin's reset); returns how
+        many. Without `announce` their REMOVED events are dropped too: the cache forgets
+        them without telling its subscribers (a test hook: lost events)."""
+        if self.cache is None:
+            return 0
+        mark = len(self.cache.events)
+        freed = self.cache.evict(self.cache.num_unreferenced)
+        self.free_pages.extend(freed)
+        if not announce:
+            del self.cache.events[mark:]
+        return len(freed)
 
     def match_prefix(self, seq: Sequence) -> int:
         """Share the cached pages of `seq`'s longest cached prefix; returns tokens matched.
@@ -80,11 +129,17 @@ class BlockManager:
     def _resumable_nodes(self, seq: Sequence) -> list:
         """The cached nodes `seq` resumes from: the held prefix, cut where the shared rule
         says (iris.multimodal.PrefixResumeRule, which the gateway counts with too). The
-        walk stops at the most the rule could allow, so a long prompt is not walked past it."""
+        walk stops at the most the rule could allow, so a long prompt is not walked past it.
+        For a hybrid model the rule also asks which depths keep a state snapshot."""
         rule = self.resume_rule
         most = rule.resumable_blocks(seq.num_tokens)
         held = self.cache.match(seq.token_ids[: most * self.page_size], seq.cache_salt)
-        return held[: rule.resumable_blocks(seq.num_tokens, held_blocks=len(held))]
+        blocks = rule.resumable_blocks(
+            seq.num_tokens,
+            held_blocks=len(held),
+            snapshots=lambda depth: held[depth - 1].snapshot is not None,
+        )
+        return held[:blocks]
 
     def peek_prefix(self, seq: Sequence) -> int:
         """Tokens of `seq` the prefix cache holds, without taking them: a load estimate
@@ -118,6 +173,32 @@ class BlockManager:
                 self.free_pages.append(seq.block_table[index])
                 seq.block_table[index] = node.page
             seq.tree_nodes.append(node)
+        if self.snapshot_tokens is not None:
+            self._snapshot(seq)
+
+    def _snapshot(self, seq: Sequence) -> None:
+        """At a boundary (k pages), keep `seq`'s state on that page's node, unless the node
+        has one already. With every slot taken, unreferenced cached pages are evicted until
+        one frees; if none can be (all held by running sequences), the node is no hit and
+        `num_snapshots_skipped` counts it."""
+        depth = len(seq.tree_nodes)
+        at_boundary = seq.num_computed_tokens == depth * self.page_size
+        if not (depth and at_boundary and depth % self.snapshot_interval == 0):
+            return
+        node = seq.tree_nodes[-1]
+        if node.snapshot is not None:
+            return
+        slot = self.states.take_snapshot()
+        while slot is None and self.cache.num_unreferenced:
+            # Every slot is taken: cached pages go, least recently released first, until one
+            # with a snapshot has (each eviction is a KV event, so the gateway follows).
+            self.free_pages.extend(self.cache.evict(1))
+            slot = self.states.take_snapshot()
+        if slot is None:  # every snapshot is on a prefix some running sequence holds
+            self.num_snapshots_skipped += 1
+            return
+        self.states.copy(seq.state_slot, slot)
+        self.cache.attach_snapshot(node, slot)
 
     def release(self, seq: Sequence) -> None:
         """Give back every page of `seq` (cached ones stay cached, unreferenced)."""
@@ -126,3 +207,6 @@ class BlockManager:
         self.free_pages.extend(seq.block_table[len(seq.tree_nodes) :])
         seq.block_table = []
         seq.tree_nodes = []
+        if seq.state_slot is not None:
+            self.states.give_running(seq.state_slot)
+            seq.state_slot = None

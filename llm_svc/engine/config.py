@@ -40,7 +40,8 @@ class EngineConfig:
     its JSON nests at most `grammar_max_depth` levels; `grammar_compile_threads` worker
     processes (`grammar_worker_module`) compile off the engine's process, a compile is
     killed with its worker `grammar_compile_timeout_s` after it starts, a request waits at
-    most `grammar_queue_timeout_s` for a free worker, and `grammar_cache_entries` compiled
+    most `grammar_queue_timeout_s` for its grammar (queue and compile together), a failed
+    compile is remembered for `grammar_failure_ttl_s`, and `grammar_cache_entries` compiled
     grammars are kept.
 
     `overlap_scheduling`: schedule and prepare step k+1 while step k runs on the device
@@ -51,7 +52,12 @@ class EngineConfig:
     each, this one rank 0; a rank that dies or does not answer a collective within
     `tensor_parallel_timeout_s` fails the engine (RankFailedError). The size must divide
     the attention heads and the MLP width, divide or be a multiple of the KV heads, not
-    exceed the CUDA devices, and be 1 for a quantized checkpoint."""
+    exceed the CUDA devices, and be 1 for a quantized checkpoint.
+
+    Hybrid models (linear attention, Qwen3.5): the prefix cache keeps a snapshot of the
+    linear layers' states every `state_snapshot_interval` pages (k); a hit resumes from the
+    deepest snapshot, so a larger k costs less memory per cached page and resumes less deep
+    (docs/design.md §3 "Hybrid models")."""
 
     model_dir: str | Path
     model_revision: str = ""  # the weights' name for the fingerprint ("": their digest)
@@ -79,12 +85,14 @@ class EngineConfig:
     grammar_max_bytes: int = 64 << 10
     grammar_max_depth: int = 32
     grammar_compile_timeout_s: float = 3.0
-    grammar_queue_timeout_s: float = 4.0
+    grammar_queue_timeout_s: float = 7.0
+    grammar_failure_ttl_s: float = 300.0
     grammar_compile_threads: int = 2
     grammar_cache_entries: int = 256
     grammar_worker_module: str = "llm_svc.engine.grammar.worker"
     tensor_parallel_size: int = 1
     tensor_parallel_timeout_s: float = 60.0
+    state_snapshot_interval: int = 16
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
@@ -96,6 +104,7 @@ class EngineConfig:
             "cache_timeout_s",
             "grammar_compile_timeout_s",
             "grammar_queue_timeout_s",
+            "grammar_failure_ttl_s",
             "tensor_parallel_timeout_s",
         ):
             if not getattr(self, name) > 0:
@@ -110,6 +119,7 @@ class EngineConfig:
             "grammar_compile_threads",
             "grammar_cache_entries",
             "max_held_embedding_bytes",
+            "state_snapshot_interval",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -16,7 +17,6 @@ from iris.models.reasoning import think_markers
 from iris.multimodal import (
     PrefixResumeRule,
     check_vocab_size,
-    layers_from_windows,
     processor_fingerprint,
 )
 from llm_svc.engine.block_manager import BlockManager
@@ -132,13 +132,16 @@ class LLMEngine:
         cache = None
         if config.enable_prefix_caching:
             cache = RadixCache(config.page_size, self.fingerprint)
-        # The model's real layer kinds and windows: GetModelInfo reports them, and the
-        # gateway builds this same rule from them.
-        mc = self.model_config
+        # The model's real layer kinds (windows; a hybrid model's linear layers with their
+        # snapshot interval): GetModelInfo reports them, and the gateway builds this same
+        # rule from them.
         self.resume_rule = PrefixResumeRule(
-            config.page_size, layers_from_windows([mc.window(i) for i in range(mc.num_layers)])
+            config.page_size, self.model_config.resume_layers(config.state_snapshot_interval)
         )
-        self.blocks = BlockManager(self.runner.num_pages, config.page_size, cache, self.resume_rule)
+        self.blocks = BlockManager(
+            self.runner.num_pages, config.page_size, cache, self.resume_rule,
+            getattr(self.runner, "state_pool", None),
+        )  # fmt: skip
         self.adapter = load_vlm_adapter(
             config.model_dir, self.model_config.architecture, config.model_revision
         )
@@ -198,6 +201,7 @@ class LLMEngine:
             config.grammar_max_depth,
             config.grammar_compile_timeout_s,
             config.grammar_queue_timeout_s,
+            config.grammar_failure_ttl_s,
         )
         return GrammarCompilerPool(
             self.tokenizer,
@@ -293,8 +297,8 @@ class LLMEngine:
         self.requests[request_id] = seq
         if params.constraint is not None:
             # Queued once its grammar is compiled (off this thread; see CompilingRequests).
-            future = self.grammars.submit(params.constraint)
             limit = self.config.grammar_queue_timeout_s
+            future = self.grammars.submit(params.constraint, limit)
             thought_end = self.think_markers.end_id if params.reasoning else None
             seq.grammar = RequestGrammar(
                 params.constraint,
@@ -302,6 +306,7 @@ class LLMEngine:
                 limit,
                 lambda: self.grammars.ready_since,
                 opens_after=thought_end,
+                release=functools.partial(self.grammars.release, params.constraint),
             )
             self.compiling.add(seq)
         else:
@@ -606,6 +611,11 @@ class LLMEngine:
             error=seq.error,
         )
 
+    def reset_prefix_cache(self, announce: bool = True) -> int:
+        """Drop every cached prefix page no running request holds; returns the pages freed.
+        `announce=False` publishes no REMOVED events for them (a test hook)."""
+        return self.blocks.drop_cached(announce)
+
     # --- observability -----------------------------------------------------------------
     def take_kv_events(self) -> list[KVEvent]:
         """Stored / removed page events since the last call (none without prefix caching)."""
@@ -622,4 +632,15 @@ class LLMEngine:
             prompt_tokens=self._prompt_tokens,
             prefix_hit_tokens=self._hit_tokens,
             generation_tokens=self._generated_tokens,
+            **self._snapshot_stats(),
+        )
+
+    def _snapshot_stats(self) -> dict[str, int]:
+        states = self.blocks.states
+        if states is None:
+            return {}
+        return dict(
+            snapshot_slots=states.snapshot_slots,
+            snapshots_held=states.snapshot_slots - states.num_free_snapshots,
+            snapshots_skipped=self.blocks.num_snapshots_skipped,
         )

@@ -26,7 +26,15 @@ class BlockRemoved:
     block_hash: bytes
 
 
-KVEvent = BlockStored | BlockRemoved
+@dataclass(frozen=True)
+class SnapshotStored:
+    """Hybrid models: a cached page can now be resumed from (the linear layers' states
+    after it are kept). Its BlockRemoved removes the snapshot too."""
+
+    block_hash: bytes
+
+
+KVEvent = BlockStored | BlockRemoved | SnapshotStored
 
 
 def replay(events: list[KVEvent], into: set[bytes] | None = None) -> set[bytes]:
@@ -35,6 +43,6 @@ def replay(events: list[KVEvent], into: set[bytes] | None = None) -> set[bytes]:
     for event in events:
         if isinstance(event, BlockStored):
             held.add(event.block_hash)
-        else:
+        elif isinstance(event, BlockRemoved):
             held.discard(event.block_hash)
     return held

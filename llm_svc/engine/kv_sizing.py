@@ -4,7 +4,6 @@ peak profiled on CUDA, or estimated against the configured budget on the CPU."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import torch
 
@@ -14,6 +13,7 @@ from llm_svc.engine.embeddings.assembly import ChunkImageRows, assemble_input_em
 from llm_svc.engine.memory_budget import (
     CudaProbe,
     MemoryBudget,
+    ProfiledStep,
     estimated_step_peak,
     measured_budget,
     module_bytes,
@@ -22,6 +22,7 @@ from llm_svc.engine.sampling import Sampler
 from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import ScheduledChunk
 from llm_svc.engine.sequence import Sequence
+from llm_svc.engine.state_pool import StatePool
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +30,6 @@ log = logging.getLogger(__name__)
 # prompt and output, logprobs' log-softmax. Half the profile rows add top-k.
 _WIDEST = dict(temperature=0.7, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
                frequency_penalty=0.5, presence_penalty=0.5, logprobs=20)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ProfiledStep:
-    """What `profile_step` ran: tokens in one forward, image rows assembled, sampler rows."""
-
-    tokens: int
-    image_rows: int
-    sampled_rows: int
 
 
 def holds_images(runner) -> bool:
@@ -81,39 +73,53 @@ def profile_step(runner, config: EngineConfig) -> ProfiledStep:
     """Run the largest step the engine may schedule on `runner`'s device, with a KV cache
     just big enough for it: `max_num_batched_tokens` prefill tokens (spread over up to
     `max_num_seqs` sequences) whose every row is an image row assembled into the input
-    embeddings, then the sampler's widest path over `max_num_seqs` rows."""
+    embeddings, then the sampler's widest path over `max_num_seqs` rows. Returns what ran
+    and the bytes of its KV cache and of the embeddings its image rows are taken from,
+    which the budget counts in other terms. Under tensor parallelism its collectives run
+    on the start group (`runner.profiling_collectives`)."""
+    with runner.profiling_collectives():
+        return _run_largest_step(runner, config)
+
+
+def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
     mc, page, device = runner.model_config, runner.page_size, runner.device
     tokens, rows = config.max_num_batched_tokens, config.max_num_seqs
     count = min(rows, tokens)
     lengths = [tokens // count + (i < tokens % count) for i in range(count)]
     num_pages = sum(-(-length // page) for length in lengths)
     kv = KVCache.allocate(  # this rank's heads (tensor parallelism holds a share of them)
-        mc.num_layers, num_pages, page, runner.num_kv_heads, mc.head_dim, config.torch_dtype,
+        mc.num_kv_layers, num_pages, page, runner.num_kv_heads, mc.head_dim, config.torch_dtype,
         device,
     )  # fmt: skip
+    # A hybrid model's sequences step with state slots: a pool just for them, as the KV.
+    states = None
+    if mc.is_hybrid:
+        states = StatePool(mc.linear, mc.num_linear_layers, rows, 0, device)
     seqs, chunks, next_page = [], [], 0
     for i in range(rows):
         params = SamplingParams(**_WIDEST, top_k=50 if i % 2 else 0, max_tokens=1)
         length = lengths[i % count]
         seq = Sequence(f"memory-profile-{i}", [i % mc.vocab_size] * length, params)
+        seq.state_slot = i if states is not None else None
         seqs.append(seq)
         if i < count:
             seq.block_table = list(range(next_page, next_page + -(-length // page)))
             next_page += len(seq.block_table)
             chunks.append(ScheduledChunk(seq, 0, length))
     saved = runner.__dict__.get("backend")
+    saved_states = runner.__dict__.get("state_pool")
     runner.backend = make_backend(config.attention_backend, kv)
+    runner.state_pool = states
     try:
         inputs = runner.prepare(chunks)
-        images = [
-            ChunkImageRows(
-                torch.arange(chunk.num_tokens),
-                torch.zeros(
-                    chunk.num_tokens, mc.hidden_size, dtype=config.torch_dtype, device=device
-                ),
-            )  # fmt: skip
+        # Stand-ins for the held embeddings the image rows come from (their own term of
+        # the budget), and each chunk's rows gathered from them into a copy, as a chunk
+        # that spans two images gets (kernels/chunk_rows.py).
+        held = [
+            torch.zeros(chunk.num_tokens, mc.hidden_size, dtype=config.torch_dtype, device=device)
             for chunk in chunks
         ]
+        images = [ChunkImageRows(torch.arange(rows.shape[0]), rows.clone()) for rows in held]
         embeds = assemble_input_embeds(
             runner.model.embed, inputs.input_ids, images, inputs.meta.query_starts, mc.vocab_size
         )
@@ -126,5 +132,10 @@ def profile_step(runner, config: EngineConfig) -> ProfiledStep:
             del runner.backend
         else:
             runner.backend = saved
-    del kv
-    return ProfiledStep(int(inputs.input_ids.shape[0]), int(embeds.shape[0]), len(sampled))
+        runner.state_pool = saved_states
+    kv_bytes = sum(t.numel() * t.element_size() for t in (kv.k, kv.v))
+    image_bytes = sum(rows.numel() * rows.element_size() for rows in held)
+    del kv, held, states
+    return ProfiledStep(
+        int(inputs.input_ids.shape[0]), int(embeds.shape[0]), len(sampled), kv_bytes, image_bytes
+    )

@@ -10,6 +10,12 @@ into the input embeddings, and the sampler's vocab-wide buffers at the maximum b
 at it, so it is a bound, not a guess). `other` is memory outside torch's allocator (the
 CUDA context, libraries' workspaces, other processes on the device).
 
+Each byte is counted once: the profiling step needs a KV cache and the embeddings its
+image rows come from, and both are taken out of its measured peak, since the KV term and
+`held embeddings` already count them:
+
+    step peak = allocator peak during the profile − weights − its KV cache − its image rows
+
 On CUDA the step peak is measured (`measured_budget` around `profile_step`); on the CPU,
 where torch keeps no allocator statistics, it is estimated (`estimated_step_peak`) and the
 total is the configured budget. Every figure is one rank's: with tensor parallelism each
@@ -19,6 +25,7 @@ rank measures its own budget and the pod takes `pages_across_ranks`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +37,24 @@ log = logging.getLogger(__name__)
 # penalty counts, sorted values, int64 sort order, probabilities, noise, bool masks): an
 # over-count of what llm_svc/engine/sampling.py holds at once, for the CPU estimate.
 SAMPLER_BYTES_PER_LOGIT = 40
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """What the profiling step ran (tokens in one forward, image rows assembled, sampler
+    rows) and what it allocated that another term of the budget counts: its KV cache
+    (`kv_bytes`) and the embeddings its image rows stand for (`image_bytes`, the held
+    embeddings a real step reads)."""
+
+    tokens: int
+    image_rows: int
+    sampled_rows: int
+    kv_bytes: int = 0
+    image_bytes: int = 0
+
+    @property
+    def counted_elsewhere(self) -> int:
+        return self.kv_bytes + self.image_bytes
 
 
 @dataclass(frozen=True)
@@ -126,15 +151,16 @@ def measured_budget(
     probe: MemoryProbe,
     utilisation: float,
     held_embeddings: int,
-    profile,
+    profile: Callable[[], ProfiledStep],
     rank: int = 0,
 ) -> MemoryBudget:
     """The budget with the step peak measured: `profile()` runs the largest step while the
-    probe records the allocator's peak; call with only the weights loaded."""
+    probe records the allocator's peak; call with only the weights loaded. What the
+    profile reports as counted elsewhere (its KV cache, its image rows) is not step peak."""
     weights = probe.allocated_bytes()
     probe.reset_peak()
-    profile()
-    peak = max(0, probe.peak_bytes() - weights)
+    step = profile()
+    peak = max(0, probe.peak_bytes() - weights - step.counted_elsewhere)
     return MemoryBudget(
         total=probe.total_bytes(),
         utilisation=utilisation,
@@ -158,10 +184,11 @@ def estimated_step_peak(
     """An upper estimate of one step's peak (for the CPU, which has no allocator peak): a
     layer's live activations for `max_tokens` (residual, normed input, q/k/v, attention
     output, the MLP's gate, up and product), the input embeddings with as many image rows
-    gathered, and the logits and sampler buffers for `max_seqs` rows."""
+    gathered per chunk and concatenated (the held embeddings they come from are their own
+    term), and the logits and sampler buffers for `max_seqs` rows."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     activations = max_tokens * (6 * hidden + 3 * intermediate) * itemsize
-    embeddings = 2 * max_tokens * hidden * itemsize
+    embeddings = 3 * max_tokens * hidden * itemsize
     sampler = max_seqs * vocab * SAMPLER_BYTES_PER_LOGIT
     return activations + embeddings + sampler
 

@@ -4,6 +4,7 @@ paged KV cache, returns the logits of the sequences that sample this step."""
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,8 +15,10 @@ from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.embeddings.assembly import assemble_input_embeds
 from llm_svc.engine.kv_sizing import kv_budget
 from llm_svc.engine.models import load_model
+from llm_svc.engine.models.qwen3_5 import StepStates
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.scheduler import ScheduledChunk
+from llm_svc.engine.state_pool import HybridSizing, StatePool, split_budget
 from llm_svc.engine.transfer import to_device
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,7 @@ class StepInputs:
     meta: AttentionMetadata
     sample_rows: torch.Tensor
     sample_chunks: list[ScheduledChunk]
+    state_slots: list[int] | None = None  # hybrid models: each chunk's state slot
 
 
 class ModelRunner:
@@ -47,21 +51,60 @@ class ModelRunner:
         mc = self.model_config
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
         self.rank = 0 if group is None else group.rank
-        self.num_pages = self._num_pages(config)
+        self.state_pool: StatePool | None = None
+        if mc.is_hybrid:
+            sizing = self._hybrid_sizing(config)
+            self.num_pages = sizing.num_pages
+            self.state_pool = StatePool(
+                mc.linear, mc.num_linear_layers, sizing.running_slots, sizing.snapshot_slots,
+                self.device,
+            )  # fmt: skip
+            log.info(
+                "linear-attention states: %d running + %d snapshot slots of %d bytes (fp32)",
+                sizing.running_slots, sizing.snapshot_slots, self._slot_bytes(),
+            )  # fmt: skip
+        else:
+            self.num_pages = self._num_pages(config)
         self.kv_cache = KVCache.allocate(
-            mc.num_layers, self.num_pages, self.page_size, self.num_kv_heads, mc.head_dim,
+            mc.num_kv_layers, self.num_pages, self.page_size, self.num_kv_heads, mc.head_dim,
             config.torch_dtype, self.device,
         )  # fmt: skip
         self.backend = make_backend(config.attention_backend, self.kv_cache)
         log.info("KV cache: %d pages of %d tokens", self.num_pages, self.page_size)
 
+    def kv_bytes_per_page(self) -> int:
+        mc = self.model_config
+        return KVCache.bytes_per_page(
+            mc.num_kv_layers, self.page_size, self.num_kv_heads, mc.head_dim,
+            self.config.torch_dtype,
+        )  # fmt: skip
+
+    def _slot_bytes(self) -> int:
+        mc = self.model_config
+        return StatePool.bytes_per_slot(mc.linear, mc.num_linear_layers)
+
+    def _budget_bytes(self, config: EngineConfig) -> int:
+        if config.kv_cache_bytes is not None:
+            return config.kv_cache_bytes
+        # the memory budget: docs/design.md §3, llm_svc/engine/kv_sizing.py
+        return kv_budget(self, config, self.rank).kv_bytes
+
+    def _hybrid_sizing(self, config: EngineConfig) -> HybridSizing:
+        """KV pages and state slots: running slots for `max_num_seqs`, and with the prefix
+        cache one snapshot slot per `state_snapshot_interval` pages, all in the budget."""
+        interval = config.state_snapshot_interval if config.enable_prefix_caching else None
+        if config.num_pages is not None:
+            snapshots = 0 if interval is None else max(1, config.num_pages // interval)
+            return HybridSizing(config.num_pages, config.max_num_seqs, snapshots)
+        return split_budget(
+            self._budget_bytes(config), self.kv_bytes_per_page(), self._slot_bytes(),
+            config.max_num_seqs, interval,
+        )  # fmt: skip
+
     def _num_pages(self, config: EngineConfig) -> int:
         if config.num_pages is not None:
             return config.num_pages
-        mc = self.model_config
-        per_page = KVCache.bytes_per_page(
-            mc.num_layers, self.page_size, self.num_kv_heads, mc.head_dim, config.torch_dtype
-        )
+        per_page = self.kv_bytes_per_page()
         budget = config.kv_cache_bytes
         if budget is None:  # the memory budget: docs/design.md §3, llm_svc/engine/kv_sizing.py
             return kv_budget(self, config, self.rank).num_pages(per_page)
@@ -72,6 +115,11 @@ class ModelRunner:
 
     def close(self) -> None:
         """Nothing to stop on one device (the tensor-parallel runner stops its ranks)."""
+
+    def profiling_collectives(self):
+        """A context for the memory budget's profiling step: nothing on one device (the
+        tensor-parallel runner moves the step's collectives to the start group)."""
+        return nullcontext()
 
     def prepare(
         self, chunks: list[ScheduledChunk], pending: PendingTokens | None = None
@@ -126,6 +174,7 @@ class ModelRunner:
             meta=meta,
             sample_rows=to_device(np.asarray(sample_rows, dtype=np.int64), device),
             sample_chunks=sample_chunks,
+            state_slots=[c.seq.state_slot for c in chunks] if self.state_pool else None,
         )
 
     def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
@@ -143,5 +192,12 @@ class ModelRunner:
     def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):
         """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
         self.backend.plan(inputs.meta)
-        hidden = self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds)
+        extra = {}
+        if self.state_pool is not None:
+            meta = inputs.meta
+            assert None not in inputs.state_slots, "a hybrid step's sequence has no state slot"
+            extra["states"] = StepStates(
+                self.state_pool, meta.query_starts, meta.query_lens, inputs.state_slots
+            )
+        hidden = self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds, **extra)
         return self.model.compute_logits(hidden[inputs.sample_rows])

@@ -42,3 +42,8 @@ class EngineStats:
     prompt_tokens: int
     prefix_hit_tokens: int
     generation_tokens: int
+    # Hybrid models: state-snapshot slots, those holding a snapshot, and boundaries passed
+    # with none free (those prefixes are no hit).
+    snapshot_slots: int = 0
+    snapshots_held: int = 0
+    snapshots_skipped: int = 0

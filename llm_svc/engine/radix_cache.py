@@ -11,6 +11,10 @@ tokens are the key, so only separate trees keep tenants with the same prompt fro
 pages, and their block hashes (hence KV events and the gateway's index) differ as well.
 A salted tree that loses its last page is dropped; the shared one (salt b"") stays.
 
+Hybrid models (linear attention) need more than KV to resume: a node may carry a snapshot,
+the StatePool slot holding the linear layers' states after its page (`attach_snapshot`),
+which leaves with the node when it is evicted (`snapshot_freed` gives the slot back).
+
 Cost: every operation touches only the nodes it is given or returns. The evictable leaves
 (unreferenced, childless) sit in a doubly linked list threaded through the nodes
 themselves (`prev` / `next`), which each change of a node's reference count or children
@@ -23,16 +27,16 @@ show that no step-path operation walks the tree.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from iris.multimodal import next_block_hash, root_hash
-from llm_svc.engine.kv_events import BlockRemoved, BlockStored, KVEvent
+from llm_svc.engine.kv_events import BlockRemoved, BlockStored, KVEvent, SnapshotStored
 
 
 class RadixNode:
     __slots__ = (
         "key", "page", "block_hash", "parent", "children", "ref", "last_used", "salt",
-        "prev", "next",
+        "prev", "next", "snapshot",
     )  # fmt: skip
 
     def __init__(self, key: tuple[int, ...], page: int, block_hash: bytes, parent) -> None:
@@ -47,13 +51,20 @@ class RadixNode:
         # Neighbours in the cache's eviction queue; None when not queued.
         self.prev: RadixNode | None = None
         self.next: RadixNode | None = None
+        self.snapshot: int | None = None  # hybrid models: a StatePool slot
 
 
 class RadixCache:
     """Pages shared by prefix. `match` / `insert` / `acquire` / `release` / `evict`."""
 
-    def __init__(self, page_size: int, fingerprint: bytes) -> None:
+    def __init__(
+        self,
+        page_size: int,
+        fingerprint: bytes,
+        snapshot_freed: Callable[[int], None] | None = None,
+    ) -> None:
         self.page_size = page_size
+        self.snapshot_freed = snapshot_freed
         self.fingerprint = fingerprint
         self.roots: dict[bytes, RadixNode] = {}
         self.root = self.root_for(b"")  # the shared namespace
@@ -115,6 +126,12 @@ class RadixCache:
         self.events.append(BlockStored(node.block_hash, parent.block_hash, key))
         return node, True
 
+    def attach_snapshot(self, node: RadixNode, slot: int) -> None:
+        """`node` can now be resumed from: `slot` holds the state after its page."""
+        assert node.snapshot is None, "a node keeps one snapshot"
+        node.snapshot = slot
+        self.events.append(SnapshotStored(node.block_hash))
+
     def acquire(self, nodes: Sequence[RadixNode]) -> None:
         tick = next(self._clock)
         for node in nodes:
@@ -158,6 +175,9 @@ class RadixCache:
             self.num_unreferenced -= 1
             freed.append(node.page)
             self.events.append(BlockRemoved(node.block_hash))
+            if node.snapshot is not None:
+                self.snapshot_freed(node.snapshot)
+                node.snapshot = None
             if parent.children:
                 continue
             if parent.parent is None:

@@ -14,6 +14,9 @@ FETCHING, out of the queue — unless the embeddings running sequences hold woul
 `max_held_embedding_bytes`: then the queue waits until some are released. When the fetch
 lands it goes back to the head of the queue and is admitted like any other — that first
 admission is its *acceptance*. An image wholly inside the cached prefix is never fetched.
+
+Hybrid models with a prefix cache: a prefill chunk that would cross a snapshot boundary
+(every k pages) ends there, since the linear layers' state exists only at chunk ends.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            count = min(seq.num_uncomputed_tokens, budget)
+            count = self._cut(seq, min(seq.num_uncomputed_tokens, budget))
             if not self._make_room(seq, count, out):
                 continue
             self.blocks.append(seq, count)
@@ -124,7 +127,7 @@ class Scheduler:
                 seq.status = SequenceStatus.FETCHING
                 self.fetcher.start(seq, missing)
                 continue
-            count = min(seq.num_uncomputed_tokens, budget)
+            count = self._cut(seq, min(seq.num_uncomputed_tokens, budget))
             if not self.blocks.can_append(seq, count):
                 self.blocks.release(seq)
                 seq.num_computed_tokens = 0
@@ -138,6 +141,16 @@ class Scheduler:
             self.running.append(seq)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
             budget -= count
+
+    def _cut(self, seq: Sequence, count: int) -> int:
+        """`count`, or fewer so that the chunk ends at the next snapshot boundary it would
+        cross (hybrid models only)."""
+        every = self.blocks.snapshot_tokens
+        if every is None:
+            return count
+        start = seq.num_computed_tokens
+        boundary = (start // every + 1) * every
+        return min(count, boundary - start)
 
     def _make_room(self, seq: Sequence, count: int, out: SchedulerOutput) -> bool:
         """Preempt the newest running sequences until `seq` can grow; False if `seq` itself

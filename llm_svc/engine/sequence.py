@@ -83,6 +83,7 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at admission
         self.block_table: list[int] = []
         self.tree_nodes: list[Any] = []
+        self.state_slot: int | None = None  # hybrid models: its slot in the StatePool
         self.finish_reason: FinishReason | None = None
         self.text = ""
         self.num_text_emitted = 0

@@ -135,18 +135,22 @@ class ModelInfo(_message.Message):
     def __init__(self, model_id: _Optional[str] = ..., fingerprint: _Optional[bytes] = ..., page_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., chat_template: _Optional[str] = ..., pod_name: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[AttentionLayer, _Mapping]]] = ...) -> None: ...
 
 class AttentionLayer(_message.Message):
-    __slots__ = ("kind", "window")
+    __slots__ = ("kind", "window", "snapshot_interval")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         FULL: _ClassVar[AttentionLayer.Kind]
         SLIDING: _ClassVar[AttentionLayer.Kind]
+        LINEAR: _ClassVar[AttentionLayer.Kind]
     FULL: AttentionLayer.Kind
     SLIDING: AttentionLayer.Kind
+    LINEAR: AttentionLayer.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     kind: AttentionLayer.Kind
     window: int
-    def __init__(self, kind: _Optional[_Union[AttentionLayer.Kind, str]] = ..., window: _Optional[int] = ...) -> None: ...
+    snapshot_interval: int
+    def __init__(self, kind: _Optional[_Union[AttentionLayer.Kind, str]] = ..., window: _Optional[int] = ..., snapshot_interval: _Optional[int] = ...) -> None: ...
 
 class KVEvent(_message.Message):
     __slots__ = ("seq", "kind", "block_hashes", "parent_hash")
@@ -205,3 +209,15 @@ class Load(_message.Message):
     waiting: int
     pending_prefill_tokens: int
     def __init__(self, kv_utilisation: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ...) -> None: ...
+
+class ResetPrefixCacheRequest(_message.Message):
+    __slots__ = ("silent",)
+    SILENT_FIELD_NUMBER: _ClassVar[int]
+    silent: bool
+    def __init__(self, silent: _Optional[bool] = ...) -> None: ...
+
+class ResetPrefixCacheResponse(_message.Message):
+    __slots__ = ("pages_freed",)
+    PAGES_FREED_FIELD_NUMBER: _ClassVar[int]
+    pages_freed: int
+    def __init__(self, pages_freed: _Optional[int] = ...) -> None: ...

@@ -64,6 +64,11 @@ class LLMStub:
                 request_serializer=llm__svc_dot_proto_dot_llm__pb2.LoadRequest.SerializeToString,
                 response_deserializer=llm__svc_dot_proto_dot_llm__pb2.Load.FromString,
                 _registered_method=True)
+        self.ResetPrefixCache = channel.unary_unary(
+                '/iris.llm.LLM/ResetPrefixCache',
+                request_serializer=llm__svc_dot_proto_dot_llm__pb2.ResetPrefixCacheRequest.SerializeToString,
+                response_deserializer=llm__svc_dot_proto_dot_llm__pb2.ResetPrefixCacheResponse.FromString,
+                _registered_method=True)
 
 
 class LLMServicer:
@@ -109,6 +114,15 @@ class LLMServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetPrefixCache(self, request, context):
+        """Admin: drop every cached prefix page no running request holds. Publishes their
+        REMOVED events, unless `silent` (a test hook: only with IRIS_TEST_HOOKS=1 on the pod):
+        then the pod forgets them behind its subscribers' backs, as if its events were lost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LLMServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +155,11 @@ def add_LLMServicer_to_server(servicer, server):
                     servicer.GetLoad,
                     request_deserializer=llm__svc_dot_proto_dot_llm__pb2.LoadRequest.FromString,
                     response_serializer=llm__svc_dot_proto_dot_llm__pb2.Load.SerializeToString,
+            ),
+            'ResetPrefixCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetPrefixCache,
+                    request_deserializer=llm__svc_dot_proto_dot_llm__pb2.ResetPrefixCacheRequest.FromString,
+                    response_serializer=llm__svc_dot_proto_dot_llm__pb2.ResetPrefixCacheResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -305,6 +324,33 @@ class LLM:
             '/iris.llm.LLM/GetLoad',
             llm__svc_dot_proto_dot_llm__pb2.LoadRequest.SerializeToString,
             llm__svc_dot_proto_dot_llm__pb2.Load.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetPrefixCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/iris.llm.LLM/ResetPrefixCache',
+            llm__svc_dot_proto_dot_llm__pb2.ResetPrefixCacheRequest.SerializeToString,
+            llm__svc_dot_proto_dot_llm__pb2.ResetPrefixCacheResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llm_svc.engine import BlockStored, KVEvent
+from llm_svc.engine.kv_events import SnapshotStored
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class KVEventLog:
         parent = b""
         stored = None
         for event in events:
+            if isinstance(event, SnapshotStored):
+                continue  # not on the wire yet: the gateway does not predict hybrid hits
             is_store = isinstance(event, BlockStored)
             chains = is_store and stored and run and event.parent_hash == run[-1]
             if run and not (chains or (not is_store and stored is False)):

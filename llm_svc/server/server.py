@@ -25,7 +25,7 @@ from llm_svc.server.builder import build_engine
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.metrics import LLMMetrics
 from llm_svc.server.service import KVNotifier, LLMServicer, ServingLimits
-from llm_svc.server.step_failures import step_fault_from_env
+from llm_svc.server.step_failures import step_fault_from_env, test_hooks_enabled
 from llm_svc.server.streams import StreamRegistry
 from llm_svc.server.worker import FAULT_PUBLISH_WAIT_S, EngineWorker
 from llm_svc.settings import LLMSettings
@@ -40,13 +40,18 @@ ENGINE_FAILED_EXIT_CODE = 3
 _LAYER_KINDS = {
     LayerKind.FULL: llm_pb2.AttentionLayer.FULL,
     LayerKind.SLIDING: llm_pb2.AttentionLayer.SLIDING,
+    LayerKind.LINEAR: llm_pb2.AttentionLayer.LINEAR,
 }
 
 
 def reported_layers(rule: PrefixResumeRule) -> list[llm_pb2.AttentionLayer]:
     """The layers of the pod's resumable-prefix rule, as GetModelInfo reports them."""
     return [
-        llm_pb2.AttentionLayer(kind=_LAYER_KINDS[layer.kind], window=layer.window)
+        llm_pb2.AttentionLayer(
+            kind=_LAYER_KINDS[layer.kind],
+            window=layer.window,
+            snapshot_interval=layer.snapshot_interval,
+        )
         for layer in rule.layers
     ]
 
@@ -127,6 +132,7 @@ class LLMServer(GrpcService):
             limits,
             engine.tokenizer,
             self._tracer,
+            test_hooks=test_hooks_enabled(),
         )
         self.worker.start()
         self.work_loop = self.worker

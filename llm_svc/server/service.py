@@ -70,6 +70,7 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
     limits: ServingLimits
     tokenizer: Any
     tracer: trace.Tracer
+    test_hooks: bool = False  # IRIS_TEST_HOOKS=1: a silent ResetPrefixCache is allowed
 
     def __post_init__(self) -> None:
         # One token's text, for logprobs: the same few thousand tokens recur.
@@ -175,6 +176,23 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
             waiting=max(stats.waiting, self.streams.waiting),
             pending_prefill_tokens=stats.pending_prefill_tokens,
         )
+
+    async def ResetPrefixCache(
+        self, request: llm_pb2.ResetPrefixCacheRequest, context
+    ) -> llm_pb2.ResetPrefixCacheResponse:
+        """Admin: drop the cached prefix pages no request holds (between engine steps)."""
+        if request.silent and not self.test_hooks:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "silent=true is a test hook: the pod must run with IRIS_TEST_HOOKS=1",
+            )
+        announce = not request.silent
+        # Published before the answer: a caller that sees it finds the REMOVED events in
+        # the log, as one that sees a request finish finds what its steps stored.
+        freed = await asyncio.wrap_future(
+            self.worker.call(lambda engine: engine.reset_prefix_cache(announce), publish_kv=True)
+        )
+        return llm_pb2.ResetPrefixCacheResponse(pages_freed=freed)
 
     # --- KV events ---------------------------------------------------------------------
     async def GetKVSnapshot(self, request, context) -> llm_pb2.KVSnapshot:

@@ -83,6 +83,11 @@ def step_fault(spec: str) -> Callable[[], None]:
     return fault
 
 
+def test_hooks_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the pod runs with its test hooks on (IRIS_TEST_HOOKS=1; never in a deployment)."""
+    return environ.get(TEST_HOOKS_FLAG) == "1"
+
+
 def step_fault_from_env(environ: Mapping[str, str] = os.environ) -> Callable[[], None] | None:
     """The test hook the environment asks for, or None (always None without the flag)."""
     spec = environ.get(STEP_FAULT_VAR, "")

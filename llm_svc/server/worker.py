@@ -23,6 +23,7 @@ from llm_svc.engine.sequence import Sequence, SequenceStatus
 from llm_svc.server.errors import (
     AbortedBeforeAcceptance,
     EngineFailure,
+    RequestError,
     StoppedBeforeAcceptance,
 )
 from llm_svc.server.events import Admitted, Produced, Rejected, StreamEvent, Submission
@@ -124,10 +125,14 @@ class EngineWorker:
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
-    def call(self, fn: Callable[[LLMEngine], Any]) -> concurrent.futures.Future:
-        """Run `fn(engine)` on the engine thread between steps; its result as a future."""
+    def call(
+        self, fn: Callable[[LLMEngine], Any], publish_kv: bool = False
+    ) -> concurrent.futures.Future:
+        """Run `fn(engine)` on the engine thread between steps; its result as a future.
+        With `publish_kv`, the KV events `fn` caused are published before the result is
+        set, so a caller that has the result finds them in the event log."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._inbox.put(("call", fn, future))
+        self._inbox.put(("call", fn, future, publish_kv))
         return future
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -195,14 +200,30 @@ class EngineWorker:
         elif kind == "abort":
             self.engine.abort(command[1])
         elif kind == "call":
-            fn, future = command[1], command[2]
+            fn, future, publish_kv = command[1], command[2], command[3]
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn(self.engine))
+                    result = fn(self.engine)
+                    if publish_kv:
+                        self._kv_log.publish(self.engine.take_kv_events())
+                    future.set_result(result)
                 except Exception as err:  # the caller sees it; the loop goes on
                     future.set_exception(err)
 
     def _add(self, submission: Submission) -> None:
+        if submission.request_id in self._live:
+            # Its last request is ending (an abort's output still to come): taking the id
+            # over would hand that abort to this request and leave this one unread.
+            self._events.append(
+                Rejected(
+                    submission.request_id,
+                    RequestError(
+                        f"request_id={submission.request_id!r} is invalid: still in use on "
+                        "this pod (its last request is ending)"
+                    ),
+                )
+            )
+            return
         try:
             seq = self.engine.add_request(
                 submission.request_id,

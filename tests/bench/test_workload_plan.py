@@ -13,6 +13,7 @@ from bench.workload import (
     WorkloadShape,
     arrival_gaps,
     build_plan,
+    gateway_for,
     question,
     turns_by_image_novelty,
 )
@@ -78,3 +79,11 @@ def test_new_and_repeated_images_by_what_the_platform_was_sent_before():
     repeated, new = turns_by_image_novelty(turns, warmed=False)
     assert [t.image for t in new] == ["L0", "U1.0", "L1"]
     assert [t.image for t in repeated] == ["U1.0"]
+
+
+def test_turns_go_round_robin_over_the_gateways():
+    urls = ["g0", "g1", "g2"]
+    # One user's turns reach every gateway in turn; users start on different ones.
+    assert [gateway_for(urls, 0, turn) for turn in range(4)] == ["g0", "g1", "g2", "g0"]
+    assert [gateway_for(urls, user, 0) for user in range(3)] == ["g0", "g1", "g2"]
+    assert {gateway_for(["only"], user, turn) for user in range(3) for turn in range(3)} == {"only"}

@@ -245,6 +245,8 @@ RECORDED = [
     "iris:encoder_backlog:seconds",
     "iris:embedding_cache_hit:ratio_rate5m",
     "iris:kv_utilisation:max",
+    # The repeated image above is routed for a prefix hit (predicted > 0).
+    "iris:gateway_routing_precision:ratio_rate5m",
 ]
 
 

@@ -207,3 +207,21 @@ def test_a_redis_server_that_fails_is_caught_before_iris_is_up(tmp_path, tiny_qw
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 1, output
     assert "redis exited with code" in output and "Iris is up" not in output, output
+
+
+def test_several_gateways_are_printed_and_each_serves(tmp_path, tiny_qwen2_vl_dir):
+    process = iris_up(tiny_qwen2_vl_dir, "--gateways", "2", log_dir=tmp_path)
+    lines: list[str] = []
+    try:
+        assert read_until(process, "Ctrl-C to stop", lines), "".join(lines)
+        output = "".join(lines)
+        (first,) = re.findall(r"Iris is up: (http://[\w.:]+)", output)
+        (second,) = re.findall(r"another gateway: (http://[\w.:]+)", output)
+        assert first != second
+        for url in (first, second):
+            assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()

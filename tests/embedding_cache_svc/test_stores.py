@@ -31,6 +31,20 @@ async def test_memory_store_expires_entries_failures_and_leases():
     assert (await store.stats()).bytes == 0
 
 
+async def test_memory_store_forgets_the_leases_of_holders_that_never_came_back():
+    """Leases whose holders died (never Put, Failed nor Abandoned, keys never asked for
+    again) are dropped once expired, not kept for the process's life. (The count is read
+    from the store's private table: no wire call shows it.)"""
+    now = [1000.0]
+    store = MemoryStore(1 << 20, ttl_s=0, failed_ttl_s=1, clock=lambda: now[0])
+    dead = [(FINGERPRINT + new_key(), 2) for _ in range(50)]
+    await store.reserve(dead, 50)
+    now[0] += 0.1
+    alive = FINGERPRINT + new_key()
+    assert [s.status for s in await store.reserve([(alive, 2)], 50)] == [Status.RESERVED]
+    assert list(store._leases) == [alive]
+
+
 def test_redis_entries_carry_ttls_and_failures_the_short_one(shared_service):
     settings = shared_service.server.settings
     entry_key, failed_key = FINGERPRINT + new_key(), FINGERPRINT + new_key()

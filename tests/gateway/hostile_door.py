@@ -25,6 +25,8 @@ LIMITS = {
     "max_model_len": 512,
     "max_connections": 64,
     "max_requests_in_progress": 2,  # two held bodies fill it (test_hostile_head.py)
+    # Most bodies of these tests go through the parse processes (gateway/parsing/).
+    "parse_in_process_max_bytes": 4096,
 }
 
 

@@ -27,7 +27,8 @@ def wait_pods(client, count):
 
 def _one_refusal_is_served_by_the_other_pod(client, a, b, body, refusal) -> None:
     """Pod A refuses one call with `refusal` (code, details); round-robin sends one of two
-    requests to A first. Both are served, the refused one on B under its request id."""
+    requests to A first. Both are served, the refused one on B: under an id of its own on
+    the pod (every attempt has one) that names the same choice."""
     seen_by_a = len(a.requests)
     a.script.refusals.append(refusal)
     for _ in range(2):
@@ -35,7 +36,10 @@ def _one_refusal_is_served_by_the_other_pod(client, a, b, body, refusal) -> None
         assert response.status_code == 200, response.text
     assert a.script.refusals == []
     refused = a.requests[seen_by_a].request_id
-    assert refused in {r.request_id for r in b.requests}
+    choice, _, _ = refused.rpartition(".")
+    assert choice.startswith("chatcmpl-") and choice.endswith("-0"), refused
+    retried = [r.request_id for r in b.requests if r.request_id.rpartition(".")[0] == choice]
+    assert len(retried) == 1 and retried[0] != refused, (refused, retried)
 
 
 def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two_pods, caplog):
@@ -61,7 +65,7 @@ def test_an_unavailable_pod_is_skipped_before_acceptance(qwen_gateway_parts, two
             assert internal not in message
         assert "draining" in caplog.text
         # Only A refuses: whichever pod a request meets first, every request is served,
-        # and the one A refused was retried on B under the same request id.
+        # and the one A refused was retried on B for the same choice.
         _one_refusal_is_served_by_the_other_pod(
             client, a, b, body, (grpc.StatusCode.UNAVAILABLE, "draining")
         )
@@ -109,3 +113,30 @@ def test_a_dead_encoder_is_skipped_and_none_left_is_503(qwen_gateway_parts):
     finally:
         pod.script.accept_delay_s = 0.0
         server.stop(0)
+
+
+async def test_a_primed_first_chunk_is_charged_once(qwen_adapter):
+    """`prime` reads a choice's first message before the stream begins; if another choice
+    then fails, this attempt is given up, yet its tokens were computed: they are charged
+    when read, by `prime` as by `responses`, and never twice."""
+    import grpc.aio
+
+    from gateway.dispatch import Generation
+    from gateway.routing.pods import Pod
+    from llm_svc.proto import llm_pb2, llm_pb2_grpc
+
+    server, address, _ = serve_pod(PodScript(qwen_adapter.fingerprint))
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = llm_pb2_grpc.LLMStub(channel).Generate(
+                llm_pb2.GenerateRequest(request_id="r.0", input_ids=[1, 2, 3])
+            )
+            accepted = (await call.read()).accepted
+            charged: list[int] = []
+            generation = Generation("r", Pod(address), accepted, call, on_tokens=charged.append)
+            await generation.prime()
+            assert charged == [1]  # "Hello", read by prime
+            texts = [m.tokens.text async for m in generation.responses() if m.HasField("tokens")]
+    finally:
+        server.stop(0)
+    assert texts == ["Hello", " world"] and charged == [1, 1]

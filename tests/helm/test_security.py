@@ -164,3 +164,15 @@ def test_generated_redis_password_is_random_and_strong(render):
 
     password = base64.b64decode(secret["data"]["redis-password"]).decode()
     assert len(password) >= 32 and password.isalnum()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_gateway_has_a_memory_backed_dev_shm(render, scenario):
+    """Large request bodies cross to the gateway's parse workers through /dev/shm (design
+    §3.6); the runtime's default 64 MB would push concurrent 16 MB bodies to the piped path."""
+    workload = workloads(render(scenario))["gateway"]
+    (container,) = containers(workload, init=False)
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    shm = volumes(workload)[mounts["/dev/shm"]]["emptyDir"]
+    assert shm["medium"] == "Memory"
+    assert shm["sizeLimit"] == load_values(scenario)["gateway"]["shmSizeLimit"]

@@ -37,6 +37,23 @@ TEXT = dict(
 )
 
 
+def qwen3_5_text(text: dict) -> dict:
+    """A tiny hybrid Qwen3.5: linear, linear, full, linear (a full layer mid-stack and
+    linear layers on both sides), head_dim 16 so partial rotary turns 4 dims."""
+    return dict(
+        text,
+        num_hidden_layers=4,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        tie_word_embeddings=False,
+    )
+
+
 def _tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -71,6 +88,8 @@ def _build(kind: str, out: Path) -> None:
         model = tf.LlamaForCausalLM(tf.LlamaConfig(**text, tie_word_embeddings=True))
     elif kind == "qwen2":
         model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**text, tie_word_embeddings=False))
+    elif kind == "qwen3_5":
+        model = tf.Qwen3_5ForCausalLM(tf.Qwen3_5TextConfig(**qwen3_5_text(text)))
     elif kind == "idefics3":
         vision = dict(
             hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
@@ -98,7 +117,7 @@ def _build(kind: str, out: Path) -> None:
 
 
 def tiny_checkpoint(kind: str) -> Path:
-    """The directory of tiny checkpoint `kind` (llama, qwen2, idefics3, qwen2_vl)."""
+    """The directory of tiny checkpoint `kind` (llama, qwen2, qwen3_5, idefics3, qwen2_vl)."""
     target = CACHE_ROOT / f"{kind}-{VERSION}"
     if (target / "config.json").is_file():
         return target

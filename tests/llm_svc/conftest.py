@@ -11,7 +11,12 @@ from tests.llm_svc.checkpoints import tiny_checkpoint
 
 # The VLM layouts come from the suite's shared tiny checkpoints (tests/fixtures/models.py);
 # the plain LMs are built here (tests/llm_svc/checkpoints.py).
-_SHARED_FIXTURES = {"idefics3": "tiny_idefics3_dir", "qwen2_vl": "tiny_qwen2_vl_dir"}
+_SHARED_FIXTURES = {
+    "idefics3": "tiny_idefics3_dir",
+    "qwen2_vl": "tiny_qwen2_vl_dir",
+    "internvl": "tiny_internvl_dir",
+    "mistral3": "tiny_mistral3_dir",
+}
 KINDS = ["llama", "qwen2", "idefics3", "qwen2_vl"]
 
 
@@ -112,7 +117,7 @@ def token_ids(outputs) -> list[int]:
     return [token for out in outputs for token in out.new_token_ids]
 
 
-@pytest.fixture(scope="session", params=["qwen2_vl", "idefics3"])
+@pytest.fixture(scope="session", params=["qwen2_vl", "idefics3", "internvl", "mistral3"])
 def mm_reference(request):
     """Each tiny VLM family with its HF multimodal reference (tests/llm_svc/mm_reference.py)."""
     from tests.llm_svc.mm_reference import FAMILIES, MMReference

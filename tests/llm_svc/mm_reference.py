@@ -15,7 +15,12 @@ from iris.multimodal import Modality, MultimodalItem, image_identity, pad_with_o
 
 TIE_MARGIN = 2e-4
 MIN_TOKENS = 4
-FAMILIES = {"qwen2_vl": "tiny_qwen2_vl_dir", "idefics3": "tiny_idefics3_dir"}
+FAMILIES = {
+    "qwen2_vl": "tiny_qwen2_vl_dir",
+    "idefics3": "tiny_idefics3_dir",
+    "internvl": "tiny_internvl_dir",
+    "mistral3": "tiny_mistral3_dir",
+}
 
 
 def make_image(seed: int, size: tuple[int, int] = (112, 112)) -> Image.Image:
@@ -58,8 +63,13 @@ class MMReference:
         content = [{"type": "text", "text": text_parts[0]}]
         for image_text in text_parts[1:]:
             content += [{"type": "image"}, {"type": "text", "text": image_text}]
+        return self.conversation([{"role": "user", "content": content}], images)
+
+    def conversation(self, messages: list[dict], images: list[Image.Image]) -> MMPrompt:
+        """A whole conversation (OpenAI-style messages whose image parts are
+        `{"type": "image"}`, in the order of `images`)."""
         adapter = self.adapter
-        rendered = adapter.apply_chat_template([{"role": "user", "content": content}])
+        rendered = adapter.apply_chat_template(messages)
         ids = adapter.encode_prompt(rendered)
         items, grids = [], []
         for image in images:
@@ -104,6 +114,10 @@ class MMReference:
                 "image_grid_thw": out["image_grid_thw"],
                 "mm_token_type_ids": types,
             }
+        if self.adapter.architecture == "InternVLForConditionalGeneration":
+            return self._internvl_inputs(images, expanded)
+        if self.adapter.architecture == "Mistral3ForConditionalGeneration":
+            return self._mistral3_inputs(images)
         from transformers import Idefics3Processor
 
         processor = Idefics3Processor.from_pretrained(str(self.model_dir))
@@ -112,6 +126,31 @@ class MMReference:
             "pixel_values": out["pixel_values"],
             "pixel_attention_mask": out["pixel_attention_mask"],
         }
+
+    def _internvl_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
+        """InternVLProcessor's pixel values; its expansion of the prompt must be Iris's."""
+        from iris.models.internvl.tiny import load_processor
+
+        processor = load_processor(self.model_dir)
+        text = self.adapter.tokenizer().decode(_collapsed(expanded, self.adapter))
+        out = processor(images=images or None, text=[text], return_tensors="pt")
+        assert out["input_ids"][0].tolist() == expanded, "the processor expands differently"
+        return {"pixel_values": out["pixel_values"]} if images else {}
+
+    def _mistral3_inputs(self, images: list[Image.Image]) -> dict:
+        """Pixtral's PIL image processor at the processor's block size (PixtralProcessor
+        itself imports torchvision, which does not import beside the CPU torch here)."""
+        from transformers.models.pixtral.image_processing_pil_pixtral import (
+            PixtralImageProcessorPil,
+        )
+
+        if not images:
+            return {}
+        block = self.adapter.rule.block
+        out = PixtralImageProcessorPil.from_pretrained(str(self.model_dir))(
+            images=images, patch_size={"height": block, "width": block}, return_tensors="pt"
+        )
+        return {"pixel_values": out["pixel_values"], "image_sizes": out["image_sizes"]}
 
     def first_logprobs(self, prompt: MMPrompt) -> torch.Tensor:
         """HF's log-probabilities [vocab] of the first generated token."""
@@ -154,6 +193,24 @@ class MMReference:
             )
             self._outputs[key] = tokens
         return self._outputs[key]
+
+
+def _collapsed(expanded: list[int], adapter) -> list[int]:
+    """`expanded` with each image's expansion back to its one placeholder (InternVL:
+    <img> context... </img> becomes one context token, as the chat template writes it)."""
+    tokenizer = adapter.tokenizer()
+    start, end = (tokenizer.convert_tokens_to_ids(t) for t in ("<img>", "</img>"))
+    out: list[int] = []
+    inside = False
+    for token in expanded:
+        if token == start:
+            inside = True
+            out.append(adapter.image_token_id)
+        elif token == end:
+            inside = False
+        elif not inside:
+            out.append(token)
+    return out
 
 
 def same_tokens(got: list[int], reference: list[int]) -> bool:

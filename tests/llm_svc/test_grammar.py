@@ -39,7 +39,11 @@ def text_of(outputs) -> str:
 
 @pytest.fixture(scope="module")
 def engine(tiny_qwen2_vl_dir):
-    engine = make_engine(tiny_qwen2_vl_dir, max_num_seqs=48, num_pages=2048)
+    # A request's wait for its grammar (queue and compile) is bounded; twenty schemas on
+    # two slots of a busy test machine must not meet that bound (its own tests below do).
+    engine = make_engine(
+        tiny_qwen2_vl_dir, max_num_seqs=48, num_pages=2048, grammar_queue_timeout_s=600.0
+    )
     yield engine
     engine.close()
 
@@ -292,13 +296,140 @@ def test_json_strings_refuse_control_bytes_and_encoded_surrogates(engine, schema
         assert not xgrammar.GrammarMatcher(compiled).accept_string(bad)
 
 
-def test_failures_are_remembered_by_shape_and_only_larger_numbers_fail_at_once():
+class Clock:
+    """A hand-moved clock for the failure cache's expiry."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_timeouts_are_remembered_by_shape_only_for_larger_numbers_in_the_same_places():
     from llm_svc.engine.grammar.failures import FailureCache
 
-    cache = FailureCache(entries=2)
+    cache = FailureCache(entries=2, ttl_s=60.0, clock=Clock())
     failed = InvalidRequestError("constraint", "regex", "did not compile within 4 s")
-    cache.record(Constraint(ConstraintKind.REGEX, "[a-z]{1,5000}x{2}"), failed)
+    cache.record(Constraint(ConstraintKind.REGEX, "[a-z]{1,5000}x{2}"), failed, by_shape=True)
     assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-z]{1,7000}x{3}")) is failed
     assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-z]{1,20}x{2}")) is None  # tried
+    # A larger number elsewhere does not make it larger where the failed one was large.
+    assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-z]{1,20}x{9000}")) is None
     assert cache.lookup(Constraint(ConstraintKind.EBNF, "[a-z]{1,7000}x{3}")) is None
     assert cache.lookup(Constraint(ConstraintKind.REGEX, "[a-y]{1,7000}x{3}")) is None
+
+
+def test_plain_errors_are_remembered_by_exact_text_only():
+    from llm_svc.engine.grammar.failures import FailureCache
+
+    cache = FailureCache(entries=8, ttl_s=60.0, clock=Clock())
+    for bad, good in (
+        ('{"minimum": 10, "maximum": 1}', '{"minimum": 1, "maximum": 10}'),
+        ("[9-0]{3}-[9-0]{4}", "[0-9]{3}-[0-9]{4}"),
+    ):
+        failed = InvalidRequestError("constraint", "regex", "cannot be compiled")
+        cache.record(Constraint(ConstraintKind.REGEX, bad), failed, by_shape=False)
+        assert cache.lookup(Constraint(ConstraintKind.REGEX, bad)) is failed
+        assert cache.lookup(Constraint(ConstraintKind.REGEX, good)) is None
+
+
+def test_failures_expire():
+    from llm_svc.engine.grammar.failures import FailureCache
+
+    clock = Clock()
+    cache = FailureCache(entries=8, ttl_s=60.0, clock=clock)
+    slow, bad = (Constraint(ConstraintKind.REGEX, text) for text in ("a{1,900}", "(x"))
+    failed = InvalidRequestError("constraint", "regex", "did not compile")
+    cache.record(slow, failed, by_shape=True)
+    cache.record(bad, failed, by_shape=False)
+    clock.now = 59.0
+    assert cache.lookup(slow) is failed and cache.lookup(bad) is failed
+    clock.now = 61.0
+    assert cache.lookup(slow) is None and cache.lookup(bad) is None
+
+
+def test_another_tenants_bad_schema_does_not_refuse_a_valid_one(engine):
+    """Through the real pool and xgrammar: min > max is refused, its mirror compiles."""
+    bad = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 10, "maximum": 1}}}
+    good = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 10}}}
+    failed = engine.grammars.submit(schema_constraint(bad))
+    assert "cannot be compiled" in str(failed.exception(timeout=60))
+    regex_bad = engine.grammars.submit(Constraint(ConstraintKind.REGEX, "[9-0]{3}-[9-0]{4}"))
+    assert "cannot be compiled" in str(regex_bad.exception(timeout=60))
+    outputs = run_all(
+        engine,
+        {
+            "json": (PROMPT, params(schema_constraint(good), max_tokens=60)),
+            "regex": (PROMPT, params(Constraint(ConstraintKind.REGEX, "[0-9]{3}-[0-9]{4}"))),
+        },
+    )
+    assert outputs["json"][-1].finish_reason == "stop", outputs["json"][-1]
+    assert 1 <= json.loads(text_of(outputs["json"])).get("n", 1) <= 10
+    assert outputs["regex"][-1].finish_reason == "stop", outputs["regex"][-1]
+
+
+@pytest.fixture(scope="module")
+def deadline_engine(tiny_qwen2_vl_dir):
+    """One compile worker (the stalling one), a generous compile limit, and a 3 s limit on
+    a request's whole wait for its grammar, queue and compile together."""
+    engine = make_engine(
+        tiny_qwen2_vl_dir,
+        grammar_compile_threads=1,
+        grammar_compile_timeout_s=30.0,
+        grammar_queue_timeout_s=3.0,
+        grammar_worker_module="tests.llm_svc.stalling_grammar_worker",
+    )
+    engine.grammars.wait_ready(60)
+    yield engine
+    engine.close()
+
+
+def test_one_deadline_covers_queue_and_compile_and_dead_jobs_never_take_a_slot(
+    deadline_engine,
+):
+    """ "stall" takes the one slot; "queued" waits behind it and passes its deadline in the
+    queue; "stall again" (the same constraint as "stall", sent last) keeps the stalled
+    compile wanted until after that. So the slot frees only when "queued" has nobody
+    waiting for it, whatever the machine's speed: that job is dropped, never compiled."""
+    engine = deadline_engine
+    pool = engine.grammars
+    killed, dropped = pool.num_timed_out, pool.num_dropped
+    stall = Constraint(ConstraintKind.REGEX, STALL + "deadline")
+    queued = Constraint(ConstraintKind.REGEX, "q[a-z]{1,7}")
+    stalled = engine.add_request("stall", PROMPT, params(stall)).grammar.future
+    engine.add_request("queued", PROMPT, params(queued))
+    engine.add_request("stall again", PROMPT, params(stall))
+    outputs = run_stepping(engine)
+    # The pool kills the compile at the last request's deadline (not at its 30 s limit).
+    assert "(waiting and compiling;" in str(stalled.exception(timeout=25))
+    for name in ("stall", "stall again"):
+        error = str(outputs[name][-1].error)
+        assert "was not compiled within the limit of 3 s (waiting and compiling;" in error
+    error = str(outputs["queued"][-1].error)
+    assert "found no free compile slot within the limit of 3 s" in error
+    assert pool.num_timed_out == killed + 1 and pool.num_dropped == dropped + 1
+    # A compile cut short by its requests' deadline says nothing of the constraint.
+    assert pool.failures.lookup(stall) is None
+    # The slot is free again for a legitimate constraint; the dropped one compiles now.
+    outputs = run_all(
+        engine,
+        {
+            "next": (PROMPT, params(schema_constraint(SCHEMAS["flat_object"]))),
+            "queued": (PROMPT, params(queued)),
+        },
+    )
+    assert outputs["next"][-1].finish_reason == "stop"
+    assert outputs["queued"][-1].finish_reason == "stop"
+
+
+def test_a_grammar_that_ends_before_min_tokens_ends_the_request_with_stop(engine):
+    """Once the grammar allows only its end, min_tokens's hold on the end gives way: the
+    grammar's end wins (finish_reason "stop"), never a row with no token left."""
+    constraint = Constraint(ConstraintKind.REGEX, "(yes|no)")
+    short = SamplingParams(temperature=0.0, max_tokens=40, min_tokens=20, constraint=constraint)
+    outputs = run_all(engine, {"short": (PROMPT, short), "free": (PROMPT, params(max_tokens=3))})
+    last = outputs["short"][-1]
+    assert last.finish_reason == "stop" and last.error is None, last
+    assert text_of(outputs["short"]) in ("yes", "no")
+    assert len(token_ids(outputs["free"])) == 3

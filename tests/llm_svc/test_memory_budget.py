@@ -17,6 +17,7 @@ from llm_svc.engine.errors import InvalidRequestError
 from llm_svc.engine.kv_sizing import profile_step
 from llm_svc.engine.memory_budget import (
     MemoryBudget,
+    ProfiledStep,
     estimated_step_peak,
     measured_budget,
     module_bytes,
@@ -75,6 +76,7 @@ def test_budget_is_utilisation_times_total_less_weights_peak_held_and_other():
         probe.allocate(3 * GIB)  # activations
         probe.allocate(GIB)  # sampler buffers, on top
         probe.free(4 * GIB)
+        return ProfiledStep(tokens=8192, image_rows=8192, sampled_rows=256)
 
     budget = measured_budget(probe, 0.9, held_embeddings=2 * GIB, profile=profile, rank=1)
     assert probe.calls == ["allocated", "reset_peak", "profile", "peak"]
@@ -82,6 +84,44 @@ def test_budget_is_utilisation_times_total_less_weights_peak_held_and_other():
     expected = int(0.9 * 80 * GIB) - 10 * GIB - 4 * GIB - 2 * GIB - GIB // 2
     assert budget.kv_bytes == expected
     assert budget.num_pages(1 << 20) == expected >> 20
+
+
+def test_the_profiles_own_kv_cache_and_image_rows_are_counted_once():
+    """The profiling step allocates a KV cache for its tokens and the embeddings its image
+    rows come from; the KV term and held embeddings count those, so the budget is design
+    §3's sum with the step peak net of both (the old code subtracted them twice)."""
+    total, weights, other, held = 80 * GIB, 10 * GIB, GIB // 2, 2 * GIB
+    kv, images, activations, sampler = 6 * GIB, GIB, 3 * GIB, GIB
+    probe = FakeProbe(total, weights, other)
+
+    def profile():
+        probe.allocate(kv)
+        probe.allocate(images)
+        probe.allocate(activations)
+        probe.allocate(sampler)
+        probe.free(kv + images + activations + sampler)
+        return ProfiledStep(8192, 8192, 256, kv_bytes=kv, image_bytes=images)
+
+    budget = measured_budget(probe, 0.9, held_embeddings=held, profile=profile)
+    # docs/design.md §3: KV = utilisation x total - weights - step peak - held - other,
+    # step peak = allocator peak - weights - the profile's KV - its image rows.
+    step_peak = (weights + kv + images + activations + sampler) - weights - kv - images
+    expected = 0.9 * total - weights - step_peak - held - other
+    assert budget.step_peak == activations + sampler
+    assert abs(budget.kv_bytes - expected) <= 0.01 * expected
+
+
+def test_the_profiling_step_reports_its_kv_cache_and_image_rows(llama_dir):
+    config = EngineConfig(llama_dir, page_size=4, max_num_batched_tokens=50, max_num_seqs=6,
+                          num_pages=8, device="cpu", dtype="float32")  # fmt: skip
+    runner = ModelRunner(config)
+    step = profile_step(runner, config)
+    mc = runner.model_config
+    pages = 14  # 50 tokens over 6 sequences of 9, 9, 8, 8, 8, 8: 3 + 3 + 2 + 2 + 2 + 2 pages
+    per_page = KVCache.bytes_per_page(mc.num_layers, 4, mc.num_kv_heads, mc.head_dim,
+                                      torch.float32)  # fmt: skip
+    assert step.kv_bytes == pages * per_page
+    assert step.image_bytes == 50 * mc.hidden_size * 4
 
 
 def test_a_budget_too_small_for_one_page_names_every_part():

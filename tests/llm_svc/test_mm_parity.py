@@ -31,10 +31,11 @@ def _generate(llm: LLM, prompts, max_new: int = MAX_NEW):
 def test_greedy_with_images_equals_hf(mm_reference, chunk):
     one = mm_reference.prompt(["Describe", "please"], [make_image(0)])
     two = mm_reference.prompt(["Compare", "with", "now"], [make_image(1), make_image(2, (64, 96))])
-    spans = [span for p in (one, two) for item in p.items for span in item.offsets]
+    items = [item for p in (one, two) for item in p.items]
     if chunk < 512:
-        # Every image span is longer than a chunk, so chunks cut each one in its middle.
-        assert all(end - start + 1 > chunk for start, end in spans)
+        # Every image is longer than a chunk (Mistral 3's rows may be shorter), so chunks
+        # cut images in their middle.
+        assert all(item.token_count > chunk for item in items)
     llm = _llm(mm_reference, max_num_batched_tokens=chunk)
     outputs = _generate(llm, [one, two])
     assert same_tokens(outputs[0].token_ids, mm_reference.greedy(one, MAX_NEW))
@@ -137,3 +138,36 @@ def test_mrope_positions_are_what_make_qwen_match(qwen_reference):
     }
     # Measured here: ~5e-7 with M-RoPE, ~2e-3 without (a tiny random model barely cares).
     assert worst["mrope"] < 1e-5 and worst["plain"] > 5e-4, worst
+
+
+def _first_top_logprobs(llm: LLM, prompt) -> list[tuple[int, float]]:
+    params = greedy(1, logprobs=5)
+    out = llm.generate(
+        prompt_token_ids=[prompt.ids], images=[prompt.images], sampling_params=params,
+        use_tqdm=False,
+    )[0]  # fmt: skip
+    return out.logprobs[0].top
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_first_token_logprobs_within_1e_4_of_hf(mm_reference, count):
+    images = [make_image(20), make_image(21, (160, 64))][:count]
+    prompt = mm_reference.prompt(["Look", *["and"] * (count - 1), "now"], images)
+    hf = mm_reference.first_logprobs(prompt)
+    top = _first_top_logprobs(_llm(mm_reference, max_num_batched_tokens=7), prompt)
+    assert len(top) == 5
+    worst = max(abs(logprob - float(hf[token])) for token, logprob in top)
+    assert worst < 1e-4, worst
+
+
+def test_images_between_turns_equal_hf(mm_reference):
+    """An image in the first user turn, an assistant answer, another image in the next."""
+    messages = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe"}]},
+        {"role": "assistant", "content": "A cat sits on a red mat."},
+        {"role": "user", "content": [{"type": "text", "text": "And"}, {"type": "image"}]},
+    ]
+    prompt = mm_reference.conversation(messages, [make_image(30), make_image(31, (96, 64))])
+    assert len(prompt.items) == 2
+    out = _generate(_llm(mm_reference, max_num_batched_tokens=16), [prompt])[0]
+    assert same_tokens(out.token_ids, mm_reference.greedy(prompt, MAX_NEW))

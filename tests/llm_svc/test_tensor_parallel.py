@@ -97,7 +97,7 @@ def _engine(model_dir, prompts, size: int):
     return engine, source
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2_vl", "idefics3"])
+@pytest.fixture(scope="module", params=["llama", "qwen2_vl", "idefics3", "internvl", "mistral3"])
 def runs(request):
     """{size: (first batch, the first prompt again, stats, runner)} of one model, and the
     lengths of its image spans."""

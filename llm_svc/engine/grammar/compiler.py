@@ -5,8 +5,13 @@ future at once, shared by every request with the same constraint (bounded LRU ke
 `Constraint.key`), and one of `threads` slots compiles it in its worker process
 (workers.py). A compile that outlives `compile_timeout_s` (counted from when its worker
 starts it) is ended by killing that worker; the slot starts a fresh one, so a slot is free
-again within the timeout whatever the constraint. Failures are remembered by the
-constraint's shape (failures.py), so varying a failed constraint's numbers fails at once.
+again within the timeout whatever the constraint.
+
+A request waits for its grammar at most `queue_timeout_s`, in the queue and compiling
+together. A job whose requests have all gone (aborted, or past that deadline) is dropped
+before it takes a slot, and a running compile is killed at its last request's deadline. A
+failed compile is remembered for `failure_ttl_s` (failures.py): a plain error by its exact
+text, a compile that used up `compile_timeout_s` also by its shape.
 """
 
 from __future__ import annotations
@@ -45,20 +50,35 @@ _JSON_KINDS = (ConstraintKind.JSON_SCHEMA, ConstraintKind.STRUCTURAL_TAG)
 @dataclass(frozen=True)
 class GrammarLimits:
     """Bounds on one constraint: its text's size, its JSON nesting depth, its compile time
-    (from when a worker starts it), and how long it may wait for a compile slot."""
+    (from when a worker starts it), how long a request waits for it (queue and compile
+    together), and how long a failed compile is remembered."""
 
     max_bytes: int = 64 << 10
     max_depth: int = 32
     compile_timeout_s: float = 3.0
-    queue_timeout_s: float = 4.0
+    queue_timeout_s: float = 7.0
+    failure_ttl_s: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"grammar {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("compile_timeout_s", "queue_timeout_s"):
+        for name in ("compile_timeout_s", "queue_timeout_s", "failure_ttl_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"grammar {name} must be > 0, got {getattr(self, name)}")
+
+
+class _TimedOut(InvalidRequestError):
+    """A compile that used up its whole time limit: remembered by shape too."""
+
+
+class _CutShort(Exception):
+    """A compile killed at its requests' deadline, before its own limit: `error` is theirs
+    and says nothing of the constraint, so it is not remembered."""
+
+    def __init__(self, error: InvalidRequestError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def check_constraint(constraint: Constraint, limits: GrammarLimits) -> None:
@@ -88,6 +108,18 @@ def check_constraint(constraint: Constraint, limits: GrammarLimits) -> None:
         raise InvalidRequestError(FIELD, name, "must not be empty")
 
 
+@dataclass(eq=False)
+class _Job:
+    """A queued compile and the requests waiting for it: `waiters` of them, the latest of
+    which came at `submitted` and waits `wait_s` (None: no deadline)."""
+
+    constraint: Constraint
+    future: cf.Future
+    submitted: float
+    wait_s: float | None
+    waiters: int = 1
+
+
 class GrammarCompilerPool:
     """Compiles constraints for one tokenizer / vocabulary. xgrammar's tokenizer info is
     built once, on the first slot's thread (it reads the whole vocabulary), and handed to
@@ -113,8 +145,10 @@ class GrammarCompilerPool:
         self.limits = limits
         self.cache_entries = cache_entries
         self.worker_module = worker_module
+        # Compiled grammars and compiles under way; failed ones leave it for `failures`.
         self._cache: OrderedDict[str, cf.Future] = OrderedDict()
-        self._failures = FailureCache(cache_entries)
+        self._waiting: dict[str, _Job] = {}  # jobs no slot has taken yet, by key
+        self.failures = FailureCache(cache_entries, limits.failure_ttl_s)
         self._lock = threading.Lock()  # the caches (the engine thread takes it too)
         self._info_lock = threading.Lock()
         self._info = None
@@ -125,7 +159,8 @@ class GrammarCompilerPool:
         self.num_compiled = 0  # compiles started (cache misses), for tests and metrics
         self.ready_since: float | None = None  # when a worker first answered ready
         self._ready = threading.Event()  # set then
-        self.num_timed_out = 0  # compiles killed with their worker at the timeout
+        self.num_timed_out = 0  # compiles killed with their worker (limit or deadline)
+        self.num_dropped = 0  # jobs dropped unstarted: nobody waited for them any more
         self.killed_pids: deque[int] = deque(maxlen=64)  # the latest of those workers
         self._spare: queue.SimpleQueue = queue.SimpleQueue()  # a warm worker for a killed one
         self._threads: list[threading.Thread] = []
@@ -156,27 +191,91 @@ class GrammarCompilerPool:
     def check(self, constraint: Constraint) -> None:
         check_constraint(constraint, self.limits)
 
-    def submit(self, constraint: Constraint) -> cf.Future:
+    def submit(self, constraint: Constraint, wait_s: float | None = None) -> cf.Future:
         """The compiled grammar's future (xgrammar.CompiledGrammar, or InvalidRequestError).
-        It is `running()` once a worker has the job."""
+        It is `running()` once a worker has the job. The caller waits at most `wait_s`
+        (counted from now, or from when the first worker was ready if later; None: no
+        limit) and calls `release` if it stops waiting before the future is done."""
         key = constraint.key
         self.warm()
+        now = time.monotonic()
         with self._lock:
             future = self._cache.get(key)
             if future is not None:
                 self._cache.move_to_end(key)
+                job = self._waiting.get(key)
+                if job is not None:
+                    job.waiters += 1
+                    job.submitted = now
+                    job.wait_s = None if None in (job.wait_s, wait_s) else max(job.wait_s, wait_s)
                 return future
             future = cf.Future()
-            failed = self._failures.lookup(constraint)
+            failed = self.failures.lookup(constraint)
             if failed is not None:
                 future.set_exception(failed)
-            else:
-                self._jobs.put((constraint, future))
-                self.num_compiled += 1
+                return future
+            job = self._waiting[key] = _Job(constraint, future, now, wait_s)
+            self._jobs.put(job)
+            self.num_compiled += 1
             self._cache[key] = future
             while len(self._cache) > self.cache_entries:
                 self._cache.popitem(last=False)
             return future
+
+    def release(self, constraint: Constraint) -> None:
+        """One request no longer waits for `constraint` (aborted, or past its deadline).
+        A queued job nobody waits for is dropped before it takes a slot."""
+        key = constraint.key
+        with self._lock:
+            job = self._waiting.get(key)
+            if job is None:
+                return
+            job.waiters -= 1
+            if job.waiters <= 0:
+                self._drop(job)
+
+    def _drop(self, job: _Job) -> None:
+        """Under the lock: the job leaves the queue's bookkeeping and its future ends
+        cancelled (the slot that takes it skips it)."""
+        key = job.constraint.key
+        del self._waiting[key]
+        if self._cache.get(key) is job.future:
+            del self._cache[key]
+        job.future.cancel()
+        self.num_dropped += 1
+
+    def _deadline(self, job: _Job) -> float | None:
+        if job.wait_s is None:
+            return None
+        return max(job.submitted, self.ready_since or job.submitted) + job.wait_s
+
+    def _take(self, job: _Job) -> float | None:
+        """Start `job` on a slot: the seconds its compile may take, or None if it was
+        dropped (nobody waits for it any more)."""
+        left = None
+        with self._lock:
+            if self._waiting.get(job.constraint.key) is job:
+                deadline = self._deadline(job)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:  # its last request's deadline passed
+                    self._drop(job)
+                    return None
+                del self._waiting[job.constraint.key]
+            if not job.future.set_running_or_notify_cancel():
+                return None
+        limit = self.limits.compile_timeout_s
+        return limit if left is None else min(limit, left)
+
+    def _failed(self, job: _Job, error: Exception, *, remember: bool, by_shape: bool) -> None:
+        """A compile failed: its future ends with `error`, and it leaves the cache (a
+        remembered failure lives in `failures`, for its time limit only)."""
+        with self._lock:
+            key = job.constraint.key
+            if self._cache.get(key) is job.future:
+                del self._cache[key]
+            if remember:
+                self.failures.record(job.constraint, error, by_shape=by_shape)
+        job.future.set_exception(error)
 
     def close(self) -> None:
         self._closed = True
@@ -207,19 +306,21 @@ class GrammarCompilerPool:
             job = self._jobs.get()
             if job is None or self._closed:
                 return
-            constraint, future = job
-            if not future.set_running_or_notify_cancel():
+            timeout_s = self._take(job)
+            if timeout_s is None:
                 continue
             try:
-                future.set_result(self._compile(slot, constraint))
+                job.future.set_result(self._compile(slot, job, timeout_s))
+            except _CutShort as err:
+                self._failed(job, err.error, remember=False, by_shape=False)
+            except _TimedOut as err:
+                self._failed(job, err, remember=True, by_shape=True)
             except InvalidRequestError as err:
-                with self._lock:
-                    self._failures.record(constraint, err)
-                future.set_exception(err)
+                self._failed(job, err, remember=True, by_shape=False)
             except Exception as err:  # noqa: BLE001 - the request must end, not hang
-                future.set_exception(err)
+                self._failed(job, err, remember=False, by_shape=False)
 
-    def _compile(self, slot: int, constraint: Constraint):
+    def _compile(self, slot: int, job: _Job, timeout_s: float):
         import xgrammar
 
         worker = self.workers[slot]
@@ -227,14 +328,13 @@ class GrammarCompilerPool:
             worker = self.workers[slot] = self._new_worker()
             if self._closed:
                 worker.kill()
+        constraint = job.constraint
         name = constraint.describe()
         try:
             if not worker.ready:
                 worker.wait_ready()
                 self._worker_ready()
-            reply = worker.compile(
-                constraint.kind.value, constraint.value, self.limits.compile_timeout_s
-            )
+            reply = worker.compile(constraint.kind.value, constraint.value, timeout_s)
         except WorkerTimeout:
             self.num_timed_out += 1
             self.killed_pids.append(worker.pid)
@@ -242,10 +342,19 @@ class GrammarCompilerPool:
                 "grammar compile worker %d killed: %s did not compile within %g s",
                 worker.pid,
                 name,
-                self.limits.compile_timeout_s,
+                timeout_s,
             )
             self.workers[slot] = None if self._closed else self._replacement()
-            raise InvalidRequestError(
+            if timeout_s < self.limits.compile_timeout_s:  # its requests' deadline came first
+                raise _CutShort(
+                    InvalidRequestError(
+                        FIELD,
+                        name,
+                        f"was not compiled within the limit of {job.wait_s:g} s (waiting and "
+                        "compiling; the pod's grammar compilers are busy)",
+                    )
+                ) from None
+            raise _TimedOut(
                 FIELD,
                 name,
                 f"did not compile within the limit of {self.limits.compile_timeout_s:g} s "

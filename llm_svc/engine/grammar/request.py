@@ -18,8 +18,10 @@ class GrammarViolation(RuntimeError):
 
 class RequestGrammar:
     """`ready()` once compiled (then `start()`); `expired()` once it has waited past
-    `timeout_s` for a compile slot. (A compile that has started is bounded by the pool,
-    which kills its worker at the compile timeout and fails the future.)
+    `timeout_s` for its grammar, in the queue and compiling together (the pool kills a
+    compile at its last request's deadline, or at the compile limit if sooner). `release()`
+    tells the pool this request no longer waits (once; the engine calls it when the
+    request ends or expires).
 
     The matcher only ever advances: preemption keeps a sequence's output tokens and
     recomputes their KV, so the grammar state stays valid and needs neither rollback nor
@@ -36,6 +38,7 @@ class RequestGrammar:
         timeout_s: float,
         workers_since: Callable[[], float | None] = time.monotonic,
         opens_after: int | None = None,
+        release: Callable[[], None] | None = None,
     ) -> None:
         self.constraint = constraint
         self.future = future
@@ -45,6 +48,7 @@ class RequestGrammar:
         # slot is counted from then, so a pod's cold start fails no request.
         self.workers_since = workers_since
         self.matcher = None
+        self._release = release
         self.opens_after = opens_after
 
     @property
@@ -53,22 +57,30 @@ class RequestGrammar:
         return self.opens_after is None
 
     def ready(self) -> bool:
-        return self.future.done()
+        # A cancelled future is a job the pool dropped: nobody waited for it any more.
+        return self.future.done() and not self.future.cancelled()
 
     def expired(self) -> bool:
-        future = self.future
-        if future.running() or future.done():
+        if self.ready():
             return False
         since = self.workers_since()
         return since is not None and time.monotonic() > max(self.submitted, since) + self.timeout_s
 
     def timeout_error(self) -> InvalidRequestError:
+        if self.future.running():
+            reason = "was not compiled within the limit of {:g} s (waiting and compiling; "
+        else:
+            reason = "found no free compile slot within the limit of {:g} s ("
         return InvalidRequestError(
             FIELD,
             self.constraint.describe(),
-            f"found no free compile slot within the limit of {self.timeout_s:g} s "
-            "(the pod's grammar compilers are busy)",
+            reason.format(self.timeout_s) + "the pod's grammar compilers are busy)",
         )
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
     def start(self) -> None:
         """Make the matcher; raises the compile's InvalidRequestError if it failed."""

@@ -32,13 +32,17 @@ class StepConstraints:
         for row, seq in enumerate(seqs):
             if seq.params.logit_bias:
                 self._add_bias(logits[row], seq.params.logit_bias)
-            if seq.params.min_tokens:
-                self._hold_back_the_end(logits[row], seq)
         rows = [
             row for row, seq in enumerate(seqs) if seq.grammar is not None and seq.grammar.active
         ]
-        if not rows:
-            return
+        if rows:
+            self._apply_grammars(logits, seqs, rows)
+        # After the grammars: a grammar that allows only its end overrides min_tokens.
+        for row, seq in enumerate(seqs):
+            if seq.params.min_tokens:
+                self._hold_back_the_end(logits[row], seq)
+
+    def _apply_grammars(self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int]):
         import xgrammar
 
         bitmask = self._bitmask_for(len(seqs))
@@ -50,7 +54,8 @@ class StepConstraints:
         xgrammar.apply_token_bitmask_inplace(logits, mask, indices=rows, vocab_size=self.vocab_size)
 
     def _hold_back_the_end(self, row: torch.Tensor, seq: Sequence) -> None:
-        """Before `min_tokens` tokens (sampled, read or not), no EOS or stop token id."""
+        """Before `min_tokens` tokens (sampled, read or not), no EOS or stop token id;
+        unless the row's grammar allows nothing else (it is complete): its end wins."""
         sampled = len(seq.token_ids) - seq.num_prompt_tokens
         if sampled >= seq.params.min_tokens:
             return
@@ -58,8 +63,16 @@ class StepConstraints:
         if not seq.params.ignore_eos:
             ends |= self.eos_token_ids
         ends = [token for token in ends if 0 <= token < row.shape[0]]
-        if ends:
-            row[torch.tensor(ends, dtype=torch.int64, device=row.device)] = float("-inf")
+        if not ends:
+            return
+        index = torch.tensor(ends, dtype=torch.int64, device=row.device)
+        if seq.grammar is not None:
+            held = row.index_fill(0, index, float("-inf"))
+            if not bool(torch.isfinite(held).any()):
+                return
+            row.copy_(held)
+            return
+        row[index] = float("-inf")
 
     def _add_bias(self, row: torch.Tensor, bias: dict[int, float]) -> None:
         ids = torch.tensor(list(bias), dtype=torch.int64, device=row.device)

@@ -23,6 +23,7 @@ class CompilingRequests:
     def discard(self, seq: Sequence) -> None:
         if seq in self._seqs:
             self._seqs.remove(seq)
+            seq.grammar.release()
 
     def collect(self) -> tuple[list[Sequence], list[tuple[Sequence, Exception]]]:
         """(sequences now ready to schedule, in arrival order; (sequence, error) for those
@@ -39,6 +40,7 @@ class CompilingRequests:
                     ready.append(seq)
             elif grammar.expired():
                 failed.append((seq, grammar.timeout_error()))
+                grammar.release()
             else:
                 left.append(seq)
         self._seqs = left

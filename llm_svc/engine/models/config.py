@@ -14,8 +14,9 @@ from pathlib import Path
 
 from iris.models import text_family
 from iris.models.quantization import QuantScheme, read_quantization
+from iris.multimodal import AttentionLayer, LayerKind, layers_from_windows
 
-FULL, SLIDING = "full", "sliding"
+FULL, SLIDING, LINEAR = "full", "sliding", "linear"
 MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
 SUPPORTED_ROPE_TYPES = ("default", "mrope", "linear")
 SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
@@ -23,6 +24,24 @@ SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 class UnsupportedModelError(ValueError):
     """The checkpoint's architecture or one of its options is not supported by the engine."""
+
+
+@dataclass(frozen=True)
+class LinearAttentionShape:
+    """The Gated DeltaNet layers of a hybrid model (Qwen3.5): each sequence keeps, per layer,
+    a conv state [conv_channels, conv_kernel - 1] and a recurrent state
+    [num_value_heads, key_head_dim, value_head_dim]."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def conv_channels(self) -> int:
+        keys = self.num_key_heads * self.key_head_dim
+        return 2 * keys + self.num_value_heads * self.value_head_dim
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,36 @@ class TextModelConfig:
     def rope(self, kind: str) -> Rope:
         return (self.ropes or {}).get(kind) or Rope(self.rope_theta)
 
+    # Hybrid models (Qwen3.5): the Gated DeltaNet layers' shape (their kind is LINEAR).
+    linear: LinearAttentionShape | None = None
+    partial_rotary_factor: float = 1.0
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.linear is not None
+
+    @property
+    def num_linear_layers(self) -> int:
+        return sum(kind == LINEAR for kind in self.layer_types)
+
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers that keep KV pages (the full-attention ones)."""
+        return self.num_layers - self.num_linear_layers
+
+    def resume_layers(self, snapshot_interval: int) -> tuple[AttentionLayer, ...]:
+        """The decoder's layers as the resumable-prefix rule sees them: full or sliding
+        attention, or linear layers resumable every `snapshot_interval` pages (a state
+        snapshot)."""
+        if not self.is_hybrid:
+            return layers_from_windows([self.window(i) for i in range(self.num_layers)])
+        linear = AttentionLayer(LayerKind.LINEAR, snapshot_interval=snapshot_interval)
+        return tuple(linear if kind == LINEAR else AttentionLayer() for kind in self.layer_types)
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> TextModelConfig:
         """Read config.json (and generation_config.json for EOS ids) from `model_dir`."""
@@ -106,7 +155,7 @@ class TextModelConfig:
         raw = json.loads((model_dir / "config.json").read_text())
         architecture = (raw.get("architectures") or ["?"])[0]
         try:
-            family = text_family(architecture)  # the one registry (iris/models/registry.py)
+            family = text_family(architecture, raw)  # the one registry (iris/models/registry.py)
         except ValueError as err:
             raise UnsupportedModelError(str(err)) from None
         text = raw.get("text_config") or raw
@@ -122,6 +171,7 @@ class TextModelConfig:
                 f"FP8 experts ({architecture} with quantization_config "
                 f"{quantization.method!r}) are not supported yet"
             )
+        linear = _linear_shape(text, family)
         return cls(
             architecture=architecture,
             family=family,
@@ -149,6 +199,8 @@ class TextModelConfig:
             hidden_act=text.get("hidden_activation") or text.get("hidden_act") or "silu",
             moe=_read_moe(family, text),
             query_pre_attn_scalar=text.get("query_pre_attn_scalar") if family == "gemma3" else None,
+            linear=linear,
+            partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)) if linear else 1.0,
         )
 
 
@@ -248,6 +300,14 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
             raise UnsupportedModelError(f"{architecture}: layer types {sorted(unknown)}")
         return tuple(SLIDING if kind == "sliding_attention" else FULL for kind in listed)
 
+    if family == "qwen3_5":  # hybrid: Gated DeltaNet layers between full-attention ones
+        unknown = set(listed) - {"full_attention", "linear_attention"}
+        if len(listed) != n or unknown:
+            raise UnsupportedModelError(
+                f"{architecture}: layer_types must be {n} of full_attention / "
+                f"linear_attention, got {len(listed)} with {sorted(unknown)}"
+            )
+        return tuple(LINEAR if kind == "linear_attention" else FULL for kind in listed)
     if family == "gemma3":
         if not window:
             return (FULL,) * n
@@ -255,7 +315,7 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
             return from_list()
         pattern = text.get("sliding_window_pattern", text.get("_sliding_window_pattern", 6))
         return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))
-    if architecture == "MistralForCausalLM":
+    if architecture == "MistralForCausalLM" or text.get("model_type") == "mistral":
         return (SLIDING if window else FULL,) * n
     if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         if not text.get("use_sliding_window") or not window:
@@ -287,6 +347,25 @@ def _read_moe(family: str, text: dict) -> MoeConfig | None:
         if family == "qwen2_moe"
         else 0,
     )
+
+
+def _linear_shape(text: dict, family: str) -> LinearAttentionShape | None:
+    """The Gated DeltaNet layers' shape of a Qwen3.5 config (None for other families)."""
+    if family != "qwen3_5":
+        return None
+    shape = LinearAttentionShape(
+        num_key_heads=text["linear_num_key_heads"],
+        num_value_heads=text["linear_num_value_heads"],
+        key_head_dim=text["linear_key_head_dim"],
+        value_head_dim=text["linear_value_head_dim"],
+        conv_kernel=text["linear_conv_kernel_dim"],
+    )
+    if shape.num_value_heads % shape.num_key_heads:
+        raise UnsupportedModelError(
+            f"linear_num_value_heads {shape.num_value_heads} is not a multiple of "
+            f"linear_num_key_heads {shape.num_key_heads}"
+        )
+    return shape
 
 
 def _eos_ids(model_dir: Path, raw: dict, text: dict) -> tuple[int, ...]:

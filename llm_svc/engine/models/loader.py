@@ -8,11 +8,13 @@ The LM's prefix is found from where `embed_tokens.weight` sits (`model.` for a p
 from __future__ import annotations
 
 import logging
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from torch import nn
 
 from iris.models.fp8 import FP8, SCALE_NAMES, dequantize, quantized_modules
 from llm_svc.engine.models.decoder import DecoderLM
@@ -39,9 +41,36 @@ def find_text_prefix(names: list[str]) -> str:
     return min(candidates, key=len)
 
 
-def swap_quantized_layers(model: DecoderLM, model_dir: str | Path, dtype: torch.dtype) -> None:
+@contextmanager
+def building_in(dtype: torch.dtype) -> Iterator[None]:
+    """Build modules with no memory behind them, in their target dtype: inside, any
+    nn.Module constructed (and any layer swapped in) lands on the meta device with `dtype`
+    as torch's default float dtype; `materialize` then allocates it once. A tensor given an
+    explicit dtype keeps it (FP8 weights, float32 scales). torch's default dtype is
+    process-wide: building is not meant to overlap other work in the process."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def materialize(model: nn.Module, device: torch.device) -> nn.Module:
+    """Allocate `model`'s (meta) parameters and buffers on `device`, each once, in the dtype
+    it was built in; the values (buffers too) are uninitialised until the weights are
+    loaded."""
+    return model.to_empty(device=device)
+
+
+def swap_quantized_layers(
+    model: DecoderLM, model_dir: str | Path, dtype: torch.dtype, device: torch.device
+) -> None:
     """Before loading: make each decoder linear the checkpoint stores in FP8 an FP8 layer
-    (a no-op for an unquantized checkpoint)."""
+    (a no-op for an unquantized checkpoint). The new layers are built where the old ones
+    are (the meta device while `building_in`); `device` is where they will run, which
+    decides their matmul."""
     scheme = model.config.quantization
     if scheme is None:
         return
@@ -55,7 +84,6 @@ def swap_quantized_layers(model: DecoderLM, model_dir: str | Path, dtype: torch.
         for name in quantized_modules(names, scheme)
         if name.startswith(prefix + "layers.")
     }
-    device = model.embed_tokens.weight.device
     counts = swap_fp8_linears(model, scheme, quantized, device, dtype)
     log.info("FP8 (%s, %s scales): %s linear layers", scheme.method, scheme.strategy, counts)
 
@@ -88,6 +116,11 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
             wanted[found] = name
         else:
             wanted[prefix + name] = name
+    skipped = sum(name.startswith("mtp.") for name in where)
+    if skipped:
+        # Multi-token prediction heads (Qwen3.5) serve speculative decoding, which the
+        # engine does not do: left unloaded.
+        log.info("%d mtp.* weights (multi-token prediction) not loaded", skipped)
     # Stacked experts may be stored per expert: read_experts finds them (checked there).
     missing = [name for name in wanted if name not in where and not is_stacked_expert(name)]
     if missing:

@@ -47,7 +47,8 @@ class Fp8Linear(nn.Module):
             scale_shape = (out_features, 1)
         else:
             scale_shape = (1,)
-        scale = nn.Parameter(torch.empty(scale_shape, device=device), requires_grad=False)
+        scale = torch.empty(scale_shape, dtype=torch.float32, device=device)
+        scale = nn.Parameter(scale, requires_grad=False)
         self.register_parameter(scheme.scale_name, scale)
         self.bias = None
         if bias:
@@ -78,7 +79,8 @@ class Fp8ScaledLinear(Fp8Linear):
         super().__init__(in_features, out_features, bias, scheme, device)
         self.input_scale = None
         if scheme.activations == "static":
-            self.input_scale = nn.Parameter(torch.empty(1, device=device), requires_grad=False)
+            scale = torch.empty(1, dtype=torch.float32, device=device)
+            self.input_scale = nn.Parameter(scale, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -135,8 +137,10 @@ def _uses_scaled_mm(scheme: QuantScheme, linear: nn.Linear, device, dtype) -> bo
 def swap_fp8_linears(
     model: nn.Module, scheme: QuantScheme, quantized: set[str], device, dtype: torch.dtype
 ) -> dict[str, int]:
-    """Replace each nn.Linear of `model` whose name is in `quantized` by an FP8 layer;
-    returns how many of each kind ({"W8A8": n, "weight-only": m})."""
+    """Replace each nn.Linear of `model` whose name is in `quantized` by an FP8 layer, built
+    on the linear's own device (meta before loading); `device` is where it will run, which
+    decides W8A8 or weight-only. Returns how many of each kind ({"W8A8": n,
+    "weight-only": m})."""
     counts = {"W8A8": 0, "weight-only": 0}
     targets = [
         (name, module)
@@ -149,7 +153,11 @@ def swap_fp8_linears(
         scaled = _uses_scaled_mm(scheme, linear, device, dtype)
         cls = Fp8ScaledLinear if scaled else Fp8Linear
         layer = cls(
-            linear.in_features, linear.out_features, linear.bias is not None, scheme, device
+            linear.in_features,
+            linear.out_features,
+            linear.bias is not None,
+            scheme,
+            linear.weight.device,
         )
         setattr(parent, child, layer)
         counts["W8A8" if scaled else "weight-only"] += 1

@@ -124,6 +124,14 @@ class RankProcesses:
                 code = process.exitcode
                 self._on_exit(f"tensor-parallel rank {rank} exited with code {code}")
 
+    def kill(self) -> None:
+        """End the ranks now (a failed start: they have nothing to finish)."""
+        self._stopping.set()
+        for proc in self.processes:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+
     def stop(self) -> None:
         """Wait up to STOP_WAIT_S for the ranks to leave, then kill what is left."""
         self._stopping.set()

@@ -21,7 +21,7 @@ from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.embeddings.assembly import ChunkImageRows, assemble_input_embeds
 from llm_svc.engine.model_runner import ModelRunner, StepInputs
 from llm_svc.engine.parallel.channel import PING, STOP, StepChannel, StepMessage
-from llm_svc.engine.parallel.group import RankFailedError, RankGroup
+from llm_svc.engine.parallel.group import CollectiveError, RankFailedError, RankGroup
 from llm_svc.engine.parallel.ranks import RankProcesses, join_group
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,10 @@ class ShardRunner(ModelRunner):
 
     def _num_pages(self, config: EngineConfig) -> int:
         return self.group.min_host(super()._num_pages(config))
+
+    def profiling_collectives(self):
+        # Another rank may still be loading: the start group's timeout, not a step's.
+        return self.group.collectives_on_start_group()
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):
@@ -62,15 +66,23 @@ class ShardRunner(ModelRunner):
         return self.execute(inputs, embeds)
 
     def serve(self) -> None:
-        """A rank other than 0: run each step rank 0 sends, until STOP."""
+        """A rank other than 0: run each step rank 0 sends, until STOP. A step rank 0
+        dropped (its own error mid-step) is dropped here too; any other failed collective
+        ends the rank (CollectiveError)."""
         while True:
-            kind, message = self.channel.recv()
-            if kind == STOP:
-                return
-            if kind == PING:
-                self.group.ping()
-            else:
-                self.forward(message)
+            try:
+                kind, message = self.channel.recv()
+                if kind == STOP:
+                    return
+                if kind == PING:
+                    self.group.ping()
+                else:
+                    self.forward(message)
+            except CollectiveError:
+                if not self.group.step_dropped():
+                    raise
+                log.warning("rank 0 dropped step generation %d", self.group.generation)
+                self.group.reset()
 
 
 def flatten_images(image_rows: list, starts: list[int]):
@@ -86,25 +98,38 @@ class DriverRunner(ShardRunner):
     """Rank 0: starts the other ranks, hands them each step, pings them when idle (a hung
     rank is found within the timeout even then), and stops them on `close`.
 
-    A rank that dies or stops answering raises RankFailedError from `run`, and calls
-    `on_failure(message)` when set (the pod sets it to end the process)."""
+    A rank that dies or stops answering (a collective fails or times out) raises
+    RankFailedError from `run`, and calls `on_failure(message)` when set (the pod sets it
+    to end the process). Rank 0's own error in a step (out of memory, say) is raised as it
+    is, as at TP 1, after the other ranks are told to drop the step (group.py)."""
 
     def __init__(self, config: EngineConfig) -> None:
         size, timeout = config.tensor_parallel_size, config.tensor_parallel_timeout_s
         self.on_failure = None
         self._threads = torch.get_num_threads()
-        if torch.device(config.device).type == "cpu":
-            torch.set_num_threads(1)  # one core per rank: ranks on one host share its cores
-        self.ranks = RankProcesses(config, self._rank_failed)
-        group = join_group(0, size, self.ranks.port, torch.device(config.device), timeout)
         self._lock = threading.Lock()
         self._last = time.monotonic()
         self._closed = threading.Event()
         self.failure: str | None = None
+        self.ranks = None
+        group = None
+        if torch.device(config.device).type == "cpu":
+            torch.set_num_threads(1)  # one core per rank: ranks on one host share its cores
         try:
+            self.ranks = RankProcesses(config, self._rank_failed)
+            group = join_group(0, size, self.ranks.port, torch.device(config.device), timeout)
             super().__init__(config, group)
         except Exception as err:
-            raise RankFailedError(f"tensor-parallel start failed: {self.ranks.describe()}") from err
+            # Nothing may outlive a failed start: the ranks would wait out the start
+            # timeout, and the thread count would stay at one.
+            described = self.ranks.describe() if self.ranks is not None else "no rank started"
+            self._closed.set()
+            if self.ranks is not None:
+                self.ranks.kill()
+            if group is not None:
+                group.leave()
+            torch.set_num_threads(self._threads)
+            raise RankFailedError(f"tensor-parallel start failed: {err} ({described})") from err
         self._pinger = threading.Thread(target=self._ping_loop, name="tp-ping", daemon=True)
         self._pinger.start()
         # An offline LLM is seldom closed: stop the ranks cleanly before multiprocessing's
@@ -123,18 +148,29 @@ class DriverRunner(ShardRunner):
     @contextmanager
     def _collective(self):
         """Hold the group for one exchange; a collective's error (a dead peer, a timeout)
-        becomes RankFailedError naming the ranks."""
+        becomes RankFailedError naming the ranks. Any other error is rank 0's own: the
+        others drop the exchange, and the error goes on as it is."""
         with self._lock:
             if self.failure is not None:
                 raise RankFailedError(self.failure)
             try:
                 yield
-            except RuntimeError as err:  # gloo / NCCL report a lost or silent peer so
-                message = f"tensor-parallel step failed: {self.ranks.describe()} ({err})"
-                self._rank_failed(message)
-                raise RankFailedError(message) from err
+            except CollectiveError as err:
+                raise self._failed_collective(err) from err
+            except BaseException as err:
+                log.warning("rank 0 failed in a step (%s); the other ranks drop it", err)
+                try:
+                    self.group.drop_step()
+                except CollectiveError as failed:
+                    raise self._failed_collective(failed) from err
+                raise
             finally:
                 self._last = time.monotonic()
+
+    def _failed_collective(self, err: CollectiveError) -> RankFailedError:
+        message = f"tensor-parallel step failed: {self.ranks.describe()} ({err})"
+        self._rank_failed(message)
+        return RankFailedError(message)
 
     def _ping_loop(self) -> None:
         interval = self.config.tensor_parallel_timeout_s / 4

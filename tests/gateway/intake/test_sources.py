@@ -37,3 +37,21 @@ async def test_bad_sources_are_client_errors_naming_the_problem(url, status, fra
     assert caught.value.status == status
     assert fragment in caught.value.message
     assert caught.value.param == "messages[0].content[1]"
+
+
+async def test_an_image_decoded_window_by_window_is_the_whole_decode(monkeypatch):
+    """Decoded in windows (here 10 characters, so groups, whitespace and the padding fall
+    across them), the bytes and the refusals are those of one strict decode of the whole."""
+    from gateway.intake import sources
+
+    monkeypatch.setattr(sources, "DECODE_WINDOW", 10)
+    for payload in (bytes(range(256)), b"x", b"xy", b"xyz" * 33):
+        text = base64.b64encode(payload).decode()
+        spaced = " ".join(text[i : i + 7] for i in range(0, len(text), 7))
+        for url in (text, f"data:image/png;base64,{text}", spaced, "\n" + spaced + "\n"):
+            assert await image_bytes(url, FETCHER, 1000, "p") == payload
+    padded_inside = base64.b64encode(b"x").decode() * 4  # 'eA==eA==...': padding mid-data
+    for bad in (padded_inside, "eA=", "abcdefghijk@mnop"):
+        with pytest.raises(APIError) as refused:
+            await image_bytes(bad, FETCHER, 1000, "p")
+        assert refused.value.status == 400 and "base64" in refused.value.message

@@ -23,6 +23,8 @@ from iris.models.build import COMPLETE_MARKER, build_atomically
 def test_registered_architectures():
     assert registered_architectures() == [
         "Idefics3ForConditionalGeneration",
+        "InternVLForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
         "SmolVLMForConditionalGeneration",
@@ -76,11 +78,14 @@ def test_adapter_facts(tiny_qwen2_vl_dir, tiny_idefics3_dir):
     ]
 
 
-def test_gateway_path_does_not_import_torch(tiny_qwen2_vl_dir, tiny_idefics3_dir):
+def test_gateway_path_does_not_import_torch(
+    tiny_qwen2_vl_dir, tiny_idefics3_dir, tiny_internvl_dir
+):
+    dirs = [str(d) for d in (tiny_qwen2_vl_dir, tiny_idefics3_dir, tiny_internvl_dir)]
     code = f"""
 import sys
 from iris.models import load_adapter
-for d in [{str(tiny_qwen2_vl_dir)!r}, {str(tiny_idefics3_dir)!r}]:
+for d in {dirs!r}:
     a = load_adapter(d)
     _, grid = a.image_token_count(640, 480)
     message = {{"role": "user", "content": [{{"type": "image"}}]}}
@@ -95,7 +100,8 @@ print("ok")
 
 
 @pytest.mark.parametrize(
-    "fixture", ["tiny_qwen2_vl_dir", "tiny_qwen2_5_vl_dir", "tiny_idefics3_dir"]
+    "fixture",
+    ["tiny_qwen2_vl_dir", "tiny_qwen2_5_vl_dir", "tiny_idefics3_dir", "tiny_internvl_dir"],
 )
 def test_tiny_checkpoints_load_with_auto_classes(fixture, request):
     from transformers import (
@@ -159,3 +165,5 @@ def test_cli_make_tiny(tmp_path):
     good = runner.invoke(app, ["models", "make-tiny", "--arch", "qwen2_vl", str(tmp_path / "q")])
     assert good.exit_code == 0, good.output
     assert load_adapter(tmp_path / "q").architecture == "Qwen2VLForConditionalGeneration"
+    listed = runner.invoke(app, ["models", "make-tiny", "--help"]).output
+    assert "internvl" in listed

@@ -42,3 +42,21 @@ def test_the_gateway_is_open_by_default_and_takes_api_keys(tmp_path):
     keyed = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path, api_keys=("k1", "k,2")))
     keyed.plan()
     assert gateway_env(keyed)["IRIS_GATEWAY_API_KEYS"] == '["k1", "k,2"]'
+
+
+def test_n_gateways_each_get_their_own_ports_over_the_same_pods(tmp_path):
+    platform = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path, llm_pods=2, gateways=3))
+    platform.plan()
+    gateways = [service for service in platform.services if service.kind == "gateway"]
+    assert [g.name for g in gateways] == ["gateway", "gateway-1", "gateway-2"]
+    ports = {g.address for g in gateways} | {g.metrics_port for g in gateways}
+    assert len(ports) == 6
+    assert platform.gateway_urls == [f"http://{g.address}" for g in gateways]
+    assert platform.gateway_url == platform.gateway_urls[0]
+    pods = ",".join(platform.addresses("llm"))
+    assert all(g.child.env["IRIS_GATEWAY_LLM_ADDRESSES"] == pods for g in gateways)
+
+
+def test_zero_gateways_are_refused():
+    with pytest.raises(ValueError, match="need at least one gateway, got 0"):
+        UpConfig(model_dir=Path("."), gateways=0)

@@ -12,6 +12,7 @@ from iris.multimodal import block_hashes
 from llm_svc.engine import BlockRemoved, BlockStored
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from llm_svc.server.kv_events import KVEventLog
+from llm_svc.server.step_failures import test_hooks_enabled
 from tests.llm_svc.server.pods import PodThread, pod_settings, request
 
 
@@ -166,3 +167,52 @@ def test_a_full_log_drops_the_oldest_records_and_the_gap_shows():
     assert [r.seq for r in log.since(0)] == [4, 5]  # 1..3 are gone: seq 1 is not next
     seq, blocks = log.snapshot()
     assert seq == 5 and set(blocks) == set(hashes)
+
+
+async def test_reset_prefix_cache_announces_its_removals(small_pod):
+    async with grpc.aio.insecure_channel(small_pod.address) as channel:
+        stub = llm_pb2_grpc.LLMStub(channel)
+        subscriber = Subscriber()
+        follower = asyncio.create_task(subscriber.follow(stub))
+        await run_workload(stub, 3, first_seed=20)
+        await caught_up(subscriber, small_pod)
+        held = small_pod.on_engine(cached_hashes)
+        assert held and subscriber.blocks == held
+        reply = await stub.ResetPrefixCache(llm_pb2.ResetPrefixCacheRequest())
+        await caught_up(subscriber, small_pod)
+        follower.cancel()
+    assert reply.pages_freed == len(held)
+    assert small_pod.on_engine(cached_hashes) == set() == subscriber.blocks
+    engine = small_pod.engine
+    assert small_pod.on_engine(lambda e: len(e.blocks.free_pages)) == engine.blocks.num_pages
+
+
+async def test_a_silent_reset_is_a_test_hook_and_tells_no_subscriber(small_pod):
+    servicer = small_pod.server.servicer
+    async with grpc.aio.insecure_channel(small_pod.address) as channel:
+        stub = llm_pb2_grpc.LLMStub(channel)
+        await run_workload(stub, 2, first_seed=30)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.ResetPrefixCache(llm_pb2.ResetPrefixCacheRequest(silent=True))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "IRIS_TEST_HOOKS" in refused.value.details()
+        held = small_pod.on_engine(cached_hashes)
+        assert held, "refused: nothing was dropped"
+        seq = small_pod.server.kv_log.seq
+        servicer.test_hooks = True  # what IRIS_TEST_HOOKS=1 sets when the server starts
+        try:
+            reply = await stub.ResetPrefixCache(llm_pb2.ResetPrefixCacheRequest(silent=True))
+        finally:
+            servicer.test_hooks = False
+        snapshot = await stub.GetKVSnapshot(llm_pb2.KVSnapshotRequest())
+    assert reply.pages_freed == len(held)
+    assert small_pod.on_engine(cached_hashes) == set()
+    # No event: the log and its snapshot still show the pages the engine no longer holds.
+    assert small_pod.server.kv_log.seq == seq
+    assert held <= set(snapshot.block_hashes)
+
+
+def test_test_hooks_are_on_only_with_the_flag():
+    assert test_hooks_enabled({"IRIS_TEST_HOOKS": "1"})
+    assert not test_hooks_enabled({})
+    assert not test_hooks_enabled({"IRIS_TEST_HOOKS": "true"})

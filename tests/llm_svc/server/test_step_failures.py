@@ -14,7 +14,7 @@ import pytest
 from llm_svc.engine import SamplingParams
 from llm_svc.server.builder import build_engine
 from llm_svc.server.errors import EngineFailure, StoppedBeforeAcceptance, status_of
-from llm_svc.server.events import Produced, Rejected, Submission
+from llm_svc.server.events import Admitted, Produced, Rejected, Submission
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.step_failures import step_fault, step_fault_from_env
 from llm_svc.server.worker import EngineWorker
@@ -211,3 +211,46 @@ def test_the_fault_hook_is_off_without_the_test_flag():
     hook()  # only the first step failed
     with pytest.raises(ValueError, match="IRIS_TEST_STEP_FAULT kind 'melt'"):
         step_fault("melt")
+
+
+def test_an_add_never_takes_over_an_id_whose_abort_is_pending(engine):
+    """The abort of "x" and a new "x" reach the engine thread in one drain (the step hook
+    holds the thread while both are queued): the new one is refused by name, and the old
+    one's abort is not delivered as the new one's answer, nor does the new one run on with
+    no reader. (The gateway sends every attempt under an id of its own, so this is a
+    client's reuse of an id, not a retry.)"""
+    entered, release = threading.Event(), threading.Event()
+    engine_requests = engine.requests
+
+    def gate() -> None:
+        held = engine_requests.get("x")
+        if held is not None and held.num_output_tokens >= 1 and not entered.is_set():
+            entered.set()
+            assert release.wait(WAIT_S)
+
+    run = Run(engine)
+    engine.step_fault = gate
+    try:
+        run.submit("x", 50)
+        assert entered.wait(WAIT_S)
+        seen = len(run.events)
+        run.worker.abort("x")
+        run.submit("x", 4)
+        release.set()
+        with run.changed:
+            assert run.changed.wait_for(
+                lambda: any(isinstance(e, Rejected) for e in run.events[seen:]), WAIT_S
+            ), run.events
+        state = run.worker.call(idle_engine_state).result(WAIT_S)
+    finally:
+        release.set()
+        engine.step_fault = None
+        run.worker.stop()
+    later = [e for e in run.events[seen:] if e.request_id == "x"]
+    refused = [e for e in later if isinstance(e, Rejected)]
+    assert len(refused) == 1 and not any(isinstance(e, Admitted) for e in later), later
+    assert status_of(refused[0].error) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "request_id='x' is invalid: still in use on this pod (its last request is ending)",
+    )
+    assert state == {"requests": 0, "running": 0, "waiting": 0, "pages_in_use": 0}

@@ -1,0 +1,121 @@
+"""Routing accuracy on a real `iris up` platform (two LLM pods, two gateways): a repeated-image
+chat is routed with a precise prediction, and a pod whose prefix cache is dropped behind the
+gateways' backs (ResetPrefixCache's silent form, a test hook the pods run with here) shows
+as over-predictions. The counters are read from each gateway's own /metrics page."""
+
+from __future__ import annotations
+
+import grpc
+import httpx
+import pytest
+
+from iris import metrics as names
+from iris.up.metrics_page import metrics_url, scrape
+from llm_svc.proto import llm_pb2, llm_pb2_grpc
+from tests.e2e.helpers import image_message, image_png
+from tests.fixtures.platform import POD_HEADER, start_platform
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def two_gateways(tmp_path_factory, tiny_qwen2_vl_dir):
+    running = start_platform(
+        tiny_qwen2_vl_dir,
+        tmp_path_factory.mktemp("accuracy"),
+        llm_pods=2,
+        gateways=2,
+        extra_env={"gateway": POD_HEADER, "llm": {"IRIS_TEST_HOOKS": "1"}},
+    )
+    yield running
+    running.stop()
+
+
+def counters(platform) -> dict[str, float]:
+    """The routing-accuracy counters, summed over every gateway."""
+    wanted = (
+        names.GATEWAY_ROUTING_PREDICTED,
+        names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE,
+        names.GATEWAY_ROUTING_OVER_PREDICTIONS,
+        names.GATEWAY_ROUTING_UNDER_PREDICTIONS,
+    )
+    totals = dict.fromkeys(wanted, 0.0)
+    for gateway in platform.by_kind("gateway"):
+        page = scrape(metrics_url(gateway))
+        for name in wanted:
+            totals[name] += page.get(name, 0.0)
+    return totals
+
+
+def image_part(seed: int) -> dict:
+    return image_message(image_png(seed))[0]["content"][0]
+
+
+def chat(url: str, model: str, messages: list[dict]) -> tuple[str, str, int]:
+    """(answer, serving pod's address, cached prompt tokens)."""
+    body = {"model": model, "messages": messages, "max_tokens": 4, "temperature": 0}
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    reply = response.json()
+    cached = reply["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    return reply["choices"][0]["message"]["content"], response.headers["x-iris-pod"], cached
+
+
+def image_chat(platform, seed: int, turns: int, gateway: int = 0) -> list[str]:
+    """One conversation about one image, each turn resending the history; the pods served."""
+    url = platform.gateway_urls[gateway]
+    image = image_part(seed)
+    messages = [{"role": "system", "content": "You describe pictures in a few words. " * 8}]
+    pods = []
+    for turn in range(turns):
+        content = [{"type": "text", "text": f"Question {turn}: what do you see?"}]
+        if turn == 0:
+            content.insert(0, image)
+        messages.append({"role": "user", "content": content})
+        answer, pod, _ = chat(url, platform.model_name, messages)
+        pods.append(pod)
+        messages.append({"role": "assistant", "content": answer})
+    return pods
+
+
+def test_a_repeated_image_chat_is_routed_with_precision(two_gateways):
+    before = counters(two_gateways)
+    # One conversation through each gateway (turns of one conversation through several
+    # gateways would race each gateway's KV events against the next turn).
+    for gateway, seed in enumerate((11, 12)):
+        image_chat(two_gateways, seed, turns=5, gateway=gateway)
+    after = counters(two_gateways)
+    predicted = after[names.GATEWAY_ROUTING_PREDICTED] - before[names.GATEWAY_ROUTING_PREDICTED]
+    within = (
+        after[names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE]
+        - before[names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE]
+    )
+    assert predicted >= 8, after  # every later turn was routed for its history's prefix
+    assert within / predicted >= 0.95, after
+
+
+def test_a_cache_dropped_behind_the_gateways_back_shows_as_over_predictions(two_gateways):
+    platform = two_gateways
+    url, model = platform.gateway_url, platform.model_name
+    image = image_part(21)
+    messages = [
+        {"role": "system", "content": "You describe pictures in a few words. " * 8},
+        {"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]},
+    ]
+    _, pod, _ = chat(url, model, messages)
+    _, again, cached = chat(url, model, messages)  # the same prompt: routed to its prefix
+    assert again == pod and cached > 0
+    before = counters(platform)
+    with grpc.insecure_channel(pod) as channel:
+        stub = llm_pb2_grpc.LLMStub(channel)
+        freed = stub.ResetPrefixCache(llm_pb2.ResetPrefixCacheRequest(silent=True)).pages_freed
+    assert freed > 0
+    _, third, cached = chat(url, model, messages)
+    after = counters(platform)
+    assert third == pod and cached == 0
+    over = names.GATEWAY_ROUTING_OVER_PREDICTIONS
+    assert after[over] - before[over] == 1, (before, after)
+    assert (
+        after[names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE]
+        == before[names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE]
+    )

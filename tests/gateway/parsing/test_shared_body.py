@@ -1,0 +1,85 @@
+"""A large body kept in shared memory as it arrives (gateway/parsing/shared_body.py): the
+chunks land in one segment in order, a small body stays a joined `bytes`, and the segment is
+gone once released."""
+
+from __future__ import annotations
+
+from multiprocessing.shared_memory import SharedMemory
+
+import pytest
+
+from gateway.parsing.shared_body import BodyBuffer, SharedBody
+
+
+async def test_past_the_spill_size_the_chunks_land_in_one_segment_in_order():
+    buffer = BodyBuffer(spill_over=10, capacity=100)
+    chunks = [b"0123456", b"789abc", b"defg", b"", b"hij"]
+    for chunk in chunks:
+        await buffer.add(chunk)
+    body = buffer.body()
+    assert isinstance(body, SharedBody)
+    assert body.size == len(b"".join(chunks))
+    assert body.to_bytes() == b"".join(chunks)
+    name = body.name
+    buffer.release()
+    with pytest.raises(FileNotFoundError):
+        SharedMemory(name=name)
+
+
+async def test_a_small_body_or_no_spill_size_stays_in_memory():
+    for spill_over in (10, None):
+        buffer = BodyBuffer(spill_over=spill_over, capacity=100)
+        for chunk in (b"abc", b"def") if spill_over else (b"x" * 60, b"y" * 30):
+            await buffer.add(chunk)
+        assert isinstance(buffer.body(), bytes)
+
+
+async def test_a_dropped_body_leaves_no_segment():
+    buffer = BodyBuffer(spill_over=4, capacity=100)
+    await buffer.add(b"0123456789")
+    shared = buffer.body()
+    assert isinstance(shared, SharedBody)
+    buffer.drop()
+    assert buffer.body() == b""
+    with pytest.raises(FileNotFoundError):
+        SharedMemory(name=shared.name)
+
+
+async def test_a_chunk_past_the_capacity_is_not_written():
+    body = await SharedBody.create(8)
+    assert body is not None
+    try:
+        assert body.write(b"12345")
+        assert not body.write(b"6789")
+        assert body.to_bytes() == b"12345"
+    finally:
+        body.release()
+
+
+async def test_a_worker_reads_the_body_from_its_segment_and_leaves_a_large_outcome_in_one():
+    """parse_shared (run here in this process, as a worker would) reads the body from the
+    segment; a large outcome is left in a segment of its own, read back and removed by
+    unpack_shared; a small one travels inline."""
+    import json
+
+    from gateway.api.schemas import CompletionRequest
+    from gateway.parsing.transport import unpack, unpack_shared
+    from gateway.parsing.worker import parse_shared
+
+    for prompt, inline in (("hi", True), (list(range(60_000)), False)):
+        raw = json.dumps({"model": "m", "prompt": prompt}).encode()
+        body = await SharedBody.create(len(raw))
+        assert body is not None
+        try:
+            for at in range(0, len(raw), 4096):
+                assert body.write(raw[at : at + 4096])
+            result = parse_shared(CompletionRequest, body.name, body.size)
+        finally:
+            body.release()
+        assert isinstance(result, bytes) is inline
+        kind, value = unpack(result) if inline else unpack_shared(*result)
+        assert kind == "model"
+        assert value == CompletionRequest.model_validate(json.loads(raw))
+        if not inline:
+            with pytest.raises(FileNotFoundError):
+                SharedMemory(name=result[0])

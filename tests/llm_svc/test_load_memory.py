@@ -1,0 +1,159 @@
+"""Loading builds each layer in its target dtype and layout and allocates it once
+(docs/design.md §3 "Loading"; issue 43).
+
+Two measures, both on checkpoints of a realistic size (tests/llm_svc/big_checkpoints.py):
+- the process's anonymous memory (RssAnon in /proc/PID/status), sampled from outside while a
+  child process loads: total RSS would also count the checkpoint's mmapped file pages,
+  which any loader touches while copying. Sampling can miss a short peak but never invents
+  one, so the bound cannot fail spuriously; the growth must also reach the weights' bytes,
+  so the measure is seen to work. Linux maps memory that is allocated but never written
+  to the shared zero page, so a float32 build that is cast before anything is written to
+  it costs no resident memory on the CPU: this measure catches the FP8 case (the old
+  loader wrote a bf16 copy of every FP8 layer first), not that one.
+- the bytes of every tensor that torch ops create on the load's device, counted in-process
+  with a dispatch mode: the CPU stand-in for CUDA's allocator statistics (no GPU here),
+  which sees an allocation whether or not it is written (bench/gpu_memory_check.py reads
+  the real `torch.cuda.max_memory_allocated` on a GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from llm_svc.engine.memory_budget import module_bytes
+from llm_svc.engine.models import load_model
+from llm_svc.engine.models.quantization import Fp8Linear
+from tests.llm_svc.big_checkpoints import FP8, big_llama, fp8_copy
+from tests.llm_svc.checkpoints import tiny_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).with_name("load_child.py")
+BOUND = 1.15  # peak growth over the loaded parameters' bytes
+
+
+@pytest.fixture(scope="session")
+def big_bf16(tmp_path_factory) -> Path:
+    return big_llama(tmp_path_factory.mktemp("big-llama-bf16"))
+
+
+@pytest.fixture(scope="session")
+def big_fp8(big_bf16, tmp_path_factory) -> Path:
+    return fp8_copy(big_bf16, tmp_path_factory.mktemp("big-llama-fp8"))
+
+
+def _anon_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no RssAnon in /proc/{pid}/status")
+
+
+def anon_growth_during_load(model_dir: Path, dtype: str) -> tuple[int, int, int]:
+    """(peak, final) growth of a child's anonymous memory while it loads `model_dir` in
+    `dtype`, and the loaded parameters' bytes."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    warmup = tiny_checkpoint("llama")
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), str(model_dir), str(warmup), dtype],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        base = peak = _anon_bytes(child.pid)
+        loaded = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not loaded.wait(0.001):  # not a busy loop: the child needs the cores
+                peak = max(peak, _anon_bytes(child.pid))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        line = child.stdout.readline()
+        loaded.set()
+        sampler.join()
+        assert line.strip().isdigit(), f"the child failed to load {model_dir}"
+        final = _anon_bytes(child.pid)
+        peak = max(peak, final)
+        child.stdin.write("exit\n")
+        child.stdin.flush()
+        assert child.wait(timeout=60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+    return peak - base, final - base, int(line)
+
+
+@pytest.mark.parametrize("checkpoint", ["big_bf16", "big_fp8"])
+def test_loading_grows_anonymous_memory_by_the_weights_alone(request, checkpoint):
+    model_dir = request.getfixturevalue(checkpoint)
+    peak, final, params = anon_growth_during_load(model_dir, "bfloat16")
+    assert params >= 70e6  # 135 MB in bf16; the FP8 copy holds a little over half as many
+    assert final >= 0.85 * params, "the measure did not see the weights arrive"
+    assert peak <= BOUND * params, (
+        f"anonymous memory grew {peak / params:.2f}x the weights ({params >> 20} MiB) "
+        f"while loading {checkpoint}"
+    )
+
+
+class CreatedBytes(TorchDispatchMode):
+    """Sums the bytes of every tensor a torch op creates (an output sharing no storage with
+    the op's inputs) on a device other than meta, and notes the largest float32 one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self.largest_float32 = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor) and t.device.type != "meta"
+        }
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in inputs:
+                self.total += storage.nbytes()
+                if t.dtype == torch.float32:
+                    self.largest_float32 = max(self.largest_float32, storage.nbytes())
+        return out
+
+
+@pytest.mark.parametrize("checkpoint", ["big_bf16", "big_fp8"])
+def test_loading_creates_each_weight_once_in_its_dtype(request, checkpoint):
+    model_dir = request.getfixturevalue(checkpoint)
+    with CreatedBytes() as created:
+        model, _ = load_model(model_dir, torch.bfloat16, torch.device("cpu"))
+    params = module_bytes(model)
+    assert created.total <= BOUND * params, (
+        f"loading created {created.total / params:.2f}x the weights' bytes"
+    )
+    fp8 = [m for m in model.modules() if isinstance(m, Fp8Linear)]
+    assert bool(fp8) == (checkpoint == "big_fp8")
+    for name, param in model.named_parameters():
+        scale = name.endswith(("weight_scale", "input_scale"))
+        expected = torch.float32 if scale else FP8 if param.dtype == FP8 else torch.bfloat16
+        assert param.dtype == expected, f"{name} is {param.dtype}"
+    for layer in fp8:
+        assert layer.weight.dtype == FP8 and layer.scale.dtype == torch.float32
+    # Computed, not loaded: RoPE frequencies stay float32 whatever the weights' dtype.
+    inv_freq, _ = model.rotary._table(torch.device("cpu"))
+    assert inv_freq.dtype == torch.float32
+    # No float32 copy of any weight is ever made: only scales and RoPE frequencies are.
+    assert created.largest_float32 <= 64 << 10
