@@ -18,6 +18,11 @@ class CacheSettings(GrpcServiceSettings):
     is bounded by the server's own maxmemory (and its eviction policy). The redis-cluster
     store reaches the cluster through `redis_cluster_nodes` (seed ``host:port`` list, JSON
     or comma-separated) and shares the password, TLS and timeout settings of `redis`.
+
+    Capacity counts bytes, not images: an entry of a model with deepstack levels (Qwen3-VL)
+    holds the main rows and every level's, (1 + levels) x the bytes of a Qwen2-VL entry of
+    as many tokens (4x for Qwen3-VL's 3 levels), so `memory_bytes`, Redis's maxmemory and
+    `max_entry_bytes` hold (1 + levels) x fewer images.
     """
 
     model_config = SettingsConfigDict(

@@ -185,7 +185,9 @@ class Dispatcher:
             await asyncio.wait(set(self._background), timeout=timeout_s)
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
-        request = RoutingRequest(prompt.input_ids, self.fingerprint, prompt.salts.prefix)
+        request = RoutingRequest(
+            prompt.input_ids, self.fingerprint, prompt.salts.prefix, prompt.uncut_spans
+        )
         return self.router.route(request, self.registry.pods(), exclude)
 
     async def start(

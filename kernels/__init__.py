@@ -1,5 +1,6 @@
-"""Triton kernels with torch twins: embedding scatter (with its host-side row plan), checksum,
-paged attention (decode and extend).
+"""Triton kernels with torch twins: embedding scatter and scatter-add (with their host-side
+row plan), checksum, paged attention (decode and extend), the grouped expert GEMM of the
+fused MoE.
 
 Each kernel picks Triton for CUDA tensors and its torch twin otherwise; `backend="triton"`
 or `backend="torch"` forces one, and `CALLS[(name, backend)]` counts the launches. The
@@ -10,9 +11,10 @@ and the engine's attention backend chooses between the two.
 from kernels.backend import BACKENDS, CALLS, Backend, interpreting, resolve_backend
 from kernels.checksum import checksum
 from kernels.chunk_rows import ChunkRows, dest_rows_for_chunk
+from kernels.grouped_gemm import grouped_gemm
 from kernels.paged_attention_decode import paged_decode_attention
 from kernels.paged_attention_extend import paged_extend_attention
-from kernels.scatter import scatter_rows
+from kernels.scatter import scatter_add_rows, scatter_rows
 
 __all__ = [
     "BACKENDS",
@@ -21,9 +23,11 @@ __all__ = [
     "ChunkRows",
     "checksum",
     "dest_rows_for_chunk",
+    "grouped_gemm",
     "interpreting",
     "paged_decode_attention",
     "paged_extend_attention",
     "resolve_backend",
+    "scatter_add_rows",
     "scatter_rows",
 ]

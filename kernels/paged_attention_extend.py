@@ -1,7 +1,8 @@
 """Extend (prefill chunk) attention over the paged KV cache, every chunk of a step at once.
 
 A chunk is the last `q_len` positions of a sequence's `context`: its queries attend to the
-cached prefix and causally to the chunk itself. The caller has already stored the chunk's
+cached prefix and causally to the chunk itself (or, given `attend_until`, up to the end of
+the image span a query sits in). The caller has already stored the chunk's
 K/V in the cache, so both parts are read the same way, through the block table. One launch
 covers all chunks: the host cuts each chunk into query blocks of BLOCK_M rows and lists
 them (chunk, first row), so ragged chunk lengths cost no padding beyond one partial block.
@@ -34,7 +35,10 @@ def extend_tiles(head_dim: int) -> tuple[int, int]:
     return (64, 32) if head_dim <= 128 else (32, 32)
 
 
-@jit
+MAX_COMBINE = None  # bound per mode by `jit` (kernels/backend.py)
+
+
+@jit(max_combine="MAX_COMBINE")
 def _extend_kernel(
     q_ptr,
     k_ptr,
@@ -43,6 +47,7 @@ def _extend_kernel(
     tables_ptr,
     chunks_ptr,
     blocks_ptr,
+    until_ptr,
     num_chunks,
     num_blocks,
     q_stride_t,
@@ -61,6 +66,7 @@ def _extend_kernel(
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
+    HAS_UNTIL: tl.constexpr,
 ):
     block = tl.program_id(0)
     head = tl.program_id(1)
@@ -82,7 +88,12 @@ def _extend_kernel(
     q = tl.load(q_ptr + q_offsets, mask=row_ok[:, None], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
-    last = prefix + rows  # the last position each query row may see (causal)
+    own = prefix + rows  # each query row's position
+    last = own  # the last position each query row may see (causal)
+    if HAS_UNTIL:
+        # Inside an image span that attends both ways, up to the span's last position.
+        until = tl.load(until_ptr + q_start + rows, mask=row_ok, other=0)
+        last = tl.maximum(own, until)
 
     acc, top, total = empty_state(BLOCK_M, HEAD_DIM)
     table = tables_ptr + row * table_stride
@@ -92,6 +103,8 @@ def _extend_kernel(
     # position 0 is visible to every row. With window W, row r sees (last_r - W, last_r];
     # the loop starts at the block's first row's first visible position.
     end = tl.minimum(context, prefix + first + BLOCK_M)
+    if HAS_UNTIL:
+        end = tl.minimum(context, tl.reduce(last, 0, MAX_COMBINE) + 1)
     lo = 0
     if window > 0:
         lo = tl.maximum(prefix + first - window + 1, 0)
@@ -100,7 +113,7 @@ def _extend_kernel(
         in_context = pos < end
         visible = in_context[None, :] & (pos[None, :] <= last[:, None])
         if window > 0:
-            visible = visible & (pos[None, :] > last[:, None] - window)
+            visible = visible & (pos[None, :] > own[:, None] - window)
         acc, top, total = attend_tile(
             acc, top, total, q, pos, in_context, visible, table, k_head, v_head,
             kv_stride_s, scale_log2, PAGE, HEAD_DIM, PRECISION, UPCAST,
@@ -125,10 +138,13 @@ def paged_extend_attention(
     *,
     scale: float | None = None,
     window: int | None = None,
+    attend_until: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attend every chunk's queries to its prefix and causally to itself; writes `out` rows.
     `scale`: the softmax scale (None: D ** -0.5); `window` W: a query at q sees only the
-    keys at k with q - k < W (a sliding-window layer).
+    keys at k with q - k < W (a sliding-window layer). `attend_until` [T] (int64, per flat
+    token): the last position each query sees when past itself (an image span that attends
+    both ways); the window still applies, from the query's own position.
 
     q and out [T, H, D]; k_cache / v_cache [slots, KVH, D] (one layer, the chunks' own K/V
     already stored); block_tables [rows, max_pages] int64. On the device, int32: `chunks`
@@ -143,13 +159,15 @@ def paged_extend_attention(
     num_heads, (kv_heads, head_dim) = q.shape[1], k_cache.shape[1:]
     block_m, block_n = extend_tiles(head_dim)
     _extend_kernel[(num_blocks, num_heads)](
-        q, k_cache, v_cache, out, block_tables, chunks, blocks, num_chunks, num_blocks,
+        q, k_cache, v_cache, out, block_tables, chunks, blocks,
+        attend_until if attend_until is not None else chunks, num_chunks, num_blocks,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), block_tables.stride(0),
         LOG2E * (scale if scale is not None else 1.0 / math.sqrt(head_dim)), window or 0,
         GROUP=num_heads // kv_heads, PAGE=page_size, HEAD_DIM=head_dim,
         BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype),
+        HAS_UNTIL=attend_until is not None,
     )  # fmt: skip
     return out
 

@@ -1,4 +1,6 @@
-"""Row scatter: `dest[dest_rows[i]] = src[i]`, in place — how image embeddings enter a chunk.
+"""Row scatter: `dest[dest_rows[i]] = src[i]`, in place — how image embeddings enter a chunk;
+and row scatter-add, `dest[dest_rows[i]] += src[i]` — how a deepstack level joins the hidden
+states after its decoder layer (Qwen3-VL).
 
 The caller computes `dest_rows` on the host from item offsets (`dest_rows_for_chunk`), so the
 bounds check runs on the host and assembling a chunk needs no device→host sync. Rows should
@@ -40,6 +42,35 @@ def _scatter_rows_kernel(
     in_row = cols < D
     values = tl.load(src_ptr + i * src_row_stride + cols, mask=in_row)
     tl.store(dest_ptr + row * dest_row_stride + cols, values, mask=in_row)
+
+
+@jit
+def _scatter_add_rows_kernel(
+    dest_ptr,
+    src_ptr,
+    rows_ptr,
+    D,
+    dest_row_stride,
+    src_row_stride,
+    BLOCK_SIZE: tl.constexpr,
+):
+    # One program adds one tile of one source row into its destination row.
+    i = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1)
+    row = tl.load(rows_ptr + i)
+    cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    in_row = cols < D
+    values = tl.load(src_ptr + i * src_row_stride + cols, mask=in_row)
+    # Read-add-write without atomics: the rows are distinct, so no two programs share a
+    # destination element. Added in float32 and rounded once to the tensors' dtype, which
+    # is what torch's index_add_ computes for bf16 / fp16 too.
+    current = tl.load(dest_ptr + row * dest_row_stride + cols, mask=in_row)
+    total = current.to(tl.float32) + values.to(tl.float32)
+    tl.store(
+        dest_ptr + row * dest_row_stride + cols,
+        total.to(dest_ptr.dtype.element_ty, fp_downcast_rounding="rtne"),
+        mask=in_row,
+    )
 
 
 def check_row_operands(dest: torch.Tensor, src: torch.Tensor) -> None:
@@ -119,3 +150,38 @@ def scatter_rows(
 def scatter_rows_torch(dest: torch.Tensor, src: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """The torch twin of the Triton kernel (rows already checked and on dest's device)."""
     return dest.index_copy_(0, rows, src)
+
+
+def scatter_add_rows(
+    dest: torch.Tensor,
+    src: torch.Tensor,
+    dest_rows: torch.Tensor | Sequence[int],
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """In place `dest[dest_rows[i]] += src[i]` for dest [N, D], src [M, D]; returns dest.
+
+    The rows must be distinct (an image's rows in one step always are). Checks as
+    `scatter_rows`: rows on the host cost no device sync; bad operands are a ValueError.
+    `src` may be a column slice of a wider tensor (unit stride along its rows).
+    """
+    check_row_operands(dest, src)
+    rows = rows_on_device(dest_rows, src.shape[0], dest.shape[0], dest.device)
+    if resolve_backend("scatter_add_rows", backend, dest.device) == "torch":
+        return scatter_add_rows_torch(dest, src, rows)
+    count, width = src.shape
+    if count == 0 or width == 0:
+        return dest
+    block_size = min(triton.next_power_of_2(width), MAX_BLOCK_SIZE)
+    grid = (count, triton.cdiv(width, block_size))
+    _scatter_add_rows_kernel[grid](
+        dest, src, rows, width, dest.stride(0), src.stride(0), BLOCK_SIZE=block_size
+    )
+    return dest
+
+
+def scatter_add_rows_torch(
+    dest: torch.Tensor, src: torch.Tensor, rows: torch.Tensor
+) -> torch.Tensor:
+    """The torch twin of the scatter-add kernel (rows already checked and on dest's device)."""
+    return dest.index_add_(0, rows, src)

@@ -27,7 +27,7 @@ from gateway.api.sampling import check_stop_token_ids, resolve_max_tokens, sampl
 from gateway.api.schemas import ChatCompletionRequest
 from gateway.api.structured import SchemaLimits, logit_bias, name_constraint_error
 from gateway.api.telemetry import Inference
-from gateway.api.tool_calls import ToolCallStream, parse_answer
+from gateway.api.tool_calls import parse_answer, tool_call_stream
 from gateway.api.tools import OutputPlan, plan_chat_output
 from gateway.errors import APIError, bad_request
 from gateway.parsing.route import ParsedBodyRoute
@@ -118,6 +118,7 @@ async def chat_completions(
                         constraint=plan.constraint,
                         logit_bias=bias,
                         reasoning=thinking.thinks,
+                        keep_special_tokens=plan.parse_tools and fmt.marker_is_control,
                     ),
                 )
                 for i in range(body.n)
@@ -131,7 +132,8 @@ async def chat_completions(
 
     def stream(generations, chunks):
         parsers = [
-            ToolCallStream(fmt, plan.tool_names) if plan.parse_tools else None for _ in generations
+            tool_call_stream(fmt, plan.tool_names) if plan.parse_tools else None
+            for _ in generations
         ]
         splitters = [
             ThoughtSplitter(thinking.markers) if thinking.thinks else None for _ in generations

@@ -16,9 +16,12 @@ def sampling_params(
     constraint: common_pb2.Constraint | None = None,
     logit_bias: dict[int, float] | None = None,
     reasoning: bool = False,
+    keep_special_tokens: bool = False,
 ) -> common_pb2.SamplingParams:
     """One choice's parameters; with a seed, choice i samples with seed + i (n differ).
-    `constraint` and `logit_bias` come checked (gateway/api/structured.py)."""
+    `constraint` and `logit_bias` come checked (gateway/api/structured.py).
+    `keep_special_tokens`: the answer is decoded with control tokens whatever the request's
+    skip_special_tokens (a tool-call marker that is one must reach the parser)."""
     stop = request.stop
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if any(not text for text in stops):
@@ -42,7 +45,9 @@ def sampling_params(
     params.min_tokens = request.min_tokens
     params.reasoning = reasoning  # the output opens with a thought: constraint after it
     params.include_stop_str_in_output = request.include_stop_str_in_output
-    if request.skip_special_tokens is not None:
+    if keep_special_tokens:
+        params.skip_special_tokens = False
+    elif request.skip_special_tokens is not None:
         params.skip_special_tokens = request.skip_special_tokens
     if request.seed is not None:
         params.seed = (request.seed + choice) % 2**64

@@ -1,23 +1,28 @@
 """Tool calls out of a model's answer, in the family's format (iris.models.tool_format),
-whole or as a stream: `ToolCallStream.feed(text)` returns OpenAI deltas — `{"content"}`
-for text outside calls (holding back what could still open a call) and `{"tool_calls"}`
-for each call once its closing tag arrives. A block that is not a valid call (bad JSON, an
-unknown function) stays content. Both paths run this one parser, so they agree."""
+whole or as a stream: `tool_call_stream(fmt, names).feed(text)` returns OpenAI deltas —
+`{"content"}` for text outside calls (holding back what could still open a call) and
+`{"tool_calls"}` for each call once it is complete: a tagged call (Hermes) when its closing
+tag arrives, a list format's calls (Mistral's `[TOOL_CALLS][...]`) when the list closes. A
+block that is not a valid call (bad JSON, an unknown function) stays content. Both paths
+run this one parser, so they agree."""
 
 from __future__ import annotations
 
 import json
-import uuid
 
 from iris.models.tool_format import ToolCallFormat
 
 
-def new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
+def tool_call_stream(fmt: ToolCallFormat, names: set[str]) -> ToolCallStream | ListCallStream:
+    """The parser for `fmt`'s calls to the functions `names`."""
+    return ListCallStream(fmt, names) if fmt.is_list else ToolCallStream(fmt, names)
 
 
 class ToolCallStream:
+    """Calls each wrapped in an opening and a closing tag (Hermes)."""
+
     def __init__(self, fmt: ToolCallFormat, names: set[str]) -> None:
+        self.fmt = fmt
         self.open_tag = fmt.call_begin.strip()
         self.close_tag = fmt.call_end.strip()
         self.names = names
@@ -75,23 +80,151 @@ class ToolCallStream:
         return [{"content": rest}] if rest.strip() or (rest and not self.calls) else []
 
     def _call(self, body: str) -> dict | None:
-        try:
-            parsed = json.loads(body)
-        except (ValueError, RecursionError):  # a model may write JSON nested past the stack
+        parsed = _loads(body)
+        if not _is_call(parsed, self.names):
             return None
-        if not isinstance(parsed, dict):
-            return None
-        name, arguments = parsed.get("name"), parsed.get("arguments", {})
-        if name not in self.names or not isinstance(arguments, dict):
-            return None
-        call = {
-            "index": len(self.calls),
-            "id": new_call_id(),
-            "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
-        }
+        call = _openai_call(parsed, len(self.calls), self.fmt)
         self.calls.append(call)
         return call
+
+
+class ListCallStream:
+    """Calls as one JSON list after a marker, ending where the list closes (Mistral:
+    `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`). The list is valid only whole:
+    one bad entry leaves the marker and the list as content."""
+
+    def __init__(self, fmt: ToolCallFormat, names: set[str]) -> None:
+        self.fmt = fmt
+        self.marker = fmt.marker
+        self.names = names
+        self.calls: list[dict] = []
+        self._buffer = ""
+        self._inside = False
+        self._after_call = False
+        self._scan = _JsonEnd()
+
+    def feed(self, text: str) -> list[dict]:
+        self._buffer += text
+        deltas: list[dict] = []
+        while True:
+            if self._inside:
+                end = self._scan.end_in(self._buffer)
+                if end is None:
+                    return deltas
+                body, self._buffer = self._buffer[:end], self._buffer[end:]
+                self._inside, self._scan = False, _JsonEnd()
+                calls = self._calls(body)
+                if calls is None:
+                    deltas.append({"content": f"{self.marker}{body}"})
+                else:
+                    deltas.extend({"tool_calls": [call]} for call in calls)
+                    self._after_call = True
+                continue
+            if self._after_call:
+                self._buffer = self._buffer.lstrip()
+                if not self._buffer:
+                    return deltas
+                self._after_call = False
+            start = self._buffer.find(self.marker)
+            if start >= 0:
+                before = self._buffer[:start].rstrip()
+                if before:
+                    deltas.append({"content": before})
+                self._buffer = self._buffer[start + len(self.marker) :]
+                self._inside = True
+                continue
+            keep = _partial_suffix(self._buffer, self.marker)
+            visible = self._buffer[: len(self._buffer) - keep]
+            held = len(visible) - len(visible.rstrip())
+            emit = visible[: len(visible) - held]
+            self._buffer = self._buffer[len(emit) :]
+            if emit:
+                deltas.append({"content": emit})
+            return deltas
+
+    def close(self) -> list[dict]:
+        """The end of the answer: what is still held is content (an unclosed list too)."""
+        rest = (self.marker if self._inside else "") + self._buffer
+        self._buffer, self._inside = "", False
+        if self._after_call:
+            rest = rest.lstrip()
+        return [{"content": rest}] if rest.strip() or (rest and not self.calls) else []
+
+    def _calls(self, body: str) -> list[dict] | None:
+        parsed = _loads(body)
+        entries = [parsed] if isinstance(parsed, dict) else parsed  # one call without a list
+        if not isinstance(entries, list) or not entries:
+            return None
+        if not all(_is_call(entry, self.names) for entry in entries):
+            return None
+        calls = [
+            _openai_call(entry, len(self.calls) + i, self.fmt) for i, entry in enumerate(entries)
+        ]
+        self.calls.extend(calls)
+        return calls
+
+
+class _JsonEnd:
+    """Where the JSON value at the start of a growing text ends (after leading blanks),
+    scanned incrementally: each character is looked at once however the text arrives."""
+
+    def __init__(self) -> None:
+        self._pos = 0
+        self._depth = 0
+        self._in_string = False
+        self._escaped = False
+
+    def end_in(self, text: str) -> int | None:
+        """The index just past the value, or None while it is open. A value that does not
+        open with `[` or `{` ends before its first character (it is no call list)."""
+        for index in range(self._pos, len(text)):
+            char = text[index]
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif char == "\\":
+                    self._escaped = True
+                elif char == '"':
+                    self._in_string = False
+            elif self._depth == 0 and char.isspace():
+                continue
+            elif char in "[{":
+                self._depth += 1
+            elif self._depth == 0:
+                return index
+            elif char in "]}":
+                self._depth -= 1
+                if self._depth == 0:
+                    return index + 1
+            elif char == '"':
+                self._in_string = True
+        self._pos = len(text)
+        return None
+
+
+def _loads(body: str) -> object:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # a model may write JSON nested past the stack
+        return None
+
+
+def _is_call(parsed: object, names: set[str]) -> bool:
+    return (
+        isinstance(parsed, dict)
+        and parsed.get("name") in names
+        and isinstance(parsed.get("arguments", {}), dict)
+    )
+
+
+def _openai_call(parsed: dict, index: int, fmt: ToolCallFormat) -> dict:
+    arguments = json.dumps(parsed.get("arguments", {}), ensure_ascii=False)
+    return {
+        "index": index,
+        "id": fmt.new_call_id(),
+        "type": "function",
+        "function": {"name": parsed["name"], "arguments": arguments},
+    }
 
 
 def _partial_suffix(text: str, tag: str) -> int:
@@ -104,7 +237,7 @@ def _partial_suffix(text: str, tag: str) -> int:
 
 def parse_answer(text: str, fmt: ToolCallFormat, names: set[str]) -> tuple[str | None, list[dict]]:
     """(content or None, tool calls without their stream index) of a whole answer."""
-    stream = ToolCallStream(fmt, names)
+    stream = tool_call_stream(fmt, names)
     deltas = stream.feed(text) + stream.close()
     content = "".join(delta.get("content", "") for delta in deltas)
     calls = [{key: value for key, value in call.items() if key != "index"} for call in stream.calls]

@@ -152,13 +152,27 @@ def _tag_constraint(fmt: dict) -> common_pb2.Constraint:
 
 def calls_format(tools: list[dict], fmt: ToolCallFormat, parallel: bool) -> dict:
     """A structural-tag format for one call to any of `tools` (or, with `parallel`, one or
-    more separated by the format's separator), written the model family's way."""
+    more separated by the format's separator), written the model family's way; a list
+    format (Mistral) puts its marker and brackets around them."""
     tags = [_call_tag(tool["function"], fmt) for tool in tools]
     one = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
-    if not parallel:
-        return one
-    more = {"type": "sequence", "elements": [{"type": "const_string", "value": fmt.separator}, one]}
-    return {"type": "sequence", "elements": [one, {"type": "star", "content": more}]}
+    calls = one
+    if parallel:
+        more = {
+            "type": "sequence",
+            "elements": [{"type": "const_string", "value": fmt.separator}, one],
+        }
+        calls = {"type": "sequence", "elements": [one, {"type": "star", "content": more}]}
+    if not fmt.is_list:
+        return calls
+    return {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": fmt.list_begin},
+            calls,
+            {"type": "const_string", "value": fmt.list_end},
+        ],
+    }
 
 
 def _call_tag(function: dict, fmt: ToolCallFormat) -> dict:

@@ -44,6 +44,9 @@ class PreparedPrompt:
     items: list[MultimodalItem] = field(default_factory=list)
     images: list[bytes] = field(default_factory=list)  # the file of each item, same order
     salts: RequestSalts = NO_SALTS
+    # Half-open token spans a pod never resumes inside (images whose tokens attend to each
+    # other both ways, Gemma 3): the pod's block manager passes the same to the resume rule.
+    uncut_spans: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def prompt_tokens(self) -> int:
@@ -272,4 +275,7 @@ class PromptBuilder:
             # The adapter's expansion and its own count must agree (its contract, not input).
             assert item.span_token_count == item.token_count, (item.offsets, item.token_count)
         padded = pad_with_offsets(expanded, items) if items else np.asarray(expanded, np.int64)
-        return PreparedPrompt(padded, items, datas, salts)
+        uncut = []
+        if self.adapter.bidirectional_image_spans:
+            uncut = [(start, end + 1) for item in items for start, end in item.offsets]
+        return PreparedPrompt(padded, items, datas, salts, uncut)

@@ -42,6 +42,12 @@ class ModelAdapter(ABC):
     text_family: ClassVar[str]
     image_token: ClassVar[str]
     image_placeholder_text: ClassVar[str]
+    # The token marking one image in a rendered prompt, which `expand_prompt` replaces
+    # (None: the image token itself; Gemma 3: <start_of_image>).
+    placeholder_token: ClassVar[str | None] = None
+    # Whether an image span's tokens attend to each other both ways during prefill (Gemma
+    # 3): such spans are never cut by a prefill chunk or a resumed prefix.
+    bidirectional_image_spans: ClassVar[bool] = False
     uses_mrope: ClassVar[bool] = False
     # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
     tool_call_format: ClassVar[ToolCallFormat] = HERMES
@@ -79,6 +85,16 @@ class ModelAdapter(ABC):
     def hidden_size(self) -> int:
         return int(self.text_config["hidden_size"])
 
+    # Deepstack levels carried by each embedding row after the main one (Qwen3-VL: one per
+    # vision_config.deepstack_visual_indexes entry; 0 for every other family).
+    deepstack_levels: int = 0
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of one embedding row as encoded, cached and fetched: the main row, then
+        one row of every deepstack level ((1 + levels) x hidden_size)."""
+        return self.hidden_size * (1 + self.deepstack_levels)
+
     @property
     def vocab_size(self) -> int:
         return int(self.text_config.get("vocab_size", self.config.get("vocab_size")))
@@ -87,6 +103,23 @@ class ModelAdapter(ABC):
     def image_token_id(self) -> int | None:
         value = self.config.get("image_token_id", self.config.get("image_token_index"))
         return int(value) if value is not None else None
+
+    @property
+    def max_uncut_span(self) -> int:
+        """The longest image span a prefill chunk must take whole (0: none must)."""
+        return 0
+
+    @property
+    def placeholder_id(self) -> int | None:
+        """The id of `placeholder_token` (the image token's id when there is none)."""
+        if self.placeholder_token is None:
+            return self.image_token_id
+        return self.tokenizer().convert_tokens_to_ids(self.placeholder_token)
+
+    @property
+    def placeholder_marker(self) -> str:
+        """The text of one image's placeholder token in a rendered prompt."""
+        return self.placeholder_token or self.image_token
 
     @cached_property
     def eos_token_ids(self) -> list[int]:
@@ -171,7 +204,7 @@ class ModelAdapter(ABC):
             add_generation_prompt=add_generation_prompt,
             **extra,
         )
-        if prompt.count(self.image_token) != images:
+        if prompt.count(self.placeholder_marker) != images:
             # Some templates render only string content: give them the flattened form.
             prompt = tokenizer.apply_chat_template(
                 flatten_content(template_messages, self.image_placeholder_text),
@@ -179,7 +212,7 @@ class ModelAdapter(ABC):
                 add_generation_prompt=add_generation_prompt,
                 **extra,
             )
-        self._check_placeholders(prompt.count(self.image_token), images)
+        self._check_placeholders(prompt.count(self.placeholder_marker), images)
         return prompt
 
     def chat_prompt_ids(
@@ -208,7 +241,7 @@ class ModelAdapter(ABC):
             **extra,
         )
         ids = list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
-        found = ids.count(self.image_token_id)
+        found = ids.count(self.placeholder_id)
         if found != images:
             # A template that renders only string content: the placeholders would be text
             # here, so render the flattened form and tokenize it (its control tokens are not
@@ -216,7 +249,7 @@ class ModelAdapter(ABC):
             ids = self.encode_prompt(
                 self.apply_chat_template(messages, add_generation_prompt, tools, template_kwargs)
             )
-            found = ids.count(self.image_token_id)
+            found = ids.count(self.placeholder_id)
         self._check_placeholders(found, images)
         return ids
 
@@ -224,7 +257,7 @@ class ModelAdapter(ABC):
         """ValueError unless the rendered prompt holds one placeholder per image."""
         if found != images:
             raise ValueError(
-                f"prompt has {found} image placeholder(s) {self.image_token!r} "
+                f"prompt has {found} image placeholder(s) {self.placeholder_marker!r} "
                 f"for {images} image(s)"
             )
 
@@ -280,7 +313,7 @@ class ModelAdapter(ABC):
         )
 
     def _placeholder_positions(self, input_ids: Sequence[int], grids: Sequence[Grid]) -> list[int]:
-        image_id = self.image_token_id
+        image_id = self.placeholder_id
         positions = [i for i, token in enumerate(input_ids) if token == image_id]
         if len(positions) != len(grids):
             raise ValueError(

@@ -15,16 +15,20 @@ from pathlib import Path
 
 # iris/models/text_tiny.py
 TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "mistral")
-TINY_ARCHS = (
+VLM_TINY_ARCHS = (
     "qwen2_vl",
     "qwen2_5_vl",
     "idefics3",
+    "gemma3",
     "internvl",
     "internvl_moe",
     "mistral3",
+    "qwen3_vl",
+    "qwen3_vl_moe",
     "qwen3_5",
     *TEXT_TINY_ARCHS,
 )
+TINY_ARCHS = (*VLM_TINY_ARCHS, *TEXT_TINY_ARCHS)
 COMPLETE_MARKER = ".iris-complete"
 _PACKAGE = Path(__file__).parent
 
@@ -36,8 +40,14 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.qwen2_vl.tiny import build_qwen2_5 as build
     elif arch == "idefics3":
         from iris.models.idefics3.tiny import build
+    elif arch == "gemma3":
+        from iris.models.gemma3.tiny import build
     elif arch == "qwen3_5":
         from iris.models.qwen3_5.tiny import build
+    elif arch == "qwen3_vl":
+        from iris.models.qwen3_vl.tiny import build
+    elif arch == "qwen3_vl_moe":
+        from iris.models.qwen3_vl.tiny import build_moe as build
     elif arch == "internvl":
         from iris.models.internvl.tiny import build
     elif arch == "mistral3":
@@ -102,7 +112,10 @@ TINY_SOURCES = {
     "qwen2_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "qwen2_5_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
+    "gemma3": ("tokenizer_build.py", "gemma3/tiny.py", "text_tiny.py", "build.py"),
     "qwen3_5": ("tokenizer_build.py", "qwen3_5/tiny.py", "build.py"),
+    "qwen3_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
+    "qwen3_vl_moe": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
     "internvl": ("tokenizer_build.py", "internvl/tiny.py", "build.py"),
     "internvl_moe": ("tokenizer_build.py", "internvl/tiny.py", "build.py"),
     "mistral3": ("tokenizer_build.py", "mistral3/tiny.py", "build.py"),

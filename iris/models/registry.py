@@ -55,10 +55,12 @@ def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
 
 def _load_families() -> None:
     # Importing a family module registers it; kept here so the registry is always complete.
+    import iris.models.gemma3.adapter  # noqa: F401
     import iris.models.idefics3.adapter  # noqa: F401
     import iris.models.internvl.adapter  # noqa: F401
     import iris.models.mistral3.adapter  # noqa: F401
     import iris.models.qwen2_vl.adapter  # noqa: F401
+    import iris.models.qwen3_vl.adapter  # noqa: F401
 
 
 def registered_architectures() -> list[str]:
@@ -81,10 +83,10 @@ def has_adapter(architecture: str) -> bool:
 
 def text_family(architecture: str, config: dict | None = None) -> str:
     """The decoder family (llm_svc/engine/models/registry.py: "llama", "qwen2", "qwen3",
-    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5") of an architecture's language model, read
-    from the checkpoint's `config` where the family's language model varies;
-    UnsupportedModelError naming a refused architecture or option, ValueError listing every
-    known architecture."""
+    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5", "qwen3_vl", "qwen3_vl_moe") of an
+    architecture's language model, read from the checkpoint's `config` where the family's
+    language model varies; UnsupportedModelError naming a refused architecture or option,
+    ValueError listing every known architecture."""
     _load_families()
     _refuse_by_name(architecture)
     if architecture in _REGISTRY:

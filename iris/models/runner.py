@@ -39,7 +39,7 @@ def processor_kwargs(preprocessor: dict, family_keys: tuple[str, ...]) -> dict:
 class VisionRunner(ABC):
     """A checkpoint's vision tower and projector/merger, loaded without the language model."""
 
-    hidden_size: int
+    hidden_size: int  # the width of a row it returns (the adapter's embedding_width)
     device: Any
     dtype: Any
 
@@ -50,4 +50,5 @@ class VisionRunner(ABC):
     @abstractmethod
     def encode(self, prepared: list[PreparedImage]) -> list:
         """One tower + projector call for the batch; per image a fresh contiguous
-        [token_count, hidden_size] tensor on the runner's device, in its dtype."""
+        [token_count, hidden_size] tensor on the runner's device, in its dtype (with
+        deepstack levels, each row is the main row followed by every level's row)."""

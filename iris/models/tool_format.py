@@ -2,7 +2,9 @@
 does not render them.
 
 Hermes style (Qwen2 / Qwen2.5-VL, and Iris's default): each call is
-`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. A template that renders
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Mistral style (Mistral
+Small 3.x): the `[TOOL_CALLS]` control token, then all calls as one JSON list
+`[{"name": ..., "arguments": {...}}, ...]`, then the end of the answer. A template that renders
 `tools` itself gets them as they are; for one that does not, the adapter adds its own
 system instruction listing the tools and showing that format, and turns earlier calls and
 tool results into text the template can render.
@@ -11,6 +13,9 @@ tool results into text the template can render.
 from __future__ import annotations
 
 import json
+import secrets
+import string
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,14 +49,35 @@ def _bracket_depth(text: str) -> int:
 
 @dataclass(frozen=True)
 class ToolCallFormat:
-    """The text around one call's JSON (`{"name": ..., "arguments": ...}`) and around a
-    tool's result."""
+    """The text around one call's JSON (`{"name": ..., "arguments": ...}`), around the list
+    of one answer's calls, and around a tool's result.
+
+    `list_begin` non-empty makes a list format: the calls are one JSON list that opens with
+    `list_begin` (whose last character is the list's `[`) and closes with `list_end`.
+    `marker_is_control`: the opening marker is a control token, which the pod's detokenizer
+    drops unless special tokens are kept (the gateway keeps them when it parses calls)."""
 
     call_begin: str = "<tool_call>\n"
     call_end: str = "\n</tool_call>"
     result_begin: str = "<tool_response>\n"
     result_end: str = "\n</tool_response>"
     separator: str = "\n"  # between parallel calls
+    list_begin: str = ""
+    list_end: str = ""
+    marker_is_control: bool = False
+    # Mistral's templates accept only ids of 9 letters and digits; OpenAI's are `call_…`.
+    short_call_ids: bool = False
+
+    @property
+    def is_list(self) -> bool:
+        return bool(self.list_begin)
+
+    @property
+    def marker(self) -> str:
+        """What opens the calls in an answer (`[TOOL_CALLS]`, `<tool_call>`)."""
+        if self.is_list:
+            return self.list_begin[:-1].strip()
+        return self.call_begin.strip()
 
     def call_text(self, name: str, arguments: object) -> str:
         if isinstance(arguments, str):
@@ -60,14 +86,36 @@ class ToolCallFormat:
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         return f"{self.call_begin}{body}{self.call_end}"
 
+    def calls_text(self, calls: Sequence[tuple[str, object]]) -> str:
+        """One answer's calls ((name, arguments) pairs) as the model writes them."""
+        blocks = self.separator.join(self.call_text(name, args) for name, args in calls)
+        return f"{self.list_begin}{blocks}{self.list_end}"
+
+    def new_call_id(self) -> str:
+        if self.short_call_ids:
+            alphabet = string.ascii_letters + string.digits
+            return "".join(secrets.choice(alphabet) for _ in range(9))
+        return f"call_{uuid.uuid4().hex[:24]}"
+
 
 HERMES = ToolCallFormat()
+MISTRAL = ToolCallFormat(
+    call_begin="",
+    call_end="",
+    result_begin="[TOOL_RESULTS]",
+    result_end="[/TOOL_RESULTS]",
+    separator=", ",
+    list_begin="[TOOL_CALLS][",
+    list_end="]",
+    marker_is_control=True,
+    short_call_ids=True,
+)
 
 
 def tool_instruction(tools: Sequence[dict], fmt: ToolCallFormat = HERMES) -> str:
     """The system text that describes `tools` (OpenAI tool objects) and the call format."""
     listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
-    example = fmt.call_text("<the function's name>", {"<parameter>": "<value>"})
+    example = fmt.calls_text([("<the function's name>", {"<parameter>": "<value>"})])
     return (
         "You can call functions to help answer the user. These are the functions, one JSON "
         f"object per line:\n<tools>\n{listed}\n</tools>\n\n"
@@ -121,14 +169,13 @@ def _as_text(message: dict, fmt: ToolCallFormat) -> dict:
         return {"role": "user", "content": f"{fmt.result_begin}{text}{fmt.result_end}"}
     calls = message.get("tool_calls")
     if role == "assistant" and calls:
-        blocks = [
-            fmt.call_text(call["function"]["name"], call["function"].get("arguments", {}))
-            for call in calls
-        ]
+        written = fmt.calls_text(
+            [(call["function"]["name"], call["function"].get("arguments", {})) for call in calls]
+        )
         text = _text_of(message.get("content"))
-        parts = ([text] if text else []) + blocks
+        parts = ([text] if text else []) + [written]
         rest = {key: value for key, value in message.items() if key != "tool_calls"}
-        return {**rest, "content": fmt.separator.join(parts)}
+        return {**rest, "content": "\n".join(parts)}
     return message
 
 

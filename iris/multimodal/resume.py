@@ -21,10 +21,11 @@ What the rule knows of the model is its attention layers. The cases that exist t
   then the deepest multiple of k blocks, within the FULL rule and the blocks held, at which
   a snapshot is held (`snapshots`; None: at every boundary).
 
-Spans that must not be cut (e.g. an image whose tokens attend to each other both ways)
-move the resume point back to the span's first block, never inside it. No model served
-today has one; callers pass none. Layer kinds added later extend `LayerKind` and this rule
-together: an unknown kind is refused by name at the gateway's handshake.
+Spans that must not be cut (an image whose tokens attend to each other both ways: Gemma
+3) move the resume point back to the span's first block, never inside it; the pod's block
+manager and the gateway's routing pass a prompt's spans alike. Layer kinds added later
+extend `LayerKind` and this rule together: an unknown kind is refused by name at the
+gateway's handshake.
 """
 
 from __future__ import annotations

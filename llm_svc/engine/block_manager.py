@@ -132,11 +132,13 @@ class BlockManager:
         walk stops at the most the rule could allow, so a long prompt is not walked past it.
         For a hybrid model the rule also asks which depths keep a state snapshot."""
         rule = self.resume_rule
-        most = rule.resumable_blocks(seq.num_tokens)
+        spans = seq.uncut_spans
+        most = rule.resumable_blocks(seq.num_tokens, uncut_spans=spans)
         held = self.cache.match(seq.token_ids[: most * self.page_size], seq.cache_salt)
         blocks = rule.resumable_blocks(
             seq.num_tokens,
             held_blocks=len(held),
+            uncut_spans=spans,
             snapshots=lambda depth: held[depth - 1].snapshot is not None,
         )
         return held[:blocks]

@@ -13,6 +13,7 @@ from typing import Any
 import blake3
 import numpy as np
 
+from iris.models.checkpoint import read_config
 from iris.models.reasoning import think_markers
 from iris.multimodal import (
     PrefixResumeRule,
@@ -38,6 +39,7 @@ from llm_svc.engine.grammar import (
 )
 from llm_svc.engine.grammar.request import GrammarViolation
 from llm_svc.engine.kv_events import KVEvent
+from llm_svc.engine.models.config import UnsupportedModelError
 from llm_svc.engine.outputs import EngineStats, RequestOutput
 from llm_svc.engine.parallel import make_runner
 from llm_svc.engine.pending import PendingTokens
@@ -92,6 +94,20 @@ def load_vlm_adapter(model_dir, architecture: str, revision: str = ""):
     return load_adapter(model_dir, revision=revision)
 
 
+def check_chunk_budget(adapter, max_num_batched_tokens: int) -> None:
+    """UnsupportedModelError unless one step's token budget holds the longest span a prefill
+    chunk must take whole (a model whose image tokens attend both ways: Gemma 3)."""
+    if adapter is None or not adapter.bidirectional_image_spans:
+        return
+    span = adapter.max_uncut_span
+    if max_num_batched_tokens < span:
+        raise UnsupportedModelError(
+            f"max_num_batched_tokens={max_num_batched_tokens} is smaller than one image span "
+            f"({span} tokens) of {adapter.architecture}, whose image tokens attend to each "
+            f"other both ways and must be prefilled in one chunk: set at least {span}"
+        )
+
+
 def positions_salt(salt: bytes, positions: np.ndarray) -> bytes:
     """The prefix-cache namespace of a request run at caller-given positions: `salt`'s,
     narrowed to exactly these positions (32 bytes, like a tenant salt)."""
@@ -124,6 +140,9 @@ class LLMEngine:
         embedding_source: EmbeddingSource | None = None,
     ) -> None:
         self.config = config
+        architecture = (read_config(config.model_dir).get("architectures") or [""])[0]
+        self.adapter = load_vlm_adapter(config.model_dir, architecture, config.model_revision)
+        check_chunk_budget(self.adapter, config.max_num_batched_tokens)
         self.runner = make_runner(config)
         self.model_config = self.runner.model_config
         check_vocab_size(self.model_config.vocab_size)
@@ -142,9 +161,6 @@ class LLMEngine:
             self.runner.num_pages, config.page_size, cache, self.resume_rule,
             getattr(self.runner, "state_pool", None),
         )  # fmt: skip
-        self.adapter = load_vlm_adapter(
-            config.model_dir, self.model_config.architecture, config.model_revision
-        )
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
@@ -187,7 +203,8 @@ class LLMEngine:
             return None
         return EmbeddingFetcher(
             source,
-            self.model_config.hidden_size,
+            # Every deepstack level is fetched, held and counted with its main row.
+            self.model_config.embedding_width,
             config.torch_dtype,
             self.runner.device,
             config.embedding_fetch_workers,
@@ -292,6 +309,8 @@ class LLMEngine:
             mrope_positions=mrope_positions,
             cache_salt=bytes(cache_salt),
         )
+        if self.adapter is not None and self.adapter.bidirectional_image_spans:
+            seq.uncut_spans = [(start, end + 1) for item in items for start, end in item.offsets]
         seq.context = context
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens)
         self.requests[request_id] = seq
@@ -474,10 +493,10 @@ class LLMEngine:
         each other request ends here with its RequestDataError (its pages are freed, and
         nothing of this step reaches the prefix cache for it)."""
         kept, image_rows = [], []
-        hidden = self.model_config.hidden_size
+        width = self.model_config.embedding_width
         for chunk in chunks:
             try:
-                rows = chunk_image_rows(chunk, hidden)
+                rows = chunk_image_rows(chunk, width)
             except RequestDataError as err:
                 log.warning("request %s fails alone: %s", chunk.seq.request_id, err)
                 self._fail(chunk.seq, err, outputs)
@@ -539,7 +558,14 @@ class LLMEngine:
         if sampled.logprobs is not None:
             seq.logprobs.append(sampled.logprobs)
         text_before = len(seq.text)
-        seq.text += seq.detokenizer.add(sampled.token_id)
+        if self._is_stop_token(seq.params, sampled.token_id) and not (
+            seq.params.include_stop_str_in_output
+        ):
+            # A stop token ends the text without being part of it (as vLLM), also when
+            # special tokens are kept (EOS would otherwise read `</s>`).
+            seq.text += seq.detokenizer.flush()
+        else:
+            seq.text += seq.detokenizer.add(sampled.token_id)
         reason = self._stop_reason(seq, sampled.token_id)
         if reason is not None:
             seq.text += seq.detokenizer.flush()
@@ -551,14 +577,17 @@ class LLMEngine:
             self._finish(seq, reason)
         return self._output(seq)
 
+    def _is_stop_token(self, params, token: int) -> bool:
+        return token in params.stop_token_ids or (
+            not params.ignore_eos and token in self.eos_token_ids
+        )
+
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         """Why `seq` ends after `token` (stop strings aside), or None."""
         params = seq.params
         if seq.grammar is not None and seq.grammar.terminated:
             return FinishReason.STOP
-        if token in params.stop_token_ids or (
-            not params.ignore_eos and token in self.eos_token_ids
-        ):
+        if self._is_stop_token(params, token):
             return FinishReason.STOP
         if seq.num_output_tokens >= params.max_tokens:
             return FinishReason.LENGTH

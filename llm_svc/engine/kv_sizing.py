@@ -9,7 +9,7 @@ import torch
 
 from llm_svc.engine.attention import KVCache, make_backend
 from llm_svc.engine.config import DEFAULT_CPU_KV_BYTES, EngineConfig
-from llm_svc.engine.embeddings.assembly import ChunkImageRows, assemble_input_embeds
+from llm_svc.engine.embeddings.assembly import ChunkImageRows
 from llm_svc.engine.memory_budget import (
     CudaProbe,
     MemoryBudget,
@@ -57,6 +57,7 @@ def kv_budget(runner, config: EngineConfig, rank: int = 0) -> MemoryBudget:
         peak = estimated_step_peak(
             mc.hidden_size, mc.intermediate_size, mc.vocab_size,
             config.max_num_batched_tokens, config.max_num_seqs, config.torch_dtype,
+            embedding_width=mc.embedding_width,
         )  # fmt: skip
         total = config.memory_budget_bytes
         source = "CPU: configured budget, estimated step peak"
@@ -114,16 +115,16 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
         inputs = runner.prepare(chunks)
         # Stand-ins for the held embeddings the image rows come from (their own term of
         # the budget), and each chunk's rows gathered from them into a copy, as a chunk
-        # that spans two images gets (kernels/chunk_rows.py).
+        # that spans two images gets (kernels/chunk_rows.py); every deepstack level wide.
         held = [
-            torch.zeros(chunk.num_tokens, mc.hidden_size, dtype=config.torch_dtype, device=device)
+            torch.zeros(
+                chunk.num_tokens, mc.embedding_width, dtype=config.torch_dtype, device=device
+            )
             for chunk in chunks
         ]
         images = [ChunkImageRows(torch.arange(rows.shape[0]), rows.clone()) for rows in held]
-        embeds = assemble_input_embeds(
-            runner.model.embed, inputs.input_ids, images, inputs.meta.query_starts, mc.vocab_size
-        )
-        logits = runner.execute(inputs, embeds)
+        embeds, deepstack = runner.assemble(inputs, images)
+        logits = runner.execute(inputs, embeds, deepstack)
         # The sampler at the maximum batch: rows past the sequences computed repeat theirs.
         logits = logits[torch.arange(rows, device=logits.device) % count]
         sampled = Sampler(config.seed, device).sample(logits, seqs).resolve()

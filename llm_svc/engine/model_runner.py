@@ -12,7 +12,7 @@ import torch
 
 from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
 from llm_svc.engine.config import EngineConfig
-from llm_svc.engine.embeddings.assembly import assemble_input_embeds
+from llm_svc.engine.embeddings.assembly import assemble_input_embeds, deepstack_rows
 from llm_svc.engine.kv_sizing import kv_budget
 from llm_svc.engine.models import load_model
 from llm_svc.engine.models.qwen3_5 import StepStates
@@ -131,6 +131,9 @@ class ModelRunner:
         pending_flat, pending_seqs = [], []
         starts, lens, contexts, tables, sample_rows, sample_chunks = [], [], [], [], [], []
         mrope = any(chunk.seq.mrope_positions is not None for chunk in chunks)
+        # A step whose prefill chunks hold image spans that attend both ways.
+        spans = any(chunk.seq.uncut_spans and chunk.num_tokens > 1 for chunk in chunks)
+        until = []
         flat, size = 0, self.page_size
         for chunk in chunks:
             seq, begin, end = chunk.seq, chunk.start, chunk.start + chunk.num_tokens
@@ -139,6 +142,8 @@ class ModelRunner:
             if mrope and pos.ndim == 1:
                 pos = np.broadcast_to(pos, (3, len(pos)))
             positions.append(pos)
+            if spans:
+                until.append(seq.attend_until(begin, end))
             table = np.asarray(seq.block_table, dtype=np.int64)
             index = np.arange(begin, end)
             slots.append(table[index // size] * size + index % size)
@@ -162,6 +167,7 @@ class ModelRunner:
             query_lens=lens,
             context_lens=contexts,
             block_tables=to_device(np.asarray(padded, dtype=np.int64), device),
+            attend_until=to_device(np.concatenate(until), device) if spans else None,
         )
         input_ids = to_device(np.asarray(ids, dtype=np.int64), device)
         if pending_seqs:
@@ -178,26 +184,38 @@ class ModelRunner:
         )
 
     def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
-        """Assemble the step's input embeddings (image rows scattered in) and execute."""
-        embeds = assemble_input_embeds(
-            self.model.embed,
-            inputs.input_ids,
-            image_rows,
-            inputs.meta.query_starts,
-            self.model_config.vocab_size,
-        )
-        return self.execute(inputs, embeds)
+        """Assemble the step's input embeddings (image rows scattered in, deepstack levels
+        set aside for their layers) and execute."""
+        embeds, deepstack = self.assemble(inputs, image_rows)
+        return self.execute(inputs, embeds, deepstack)
 
-    @torch.inference_mode()
-    def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):
-        """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
+    def assemble(self, inputs: StepInputs, image_rows: list, starts: list[int] | None = None):
+        """(input embeddings or None, deepstack rows or None) of a step's image rows;
+        `starts[i]` is where image_rows[i]'s chunk starts (default: the chunks' starts)."""
+        mc = self.model_config
+        starts = inputs.meta.query_starts if starts is None else starts
+        embeds = assemble_input_embeds(
+            self.model.embed, inputs.input_ids, image_rows, starts, mc.vocab_size, mc.hidden_size
+        )
+        return embeds, deepstack_rows(image_rows, starts, mc.hidden_size, mc.deepstack_levels)
+
+    def forward_hidden(self, inputs: StepInputs, input_embeds, deepstack) -> torch.Tensor:
+        """The model's last hidden states [T, H]."""
         self.backend.plan(inputs.meta)
         extra = {}
+        if deepstack is not None:
+            extra["deepstack"] = deepstack
         if self.state_pool is not None:
             meta = inputs.meta
             assert None not in inputs.state_slots, "a hybrid step's sequence has no state slot"
             extra["states"] = StepStates(
                 self.state_pool, meta.query_starts, meta.query_lens, inputs.state_slots
             )
-        hidden = self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds, **extra)
+        return self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds, **extra)
+
+    @torch.inference_mode()
+    def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None,
+                deepstack=None):  # fmt: skip
+        """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
+        hidden = self.forward_hidden(inputs, input_embeds, deepstack)
         return self.model.compute_logits(hidden[inputs.sample_rows])

@@ -2,10 +2,13 @@
 
 Each step: running sequences in decode go first (one token each), then running sequences
 part-way through their prefill, then waiting sequences in arrival order — each takes
-min(its remaining tokens, budget left). Prefill chunks and decodes share one step. When a
-sequence needs a page and none is left, the most recently admitted running sequence is
-preempted: its pages are released (full ones stay in the prefix cache) and it waits at the
-head of the queue to be prefilled again, prompt and output so far.
+min(its remaining tokens, budget left), grown to the end of an image span it would end
+inside when the model attends both ways within one (Gemma 3: a step may exceed the budget
+by at most one span; the engine refuses a budget smaller than one span at load). Prefill
+chunks and decodes share one step. When a sequence needs a page and none is left, the most
+recently admitted running sequence is preempted: its pages are released (full ones stay in
+the prefix cache) and it waits at the head of the queue to be prefilled again, prompt and
+output so far.
 
 Images: at admission a sequence first shares its cached prefix (those pages stay locked by
 their reference count); the items with tokens past that prefix whose embeddings it does not
@@ -95,11 +98,11 @@ class Scheduler:
         prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
         for seq in decoding + prefilling:
             budget = self.token_budget - out.num_tokens
-            if budget == 0:
+            if budget <= 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            count = self._cut(seq, min(seq.num_uncomputed_tokens, budget))
+            count = seq.chunk_size(self._cut(seq, min(seq.num_uncomputed_tokens, budget)))
             if not self._make_room(seq, count, out):
                 continue
             self.blocks.append(seq, count)
@@ -127,7 +130,7 @@ class Scheduler:
                 seq.status = SequenceStatus.FETCHING
                 self.fetcher.start(seq, missing)
                 continue
-            count = self._cut(seq, min(seq.num_uncomputed_tokens, budget))
+            count = seq.chunk_size(self._cut(seq, min(seq.num_uncomputed_tokens, budget)))
             if not self.blocks.can_append(seq, count):
                 self.blocks.release(seq)
                 seq.num_computed_tokens = 0

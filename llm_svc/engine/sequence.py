@@ -75,6 +75,9 @@ class Sequence:
         self.num_prompt_tokens = len(self.token_ids)
         self.params = params
         self.items = items or []
+        # Half-open [start, end) token spans that attend to themselves both ways (Gemma 3's
+        # images): a prefill chunk or a resumed prefix never ends strictly inside one.
+        self.uncut_spans: list[tuple[int, int]] = []
         self.mrope_positions = mrope_positions
         self.arrival = next(_arrival)
         self.status = SequenceStatus.WAITING
@@ -133,6 +136,24 @@ class Sequence:
         first = int(table.max()) + 1 + max(start, table.shape[1]) - table.shape[1]
         tail = np.arange(first, first + extra, dtype=np.int64)
         return np.concatenate([stored, np.broadcast_to(tail, (3, extra))], axis=1)
+
+    def chunk_size(self, count: int) -> int:
+        """`count` tokens from `num_computed_tokens`, grown to the end of an uncut span the
+        chunk would otherwise end inside (so a chunk exceeds its budget by at most one span)."""
+        end = self.num_computed_tokens + count
+        for start, stop in self.uncut_spans:
+            if start < end < stop:
+                end = stop
+        return end - self.num_computed_tokens
+
+    def attend_until(self, start: int, end: int) -> np.ndarray:
+        """For tokens [start, end) of a chunk, the last position each may attend to: itself,
+        or the end of the uncut span it sits in."""
+        until = np.arange(start, end, dtype=np.int64)
+        for first, stop in self.uncut_spans:
+            if first < end and stop > start:
+                until[max(first, start) - start : min(stop, end) - start] = stop - 1
+        return until
 
     def items_needed_from(self, start: int) -> list[int]:
         """Indices of the items with tokens at or past `start` (those a prefill from `start`

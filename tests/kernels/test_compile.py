@@ -51,7 +51,7 @@ def decode_case(dtype: str, head_dim: int, group: int, direct: bool):
         "part_out_ptr": partial, "part_lse_ptr": partial,
         "tables_ptr": "*i64", "plan_ptr": "*i32",
         **{name: "i32" for name in ("num_seqs", "num_heads", "num_splits", "split_len")},
-        **ATTENTION_STRIDES, "scale_log2": "fp32",
+        **ATTENTION_STRIDES, "scale_log2": "fp32", "window": "i32",
     }  # fmt: skip
     constants = {
         "GROUP": group, "PAGE": 16, "HEAD_DIM": head_dim, "BLOCK_H": 16,
@@ -65,13 +65,14 @@ def extend_case(dtype: str, head_dim: int, group: int):
     block_m, block_n = sys.modules["kernels.paged_attention_extend"].extend_tiles(head_dim)
     arguments = {
         **{f"{name}_ptr": f"*{dtype}" for name in ("q", "k", "v", "out")},
-        "tables_ptr": "*i64", "chunks_ptr": "*i32", "blocks_ptr": "*i32",
+        "tables_ptr": "*i64", "chunks_ptr": "*i32", "blocks_ptr": "*i32", "until_ptr": "*i64",
         "num_chunks": "i32", "num_blocks": "i32", **ATTENTION_STRIDES, "scale_log2": "fp32",
+        "window": "i32",
     }  # fmt: skip
     constants = {
         "GROUP": group, "PAGE": 16, "HEAD_DIM": head_dim, "BLOCK_M": block_m,
         "BLOCK_N": block_n, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
-        "UPCAST": False,
+        "UPCAST": False, "HAS_UNTIL": True,
     }  # fmt: skip
     return kernel("paged_attention_extend", "_extend_kernel"), arguments, constants
 
@@ -98,6 +99,29 @@ CASES.update(
         "extend-bf16-d128-gqa4": extend_case("bf16", 128, 4),
         "extend-fp32-d64": extend_case("fp32", 64, 1),
         "extend-fp16-d256-gqa8": extend_case("fp16", 256, 8),
+    }
+)
+
+
+def grouped_gemm_case(dtype: str, has_scale: bool):
+    arguments = {
+        "x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
+        "scale_ptr": f"*{dtype}", "tile_expert_ptr": "*i64", "tile_start_ptr": "*i64",
+        "tile_end_ptr": "*i64", "N": "i32", "K": "i32", "x_row_stride": "i32",
+        "w_expert_stride": "i32", "w_row_stride": "i32", "out_row_stride": "i32",
+    }  # fmt: skip
+    constants = {
+        "HAS_SCALE": has_scale, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
+        "UPCAST": False, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64,
+    }  # fmt: skip
+    return kernel("grouped_gemm", "_grouped_gemm_kernel"), arguments, constants
+
+
+CASES.update(
+    {
+        "grouped-gemm-bf16-scaled": grouped_gemm_case("bf16", True),
+        "grouped-gemm-fp16": grouped_gemm_case("fp16", False),
+        "grouped-gemm-fp32-scaled": grouped_gemm_case("fp32", True),
     }
 )
 

@@ -44,14 +44,31 @@ def make_step(seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed):
     return cache, meta, flat, generator
 
 
+def attend_until(seqs, spans) -> torch.Tensor:
+    """[T] the last position each flat token sees: itself, or its span's last position.
+    `spans[i]`: sequence i's half-open image spans (absolute positions, inside its chunk)."""
+    until = []
+    for (context, query_len), seq_spans in zip(seqs, spans, strict=True):
+        row = list(range(context - query_len, context))
+        for start, end in seq_spans:
+            for position in range(start, end):
+                row[position - (context - query_len)] = end - 1
+        until += row
+    return torch.tensor(until)
+
+
 def compare(seqs, *, page_size=4, kv_heads=2, group=2, head_dim=16, dtype=torch.float32,
-            seed=0, num_pages=None, device="cpu", **attention):  # fmt: skip
+            seed=0, num_pages=None, device="cpu", spans=None, **attention):  # fmt: skip
     """Run one step through both backends on `device`; assert equal outputs and caches.
-    `attention`: the layer's `scale` and `window`, passed to both."""
+    `attention`: the layer's `scale` and `window`, passed to both; `spans`: per sequence,
+    its bidirectional image spans (see `attend_until`). Returns (q, k, v, the caches, meta,
+    the output)."""
     num_pages = num_pages or sum(-(-c // page_size) for c, _ in seqs) + 3
     cache, meta, tokens, generator = make_step(
         seqs, page_size, num_pages, kv_heads, head_dim, dtype, seed
     )
+    if spans is not None:
+        meta.attend_until = attend_until(seqs, spans).to(device)
     cache = KVCache(cache.k.to(device), cache.v.to(device), page_size)
     meta.slot_mapping, meta.block_tables = (
         meta.slot_mapping.to(device),
@@ -69,6 +86,7 @@ def compare(seqs, *, page_size=4, kv_heads=2, group=2, head_dim=16, dtype=torch.
         expected = sdpa.forward(layer, q, k, v, **attention)
         torch.testing.assert_close(got, expected, atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
     assert torch.equal(cache.k, twin.k) and torch.equal(cache.v, twin.v)
+    return q, twin, meta, expected
 
 
 def test_mixed_decode_and_extend_in_one_step(runs_on):
@@ -158,3 +176,55 @@ def test_sliding_window_with_split_k_and_wide_heads(monkeypatch):
 
     monkeypatch.setattr(decode, "MIN_SPLIT_TOKENS", 16)
     compare([(200, 1), (90, 70), (33, 1)], head_dim=128, window=24)
+
+
+def hf_mask(length: int, spans, window: int | None) -> torch.Tensor:
+    """[length, length] Gemma 3's mask as transformers 5.24 composes it from its own mask
+    functions: causal OR same image block, AND the sliding window on sliding layers."""
+    from transformers.masking_utils import (
+        and_masks,
+        blockwise_overlay,
+        causal_mask_function,
+        or_masks,
+        sliding_window_overlay,
+    )
+
+    blocks = torch.full((1, length), -1)
+    for index, (start, end) in enumerate(spans):
+        blocks[0, start:end] = index
+    function = or_masks(causal_mask_function, blockwise_overlay(blocks))
+    if window is not None:
+        function = and_masks(sliding_window_overlay(window), function)
+    q, k = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    return function(torch.tensor(0), torch.tensor(0), q, k).expand(length, length)
+
+
+@pytest.mark.parametrize("window", [None, 3, 8])
+def test_image_spans_attend_both_ways_as_transformers_masks_them(window):
+    # Chunks holding whole spans: after a cached prefix, from position 0, a span at the
+    # chunk's end, spans longer than the window and than a query block (64 rows), beside
+    # decode rows. Triton equals SDPA; SDPA's output on a fresh prefill equals dense
+    # attention under transformers' own mask.
+    seqs = [(9, 1), (30, 30), (50, 20), (120, 100), (7, 1)]
+    spans = [[], [(3, 10), (12, 30)], [(31, 40), (44, 50)], [(25, 95), (97, 110)], []]
+    q, cache, meta, out = compare(seqs, spans=spans, window=window, scale=0.5)
+    start, length = meta.query_starts[1], 30
+    table = meta.block_tables[1, : -(-length // 4)]
+    keys = cache.k[1].view(-1, 4, *cache.k.shape[2:])[table].reshape(-1, *cache.k.shape[2:])
+    values = cache.v[1].view(-1, 4, *cache.v.shape[2:])[table].reshape(-1, *cache.v.shape[2:])
+    query = q[start : start + length].transpose(0, 1)  # [heads, n, d]
+    keys = keys[:length].repeat_interleave(2, dim=1).transpose(0, 1)
+    values = values[:length].repeat_interleave(2, dim=1).transpose(0, 1)
+    scores = (query @ keys.transpose(1, 2)) * 0.5
+    scores = scores.masked_fill(~hf_mask(length, spans[1], window), float("-inf"))
+    dense = (scores.softmax(-1) @ values).transpose(0, 1)
+    torch.testing.assert_close(out[start : start + length], dense, atol=2e-5, rtol=2e-5)
+
+
+def test_image_spans_change_the_output():
+    """Guard: the same step without spans gives another answer for the image rows."""
+    seqs = [(30, 30)]
+    *_, both_ways = compare(seqs, spans=[[(3, 10)]])
+    *_, causal = compare(seqs)
+    assert not torch.allclose(both_ways[3:9], causal[3:9], atol=1e-3)
+    torch.testing.assert_close(both_ways[10:], causal[10:])

@@ -126,6 +126,14 @@ def mm_reference(request):
 
 
 @pytest.fixture(scope="session")
+def gemma3_reference(tiny_gemma3_dir):
+    """The tiny Gemma 3 VLM with its HF multimodal reference."""
+    from tests.llm_svc.mm_reference import MMReference
+
+    return MMReference(tiny_gemma3_dir)
+
+
+@pytest.fixture(scope="session")
 def qwen_reference(tiny_qwen2_vl_dir):
     from tests.llm_svc.mm_reference import MMReference
 

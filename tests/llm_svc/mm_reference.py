@@ -99,6 +99,17 @@ class MMReference:
         return self._model
 
     def _pixel_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
+        if self.adapter.bidirectional_image_spans:  # Gemma 3
+            from transformers.models.gemma3.image_processing_pil_gemma3 import (
+                Gemma3ImageProcessorPil,
+            )
+
+            out = Gemma3ImageProcessorPil.from_pretrained(str(self.model_dir))(
+                images=images, return_tensors="pt"
+            )
+            # token_type_ids mark the image tokens: HF's bidirectional blocks come from them.
+            types = (torch.tensor([expanded]) == self.adapter.image_token_id).int()
+            return {"pixel_values": out["pixel_values"], "token_type_ids": types}
         if self.adapter.uses_mrope:
             from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
                 Qwen2VLImageProcessorPil,

@@ -91,9 +91,21 @@ def _write(tmp_path, **text):
             dict(
                 arch="Qwen3MoeForCausalLM",
                 **MOE,
-                quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]},
+                quantization_config={
+                    "quant_method": "compressed-tensors",
+                    "format": "float-quantized",
+                    "config_groups": {
+                        "g": {
+                            "weights": {
+                                "num_bits": 8,
+                                "type": "float",
+                                "strategy": "channel",
+                            }
+                        }
+                    },
+                },
             ),
-            "FP8 experts",
+            "FP8 experts with 'compressed-tensors' channel scales",
         ),  # fmt: skip
     ],
 )

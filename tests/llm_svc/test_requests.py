@@ -134,3 +134,19 @@ def test_abort_finishes_with_abort_and_frees_pages(engine):
         ("w", "abort", True),
     }
     assert engine.blocks.num_used == 0 and not engine.has_unfinished()
+
+
+def test_a_stop_tokens_text_is_left_out_unless_asked_for(engine):
+    """Like vLLM: the token that stops an answer ends it without being in its text (EOS
+    would otherwise read `</s>` when special tokens are kept), unless
+    include_stop_str_in_output."""
+    reference = token_ids(run_all(engine, {"r": (PROMPT, greedy(8))})["r"])
+    stop_at = reference[3]
+    cut = reference.index(stop_at)
+    for keep_specials in (True, False):
+        params = greedy(8, stop_token_ids=[stop_at], skip_special_tokens=keep_specials)
+        text = "".join(o.new_text for o in run_all(engine, {"s": (PROMPT, params)})["s"])
+        assert text == engine.tokenizer.decode(reference[:cut]), keep_specials
+    asked = greedy(8, stop_token_ids=[stop_at], include_stop_str_in_output=True)
+    text = "".join(o.new_text for o in run_all(engine, {"i": (PROMPT, asked)})["i"])
+    assert text == engine.tokenizer.decode(reference[: cut + 1])

@@ -27,6 +27,8 @@ class RoutingRequest:
     input_ids: np.ndarray
     fingerprint: bytes
     salt: bytes | None = None
+    # Half-open spans no resume point falls inside (the pod's engine uses the same).
+    uncut_spans: list[tuple[int, int]] = field(default_factory=list)
     _hashes: dict[int, list[bytes]] = field(default_factory=dict, repr=False)
 
     def block_hashes(self, page_size: int) -> list[bytes]:
@@ -43,9 +45,10 @@ class RoutingRequest:
         matches by) over what the KV index says it holds: no more count as covered."""
         hashes = self.block_hashes(pod.page_size)
         rule = pod.resume_rule
-        most = rule.resumable_blocks(len(self.input_ids))
+        count, spans = len(self.input_ids), self.uncut_spans
+        most = rule.resumable_blocks(count, uncut_spans=spans)
         held = index.matched_blocks(pod.address, hashes, most)
-        return rule.resumable_blocks(len(self.input_ids), held_blocks=held), most
+        return rule.resumable_blocks(count, held, spans), most
 
 
 class Plugin(ABC):

@@ -11,6 +11,7 @@ from iris.models.base import Grid, ModelAdapter, Span
 from iris.models.internvl.adapter import refuse_vision_options
 from iris.models.mistral3.counting import PixtralRule
 from iris.models.registry import UnsupportedModelError, register
+from iris.models.tool_format import MISTRAL
 
 IMAGE_BREAK = "[IMG_BREAK]"
 IMAGE_END = "[IMG_END]"
@@ -20,13 +21,15 @@ IMAGE_END = "[IMG_END]"
 class Mistral3Adapter(ModelAdapter):
     """An image is rows of cols `[IMG]` tokens, each row followed by `[IMG_BREAK]` but the
     last, which ends with `[IMG_END]`: one span per row (the breaks are text), rows*cols
-    embedding rows in row-major order; grid = (rows, cols)."""
+    embedding rows in row-major order; grid = (rows, cols). Tool calls are Mistral's
+    `[TOOL_CALLS][{...}, ...]` (iris.models.tool_format.MISTRAL)."""
 
     architectures = ("Mistral3ForConditionalGeneration",)
     text_family = "llama"
     image_token = "[IMG]"
     image_placeholder_text = "[IMG]"
     _vision_markers = ("vision_tower", "multi_modal_projector")
+    tool_call_format = MISTRAL
 
     @classmethod
     def text_family_of(cls, config: dict) -> str:

@@ -21,24 +21,49 @@ SPECIAL_TOKENS = [
     "[IMG]",
     "[IMG_BREAK]",
     "[IMG_END]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
     "[TOOL_CALLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
     "[SYSTEM_PROMPT]",
     "[/SYSTEM_PROMPT]",
 ]
 
-# Mistral's format: [INST] user [/INST] answer</s>; an image part is one [IMG], which the
-# processor (and Iris's adapter) expands into rows broken by [IMG_BREAK].
+# Mistral's format (the published Mistral Small 3.x templates, tokenizer v7): [INST] user
+# [/INST] answer</s>; an image part is one [IMG], which the processor (and Iris's adapter)
+# expands into rows broken by [IMG_BREAK]. Tools are listed as JSON right before the last
+# user turn in [AVAILABLE_TOOLS]; an assistant's calls are [TOOL_CALLS] and one JSON list of
+# {"name", "arguments", "id"}, then </s>; a result is [TOOL_RESULTS]{"content", "call_id"}
+# [/TOOL_RESULTS].
 CHAT_TEMPLATE = (
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for message in messages %}{% if message['role'] == 'user' %}"
+    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
     "<s>{% for message in messages %}"
     "{% if message['role'] == 'system' %}[SYSTEM_PROMPT]{{ message['content'] }}"
     "[/SYSTEM_PROMPT]"
-    "{% elif message['role'] == 'user' %}[INST]"
+    "{% elif message['role'] == 'user' %}"
+    "{% if tools and loop.index0 == ns.last_user %}"
+    "[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}[INST]"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' %}[IMG]"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}[/INST]"
-    "{% elif message['role'] == 'assistant' %}{{ message['content'] }}</s>"
+    "{% elif message['role'] == 'assistant' %}"
+    "{% if message['tool_calls'] %}[TOOL_CALLS][{% for call in message['tool_calls'] %}"
+    "{\"name\": {{ call['function']['name'] | tojson }}, "
+    "\"arguments\": {{ call['function']['arguments'] | tojson }}"
+    "{% if call['id'] %}, \"id\": {{ call['id'] | tojson }}{% endif %}}"
+    "{% if not loop.last %}, {% endif %}{% endfor %}]"
+    "{% elif message['content'] %}{{ message['content'] }}{% endif %}</s>"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if message['content'] is string %}{% set result = message['content'] %}"
+    "{% else %}{% set result = message['content'] | map(attribute='text') | join %}{% endif %}"
+    '[TOOL_RESULTS]{"content": {{ result | tojson }}'
+    "{% if message['tool_call_id'] %}, \"call_id\": {{ message['tool_call_id'] | tojson }}"
+    "{% endif %}}[/TOOL_RESULTS]"
     "{% endif %}{% endfor %}"
 )
 

@@ -6,7 +6,10 @@ A step packs the new tokens of every scheduled sequence into one flat batch of T
 `forward`, which stores the step's K/V into the paged cache and attends each sequence's
 queries to its whole context (cached pages + the new tokens), causally; a sliding-window
 layer passes `window` W and a query at position q then sees only keys at k with q - k < W
-(the pages outside the window are still held: freeing them is a later change).
+(the pages outside the window are still held: freeing them is a later change). With
+`attend_until` (a prefill chunk holding whole image spans whose tokens see each other both
+ways), a query at q sees the keys at k <= attend_until[q] instead of k <= q, still within
+its window: window AND (causal OR same span), as transformers builds Gemma 3's masks.
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class AttentionMetadata:
     query_lens: list[int]
     context_lens: list[int]
     block_tables: torch.Tensor  # [B, max_pages] int64
+    # [T] int64, the last position each flat token attends to (past itself inside an image
+    # span that attends both ways, Gemma 3); None: every token is causal.
+    attend_until: torch.Tensor | None = None
 
 
 class AttentionBackend(ABC):

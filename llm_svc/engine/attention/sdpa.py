@@ -2,7 +2,8 @@
 
 Single-token queries (decode) of all sequences run as one padded batch per layer; longer
 queries (prefill chunks) run one sequence at a time with a causal mask offset by the
-cached prefix (and, on a sliding-window layer, by the window: q - k < W). Context is
+cached prefix (and, on a sliding-window layer, by the window: q - k < W), opened up to
+`attend_until` inside an image span that attends both ways. Context is
 gathered a whole page at a time (one index per page, not per
 token), which is what makes this fast enough on CPU.
 """
@@ -26,6 +27,7 @@ class _Chunk:
     context: int
     mask: torch.Tensor | None  # [query, context] True = may attend; None = plain causal
     rows: torch.Tensor  # [query, 1] each query's position
+    until: torch.Tensor  # [query, 1] the last position each query sees (rows when causal)
     windowed: dict  # window → its mask, built on first use in the step
 
     def mask_for(self, window: int | None) -> torch.Tensor | None:
@@ -33,7 +35,8 @@ class _Chunk:
             return self.mask
         if window not in self.windowed:
             keys = torch.arange(self.context, device=self.rows.device)[None, :]
-            self.windowed[window] = (keys <= self.rows) & (keys > self.rows - window)
+            # window AND (causal OR same span): a span's later keys are inside the window.
+            self.windowed[window] = (keys <= self.until) & (keys > self.rows - window)
         return self.windowed[window]
 
 
@@ -89,11 +92,14 @@ class SdpaBackend(AttentionBackend):
             pages = meta.block_tables[i, : -(-context // page_size)]
             mask = None
             rows = torch.arange(query_len, device=device)[:, None] + (context - query_len)
-            if context > query_len:
-                mask = torch.arange(context, device=device)[None, :] <= rows
             start = meta.query_starts[i]
             tokens = slice(start, start + query_len)
-            self._chunks.append(_Chunk(tokens, pages, context, mask, rows, {}))
+            until = rows
+            if meta.attend_until is not None:
+                until = meta.attend_until[tokens][:, None]
+            if context > query_len or meta.attend_until is not None:
+                mask = torch.arange(context, device=device)[None, :] <= until
+            self._chunks.append(_Chunk(tokens, pages, context, mask, rows, until, {}))
 
     def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
         """[slots, kv_heads, d] cache → [len(pages) * page_size, kv_heads, d]."""

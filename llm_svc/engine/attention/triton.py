@@ -53,6 +53,7 @@ class TritonBackend(AttentionBackend):
         self._chunks = flat[decode_end:chunks_end]
         self._blocks = flat[chunks_end:]
         self._max_decode_context = max((meta.context_lens[i] for i in decode), default=0)
+        self._attend_until = meta.attend_until
 
     def forward(
         self,
@@ -79,6 +80,6 @@ class TritonBackend(AttentionBackend):
             paged_extend_attention(
                 q, k_cache, v_cache, out, self._block_tables, self._chunks, self._blocks,
                 self._num_chunks, self._num_blocks, page_size,
-                scale=scale, window=window,
+                scale=scale, window=window, attend_until=self._attend_until,
             )  # fmt: skip
         return out

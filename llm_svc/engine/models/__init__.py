@@ -1,7 +1,7 @@
 """Language models the engine runs: one module per decoder family (llama.py for Llama,
-Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py; qwen3_5.py, the hybrid
-Qwen3.5 with Gated DeltaNet linear attention), built from the blocks
-in layers.py and moe.py, chosen by registry.py."""
+Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py, qwen3_vl.py; qwen3_5.py,
+the hybrid Qwen3.5 with Gated DeltaNet linear attention), built from the blocks in layers.py
+and moe.py, chosen by registry.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
-from llm_svc.engine.models.decoder import DecoderLM
+from llm_svc.engine.models.decoder import DecoderLM, DeepstackRows
 from llm_svc.engine.models.loader import (
     building_in,
     find_text_prefix,
@@ -53,6 +53,7 @@ def load_model(
 
 __all__ = [
     "DecoderLM",
+    "DeepstackRows",
     "Qwen3_5LM",
     "TextModelConfig",
     "UnsupportedModelError",

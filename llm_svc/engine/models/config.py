@@ -17,7 +17,8 @@ from iris.models.quantization import QuantScheme, read_quantization
 from iris.multimodal import AttentionLayer, LayerKind, layers_from_windows
 
 FULL, SLIDING, LINEAR = "full", "sliding", "linear"
-MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
+MOE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_vl_moe")
+QWEN3_VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
 SUPPORTED_ROPE_TYPES = ("default", "mrope", "linear")
 SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
@@ -107,6 +108,10 @@ class TextModelConfig:
     moe: MoeConfig | None = None
     # Gemma 3: softmax scale is query_pre_attn_scalar ** -0.5 instead of head_dim ** -0.5.
     query_pre_attn_scalar: float | None = None
+    # Qwen3-VL: M-RoPE frequency bands interleaved t h w t h w ... instead of in blocks,
+    # and the deepstack levels each image row carries after its main row.
+    mrope_interleaved: bool = False
+    deepstack_levels: int = 0
 
     def layer_type(self, layer: int) -> str:
         return self.layer_types[layer] if self.layer_types else FULL
@@ -148,6 +153,11 @@ class TextModelConfig:
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.partial_rotary_factor)
 
+    @property
+    def embedding_width(self) -> int:
+        """Width of one image embedding row as fetched: main row, then each deepstack level."""
+        return self.hidden_size * (1 + self.deepstack_levels)
+
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> TextModelConfig:
         """Read config.json (and generation_config.json for EOS ids) from `model_dir`."""
@@ -166,10 +176,11 @@ class TextModelConfig:
         types = sliding_layers(architecture, family, text)
         ropes = read_ropes(family, text)
         quantization = read_quantization(raw)
-        if quantization is not None and family in MOE_FAMILIES:
+        if quantization is not None and family in MOE_FAMILIES and quantization.block is None:
             raise UnsupportedModelError(
-                f"FP8 experts ({architecture} with quantization_config "
-                f"{quantization.method!r}) are not supported yet"
+                f"FP8 experts with {quantization.method!r} {quantization.strategy} scales "
+                f"({architecture}) are not supported; FP8 experts are served block-wise "
+                "(quant_method 'fp8', weight_block_size)"
             )
         linear = _linear_shape(text, family)
         return cls(
@@ -201,6 +212,9 @@ class TextModelConfig:
             query_pre_attn_scalar=text.get("query_pre_attn_scalar") if family == "gemma3" else None,
             linear=linear,
             partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)) if linear else 1.0,
+            # transformers' Qwen3-VL interleaves whatever `mrope_interleaved` says.
+            mrope_interleaved=family in QWEN3_VL_FAMILIES,
+            deepstack_levels=_deepstack_levels(family, raw),
         )
 
 
@@ -333,6 +347,18 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
     return (FULL,) * n
 
 
+def _deepstack_levels(family: str, raw: dict) -> int:
+    """Qwen3-VL: one deepstack level per `vision_config.deepstack_visual_indexes` entry
+    (vision-tower layers); level i is added after decoder layer i."""
+    if family not in QWEN3_VL_FAMILIES:
+        return 0
+    levels = len((raw.get("vision_config") or {}).get("deepstack_visual_indexes") or ())
+    layers = (raw.get("text_config") or raw)["num_hidden_layers"]
+    if levels > layers:
+        raise UnsupportedModelError(f"{levels} deepstack levels for {layers} decoder layers")
+    return levels
+
+
 def _read_moe(family: str, text: dict) -> MoeConfig | None:
     if family not in MOE_FAMILIES:
         return None
@@ -340,7 +366,8 @@ def _read_moe(family: str, text: dict) -> MoeConfig | None:
         num_experts=int(text.get("num_experts", text.get("num_local_experts", 0))),
         top_k=int(text["num_experts_per_tok"]),
         intermediate_size=int(text["moe_intermediate_size"]),
-        norm_topk_prob=bool(text.get("norm_topk_prob", False)),
+        # transformers' Qwen3-VL-MoE router always renormalises its top-k weights.
+        norm_topk_prob=family == "qwen3_vl_moe" or bool(text.get("norm_topk_prob", False)),
         decoder_sparse_step=int(text.get("decoder_sparse_step", 1)),
         mlp_only_layers=tuple(text.get("mlp_only_layers") or ()),
         shared_expert_size=int(text.get("shared_expert_intermediate_size") or 0)

@@ -7,17 +7,31 @@ layers.py and hands them here; parameter names mirror the HF checkpoints
 checkpoint's prefix is stripped.
 
 A layer is called as layer(x [T, H], cos, sin, backend) → [T, H], with the cos/sin of its
-kind's rotary embedding (`config.layer_type(i)`).
+kind's rotary embedding (`config.layer_type(i)`). With deepstack (Qwen3-VL), level i of
+the step's image rows is added to the hidden states after layer i.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from kernels import scatter_add_rows
 from llm_svc.engine.attention.base import AttentionBackend
 from llm_svc.engine.models.config import FULL, SLIDING, TextModelConfig
 from llm_svc.engine.models.layers import RMSNorm, RotaryEmbedding
+
+
+@dataclass(frozen=True)
+class DeepstackRows:
+    """A step's deepstack input: `levels[i]` [R, hidden] is added to packed rows `rows`
+    (int64 [R], distinct) after decoder layer i. Only the rows of the step's chunks are
+    here, so a chunk that cuts an image adds exactly its part of every level."""
+
+    rows: torch.Tensor
+    levels: list[torch.Tensor]
 
 
 class DecoderLM(nn.Module):
@@ -44,8 +58,9 @@ class DecoderLM(nn.Module):
         self.layer_kinds = [config.layer_type(i) for i in range(config.num_layers)]
         full, local = config.rope(FULL), config.rope(SLIDING)
         self.rotary = RotaryEmbedding(
-            config.head_dim, full.theta, config.mrope_section, full.linear_factor
-        )
+            config.head_dim, full.theta, config.mrope_section, full.linear_factor,
+            mrope_interleaved=config.mrope_interleaved,
+        )  # fmt: skip
         # Layers whose kind has the same rope share one cos/sin table per step.
         self.local_rotary = None
         if local != full and SLIDING in self.layer_kinds:
@@ -68,17 +83,22 @@ class DecoderLM(nn.Module):
         positions: torch.Tensor,
         backend: AttentionBackend,
         input_embeds: torch.Tensor | None = None,
+        deepstack: DeepstackRows | None = None,
     ) -> torch.Tensor:
         """`input_embeds` [T, H], when given, replaces the embedding of `input_ids` (the
-        multimodal path scatters image rows into it before calling)."""
+        multimodal path scatters image rows into it before calling); `deepstack` levels
+        are added after their layers."""
         x = self.embed(input_ids) if input_embeds is None else input_embeds
         ropes = {FULL: self.rotary(positions, x.dtype)}
         ropes[SLIDING] = ropes[FULL]
         if self.local_rotary is not None:
             ropes[SLIDING] = self.local_rotary(positions, x.dtype)
-        for layer, kind in zip(self.layers, self.layer_kinds, strict=True):
+        levels = deepstack.levels if deepstack is not None else ()
+        for index, (layer, kind) in enumerate(zip(self.layers, self.layer_kinds, strict=True)):
             cos, sin = ropes[kind]
             x = layer(x, cos, sin, backend)
+            if index < len(levels):
+                x = scatter_add_rows(x.contiguous(), levels[index].to(x.dtype), deepstack.rows)
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

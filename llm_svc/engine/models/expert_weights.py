@@ -28,13 +28,37 @@ from llm_svc.engine.models.config import UnsupportedModelError
 
 GATE_UP, DOWN = "experts.gate_up_proj", "experts.down_proj"
 STACKED = (GATE_UP, DOWN)
+# FP8 experts' block scales (Fp8Experts), read only from per-expert `weight_scale_inv`s.
+SCALE = "_scale_inv"
+STACKED_SCALES = (GATE_UP + SCALE, DOWN + SCALE)
 
 Shape = tuple[int, ...]
 
 
 def is_stacked_expert(name: str) -> bool:
-    """True for a model parameter that holds all experts of one projection."""
-    return name.endswith(STACKED)
+    """True for a model parameter that holds all experts of one projection (or, for FP8
+    experts, its block scales)."""
+    return name.endswith(STACKED + STACKED_SCALES)
+
+
+def read_expert_scales(
+    stored: str, num_experts: int, available: Container[str], read: Callable[[str], torch.Tensor]
+) -> torch.Tensor:
+    """The stacked block scales of FP8 experts for `stored` (`...experts.gate_up_proj_scale_inv`
+    or `...experts.down_proj_scale_inv`): each expert's `weight_scale_inv`, gate's grid then
+    up's for gate_up, stacked over experts."""
+    base = stored.rpartition("experts.")[0] + "experts."
+    parts = ("gate_proj", "up_proj") if stored.endswith(STACKED_SCALES[0]) else ("down_proj",)
+    names = [f"{base}{e}.{p}.weight_scale_inv" for e in range(num_experts) for p in parts]
+    missing = [name for name in names if name not in available]
+    if missing:
+        raise ValueError(f"FP8 experts without block scales: no {missing[0]}")
+    return torch.stack(
+        [
+            torch.cat([read(f"{base}{e}.{p}.weight_scale_inv") for p in parts])
+            for e in range(num_experts)
+        ]
+    )
 
 
 def expert_shape(name: str, num_experts: int, hidden: int, intermediate: int) -> Shape:

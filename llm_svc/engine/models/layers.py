@@ -60,8 +60,11 @@ class RotaryEmbedding(nn.Module):
     """Rotate-half RoPE with base `theta`; `linear_factor` > 1 divides the frequencies
     (HF's "linear" rope type); with `mrope_section` (Qwen2-VL) positions are [3, T] and
     frequency band j takes its angle from position row `section_of[j]` (temporal, height,
-    width). Holds no parameters or buffers: the fp32 frequencies are computed on first use
-    per device, so a model built on the meta device needs no re-initialisation."""
+    width): in blocks (t…t h…h w…w, Qwen2-VL), or with `mrope_interleaved` (Qwen3-VL)
+    t h w t h w …, band j reading h when j % 3 == 1 and j < 3·section[1], w when
+    j % 3 == 2 and j < 3·section[2], t otherwise. Holds no parameters or buffers: the fp32
+    frequencies are computed on first use per device, so a model built on the meta device
+    needs no re-initialisation."""
 
     def __init__(
         self,
@@ -69,13 +72,14 @@ class RotaryEmbedding(nn.Module):
         theta: float,
         mrope_section: tuple[int, ...] | None = None,
         linear_factor: float = 1.0,
+        mrope_interleaved: bool = False,
     ):
         super().__init__()
         self.head_dim, self.theta, self.linear_factor = head_dim, theta, linear_factor
         self.mrope = mrope_section is not None
         if self.mrope and sum(mrope_section) != head_dim // 2:
             raise ValueError(f"mrope_section {mrope_section} must sum to {head_dim // 2}")
-        self.mrope_section = mrope_section
+        self.mrope_section, self.mrope_interleaved = mrope_section, mrope_interleaved
         self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def _table(self, device: torch.device):
@@ -84,10 +88,19 @@ class RotaryEmbedding(nn.Module):
             inv_freq = (1.0 / self.theta**exponents) / self.linear_factor
             section_of = None
             if self.mrope:
-                rows = [row for row, width in enumerate(self.mrope_section) for _ in range(width)]
-                section_of = torch.tensor(rows, device=device)
+                section_of = torch.tensor(self._band_rows(), device=device)
             self._tables[device] = (inv_freq.to(device), section_of)
         return self._tables[device]
+
+    def _band_rows(self) -> list[int]:
+        """The position row (0 t, 1 h, 2 w) each of the head_dim / 2 bands reads."""
+        section = self.mrope_section
+        if not self.mrope_interleaved:
+            return [row for row, width in enumerate(section) for _ in range(width)]
+        return [
+            band % 3 if band % 3 and band < 3 * section[band % 3] else 0
+            for band in range(self.head_dim // 2)
+        ]
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype):
         """positions [T] (or [3, T] with M-RoPE) → cos, sin [T, head_dim] in `dtype`."""

@@ -18,8 +18,14 @@ from torch import nn
 
 from iris.models.fp8 import FP8, SCALE_NAMES, dequantize, quantized_modules
 from llm_svc.engine.models.decoder import DecoderLM
-from llm_svc.engine.models.expert_weights import expert_shape, is_stacked_expert, read_experts
-from llm_svc.engine.models.quantization import swap_fp8_linears
+from llm_svc.engine.models.expert_weights import (
+    STACKED_SCALES,
+    expert_shape,
+    is_stacked_expert,
+    read_expert_scales,
+    read_experts,
+)
+from llm_svc.engine.models.quantization import swap_fp8_experts, swap_fp8_linears
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +91,7 @@ def swap_quantized_layers(
         if name.startswith(prefix + "layers.")
     }
     counts = swap_fp8_linears(model, scheme, quantized, device, dtype)
+    counts["expert blocks"] = swap_fp8_experts(model, scheme, quantized)
     log.info("FP8 (%s, %s scales): %s linear layers", scheme.method, scheme.strategy, counts)
 
 
@@ -136,6 +143,8 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
             return tuple(handles[where[name]].get_slice(name).get_shape())
 
         def read_param(stored: str, target: torch.Tensor) -> torch.Tensor:
+            if stored.endswith(STACKED_SCALES):
+                return read_expert_scales(stored, model.config.moe.num_experts, where, read)
             if is_stacked_expert(stored):
                 # The whole shape: under tensor parallelism `target` is one rank's shard.
                 moe, hidden = model.config.moe, model.config.hidden_size

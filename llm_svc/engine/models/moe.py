@@ -5,7 +5,14 @@ Experts are held stacked, in HF's internal layout: `experts.gate_up_proj` [E, 2I
 rows first, then up) and `experts.down_proj` [E, H, I]; llm_svc/engine/models/
 expert_weights.py reads them from either checkpoint layout. The forward is grouped: the
 routed (token, expert) pairs are sorted by expert, and each expert runs once, on exactly
-the tokens routed to it (`run_expert`), never on every token.
+the tokens routed to it, never on every token. Two paths compute that:
+- fused (CUDA): two launches of the grouped GEMM kernel (kernels/grouped_gemm.py), one for
+  every expert's gate/up over its contiguous slice of the sorted rows, one for every
+  expert's down projection with the routing weight in its epilogue; no host sync;
+- grouped (the CPU, and FP8 experts everywhere): a host loop, one `run_expert` per expert
+  that has rows.
+FP8 experts (`Fp8Experts`, llm_svc/engine/models/quantization.py) keep their weights in
+FP8 and dequantize one expert's blocks at its use.
 
 Tensor parallelism (llm_svc/engine/parallel/sharding.py) shards every expert's
 intermediate dimension and the shared expert's like a dense MLP, keeps the router whole,
@@ -18,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.grouped_gemm import grouped_gemm
 from llm_svc.engine.models.config import MoeConfig
 from llm_svc.engine.models.layers import ACTIVATIONS, GatedMLP
 
@@ -40,7 +48,10 @@ class Router(nn.Module):
 
 
 class Experts(nn.Module):
-    """E gated experts, stacked: expert e computes down_e(act(gate_e(x)) * up_e(x))."""
+    """E gated experts, stacked: expert e computes down_e(act(gate_e(x)) * up_e(x)).
+
+    `fused`: None runs the fused kernels on CUDA and the grouped loop elsewhere; True or
+    False forces one (True on a CPU tensor needs TRITON_INTERPRET=1, as tests run it)."""
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, act: str) -> None:
         super().__init__()
@@ -48,15 +59,47 @@ class Experts(nn.Module):
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden, intermediate))
         self.act = ACTIVATIONS[act]
+        self.fused: bool | None = None
+
+    def expert_weights(self, expert: int, dtype: torch.dtype):
+        """Expert `expert`'s (gate_up [2I, H], down [H, I]) in `dtype`."""
+        return self.gate_up_proj[expert].to(dtype), self.down_proj[expert].to(dtype)
 
     def run_expert(self, expert: int, tokens: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Expert `expert` on rows `x` [n, H] (flat token indices `tokens` [n], which the
         MoE test uses to check that only routed tokens reach an expert)."""
-        gate, up = F.linear(x, self.gate_up_proj[expert]).chunk(2, dim=-1)
-        return F.linear(self.act(gate) * up, self.down_proj[expert])
+        gate_up, down = self.expert_weights(expert, x.dtype)
+        gate, up = F.linear(x, gate_up).chunk(2, dim=-1)
+        return F.linear(self.act(gate) * up, down)
+
+    def uses_fused(self, x: torch.Tensor) -> bool:
+        if self.fused is None:
+            return x.device.type == "cuda"
+        return self.fused
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor):
         """x [T, H], weights/experts [T, k] → Σ_k weight · expert(x) [T, H]."""
+        if self.uses_fused(x):
+            return self.forward_fused(x, weights, experts)
+        return self.forward_grouped(x, weights, experts)
+
+    def forward_fused(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor):
+        """The fused path: the rows sorted by expert, then two grouped GEMM launches."""
+        top_k = experts.shape[1]
+        flat = experts.reshape(-1)
+        order = flat.argsort(stable=True)
+        tokens = order // top_k
+        counts = torch.bincount(flat, minlength=self.num_experts)
+        rows = x.index_select(0, tokens)
+        backend = "triton"  # forced: the CPU reaches here only under the interpreter
+        gate, up = grouped_gemm(rows, self.gate_up_proj, counts, backend=backend).chunk(2, -1)
+        hidden = (self.act(gate) * up).contiguous()
+        scale = weights.reshape(-1).index_select(0, order)
+        down = grouped_gemm(hidden, self.down_proj, counts, scale, backend=backend)
+        return torch.zeros_like(x).index_add_(0, tokens, down)
+
+    def forward_grouped(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor):
+        """The grouped path: one `run_expert` per expert that has rows (a host loop)."""
         top_k = experts.shape[1]
         flat = experts.reshape(-1)
         order = flat.argsort(stable=True)

@@ -8,7 +8,10 @@ Weights stay FP8 in memory. Which matmul runs is decided per layer at load:
 - weight-only (`Fp8Linear`): everything else, block-wise scales always. The weight is
   dequantized to the compute dtype inside each call; only the FP8 copy is kept.
 
-Both keep nn.Linear's interface (`in_features`, `out_features`, `weight`, `bias`,
+Experts stored in FP8 (block-wise) become `Fp8Experts`: FP8 stacked weights, each expert
+dequantized at its use.
+
+Both linear layers keep nn.Linear's interface (`in_features`, `out_features`, `weight`, `bias`,
 forward(x [..., in]) -> [..., out]), so code that swaps linear layers (tensor parallelism)
 sees the same shape of module.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +28,8 @@ from torch import nn
 
 from iris.models.fp8 import FP8, FP8_MAX, block_grid, dequantize, expand_scale
 from iris.models.quantization import QuantScheme
+from llm_svc.engine.models.config import UnsupportedModelError
+from llm_svc.engine.models.moe import Experts
 
 log = logging.getLogger(__name__)
 _TINY = 1e-12  # an all-zero activation row still gets a finite scale
@@ -162,3 +168,77 @@ def swap_fp8_linears(
         setattr(parent, child, layer)
         counts["W8A8" if scaled else "weight-only"] += 1
     return counts
+
+
+class Fp8Experts(Experts):
+    """Block-wise FP8 experts: `gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I] in
+    float8_e4m3fn, with `gate_up_proj_scale_inv` [E, 2·⌈I/b0⌉, ⌈H/b1⌉] (gate's block grid,
+    then up's: each was quantized on its own [I, H] grid) and `down_proj_scale_inv`
+    [E, ⌈H/b0⌉, ⌈I/b1⌉]. An expert's weights are dequantized, block by block, when it
+    runs (the grouped path on every device: the fused kernel reads no FP8 yet)."""
+
+    def __init__(self, experts: Experts, scheme: QuantScheme, hidden: int, device) -> None:
+        nn.Module.__init__(self)
+        num, inter = experts.num_experts, experts.intermediate
+        self.num_experts, self.intermediate, self.act = num, inter, experts.act
+        self.scheme, self.fused = scheme, False
+        gate_grid = block_grid((inter, hidden), scheme.block)
+        down_grid = block_grid((hidden, inter), scheme.block)
+
+        def frozen(*shape, dtype=torch.float32):
+            tensor = torch.empty(*shape, dtype=dtype, device=device)
+            return nn.Parameter(tensor, requires_grad=False)
+
+        self.gate_up_proj = frozen(num, 2 * inter, hidden, dtype=FP8)
+        self.down_proj = frozen(num, hidden, inter, dtype=FP8)
+        self.gate_up_proj_scale_inv = frozen(num, 2 * gate_grid[0], gate_grid[1])
+        self.down_proj_scale_inv = frozen(num, *down_grid)
+
+    def expert_weights(self, expert: int, dtype: torch.dtype):
+        inter, grid_rows = self.intermediate, self.gate_up_proj_scale_inv.shape[1] // 2
+        weight, scale = self.gate_up_proj[expert], self.gate_up_proj_scale_inv[expert]
+        gate = dequantize(weight[:inter], scale[:grid_rows], self.scheme)
+        up = dequantize(weight[inter:], scale[grid_rows:], self.scheme)
+        down = dequantize(self.down_proj[expert], self.down_proj_scale_inv[expert], self.scheme)
+        return torch.cat([gate, up]).to(dtype), down.to(dtype)
+
+    def extra_repr(self) -> str:
+        return f"experts={self.num_experts}, intermediate={self.intermediate}, fp8 block"
+
+
+_EXPERT = re.compile(r"^(layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)$")
+
+
+def swap_fp8_experts(model: nn.Module, scheme: QuantScheme, quantized: set[str]) -> int:
+    """Replace each Experts block whose experts the checkpoint stores in FP8 (per expert,
+    `experts.{e}.{gate,up,down}_proj` with scales, in `quantized`) by `Fp8Experts`, built
+    on the block's own device (meta before loading). Returns how many were swapped.
+    UnsupportedModelError names what is not served: FP8 experts with per-tensor or
+    per-channel scales, or a block with only some of its expert projections in FP8."""
+    found: dict[str, set[tuple[int, str]]] = {}
+    for name in quantized:
+        match = _EXPERT.match(name)
+        if match:
+            found.setdefault(match[1], set()).add((int(match[2]), match[3]))
+    for parent, projections in sorted(found.items()):
+        experts = model.get_submodule(parent)
+        if scheme.strategy != "block":
+            raise UnsupportedModelError(
+                f"FP8 experts with {scheme.method} {scheme.strategy} scales ({parent}) are "
+                "not supported; FP8 experts are served with block-wise weight_scale_inv"
+            )
+        want = {(e, p) for e in range(experts.num_experts) for p in _PROJECTIONS}
+        if projections != want:
+            e, p = sorted(want - projections)[0]
+            raise UnsupportedModelError(
+                f"{parent}: some experts are FP8 and {parent}.{e}.{p} is not; a block's "
+                "experts are served all FP8 or none"
+            )
+        device = experts.gate_up_proj.device
+        swapped = Fp8Experts(experts, scheme, experts.gate_up_proj.shape[2], device)
+        module_parent, _, child = parent.rpartition(".")
+        setattr(model.get_submodule(module_parent), child, swapped)
+    return len(found)
+
+
+_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")

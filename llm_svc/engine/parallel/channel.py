@@ -20,7 +20,7 @@ from llm_svc.engine.attention import AttentionMetadata
 from llm_svc.engine.parallel.group import RankGroup
 
 STEP, STOP, PING = 1, 2, 3
-_FIELDS = 7  # kind, T, B, W, N, R, P
+_FIELDS = 8  # kind, T, B, W, N, R, P, U (attend_until sent)
 
 
 @dataclass
@@ -58,12 +58,15 @@ class StepChannel:
         positions = step.positions.reshape(-1, count)
         header = self._header()
         sizes = [STEP, count, batch, meta.block_tables.shape[1], step.sample_rows.shape[0]]
-        header[:_FIELDS] = torch.tensor([*sizes, rows, positions.shape[0]])
+        until = meta.attend_until
+        header[:_FIELDS] = torch.tensor([*sizes, rows, positions.shape[0], until is not None])
         lists = [*meta.query_starts, *meta.query_lens, *meta.context_lens]
         header[_FIELDS : _FIELDS + 3 * batch] = torch.tensor(lists)
         self.group.broadcast_host(header)
         parts = [step.input_ids, positions.reshape(-1), meta.slot_mapping]
         parts += [meta.block_tables.reshape(-1), step.sample_rows]
+        if until is not None:
+            parts.append(until)
         if rows:
             parts.append(step.image_dest.to(self.group.device))
         self.group.broadcast(torch.cat(parts))
@@ -73,13 +76,15 @@ class StepChannel:
     def recv(self) -> tuple[int, StepMessage | None]:
         """(kind, the step for STEP else None)."""
         header = self.group.broadcast_host(self._header())
-        kind, count, batch, width, sampled, rows, pos_rows = header[:_FIELDS].tolist()
+        kind, count, batch, width, sampled, rows, pos_rows, has_until = header[:_FIELDS].tolist()
         if kind != STEP:
             return kind, None
         lists = header[_FIELDS : _FIELDS + 3 * batch].tolist()
-        sizes = [count, pos_rows * count, count, batch * width, sampled, rows]
+        sizes = [count, pos_rows * count, count, batch * width, sampled, count * has_until, rows]
         packed = torch.empty(sum(sizes), dtype=torch.int64, device=self.group.device)
-        ids, positions, slots, tables, sample_rows, dest = self.group.broadcast(packed).split(sizes)
+        ids, positions, slots, tables, sample_rows, until, dest = self.group.broadcast(
+            packed
+        ).split(sizes)
         source = None
         if rows:
             source = torch.empty(rows, self.hidden, dtype=self.dtype, device=self.group.device)
@@ -90,6 +95,7 @@ class StepChannel:
             query_lens=lists[batch : 2 * batch],
             context_lens=lists[2 * batch :],
             block_tables=tables.view(batch, width),
+            attend_until=until if has_until else None,
         )
         positions = positions.view(pos_rows, count) if pos_rows > 1 else positions
         return kind, StepMessage(ids, positions, meta, sample_rows, dest if rows else None, source)

@@ -18,7 +18,7 @@ from contextlib import contextmanager, suppress
 import torch
 
 from llm_svc.engine.config import EngineConfig
-from llm_svc.engine.embeddings.assembly import ChunkImageRows, assemble_input_embeds
+from llm_svc.engine.embeddings.assembly import ChunkImageRows
 from llm_svc.engine.model_runner import ModelRunner, StepInputs
 from llm_svc.engine.parallel.channel import PING, STOP, StepChannel, StepMessage
 from llm_svc.engine.parallel.group import CollectiveError, RankFailedError, RankGroup
@@ -34,7 +34,10 @@ class ShardRunner(ModelRunner):
         self.group = group
         super().__init__(config, group)
         mc = self.model_config
-        self.channel = StepChannel(group, config.max_num_seqs, mc.hidden_size, config.torch_dtype)
+        # Image rows cross whole: the main row and every deepstack level (each rank adds them).
+        self.channel = StepChannel(
+            group, config.max_num_seqs, mc.embedding_width, config.torch_dtype
+        )
 
     def _num_pages(self, config: EngineConfig) -> int:
         return self.group.min_host(super()._num_pages(config))
@@ -44,9 +47,9 @@ class ShardRunner(ModelRunner):
         return self.group.collectives_on_start_group()
 
     @torch.inference_mode()
-    def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None):
-        self.backend.plan(inputs.meta)
-        hidden = self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds)
+    def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None,
+                deepstack=None):  # fmt: skip
+        hidden = self.forward_hidden(inputs, input_embeds, deepstack)
         local = self.model.compute_logits(hidden[inputs.sample_rows])
         vocab = self.model_config.vocab_size
         if local.shape[0] == 0:  # no row samples this step: nothing to gather
@@ -60,10 +63,8 @@ class ShardRunner(ModelRunner):
         rows = [None]
         if message.image_dest is not None:
             rows = [ChunkImageRows(message.image_dest, message.image_source)]
-        embeds = assemble_input_embeds(
-            self.model.embed, inputs.input_ids, rows, [0], self.model_config.vocab_size
-        )
-        return self.execute(inputs, embeds)
+        embeds, deepstack = self.assemble(inputs, rows, starts=[0])
+        return self.execute(inputs, embeds, deepstack)
 
     def serve(self) -> None:
         """A rank other than 0: run each step rank 0 sends, until STOP. A step rank 0

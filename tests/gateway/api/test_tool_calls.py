@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from gateway.api.structured import SchemaLimits
-from gateway.api.tool_calls import ToolCallStream, parse_answer
+from gateway.api.tool_calls import ToolCallStream, parse_answer, tool_call_stream
 from gateway.api.tools import plan_chat_output
 from gateway.errors import APIError
-from iris.models.tool_format import HERMES
+from iris.models.tool_format import HERMES, MISTRAL
 
 NAMES = {"add", "get_weather"}
 TWO_CALLS = (
@@ -106,3 +106,89 @@ def test_too_many_tools_and_duplicates_are_refused():
         plan_chat_output(_body(tools=TOOLS), LIMITS, 1, HERMES)
     with pytest.raises(APIError, match="listed twice"):
         plan_chat_output(_body(tools=[TOOLS[0], TOOLS[0]]), LIMITS, 8, HERMES)
+
+
+# Mistral's list format: the [TOOL_CALLS] control token, then every call in one JSON list.
+MISTRAL_CALLS = (
+    'Let me check. [TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "s": "x]}\\"["}}, '
+    '{"name": "get_weather", "arguments": {"city": "Rome"}}]'
+)
+
+
+def _streamed(fmt, text: str, cuts: list[int]) -> tuple[str, list[dict]]:
+    stream = tool_call_stream(fmt, NAMES)
+    deltas = []
+    for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+        deltas += stream.feed(text[start:end])
+    deltas += stream.close()
+    content = "".join(delta.get("content", "") for delta in deltas)
+    return content, [call for delta in deltas for call in delta.get("tool_calls", [])]
+
+
+def test_mistral_whole_answer_with_parallel_calls():
+    content, calls = parse_answer(MISTRAL_CALLS, MISTRAL, NAMES)
+    assert content == "Let me check."
+    assert [call["function"]["name"] for call in calls] == ["add", "get_weather"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"a": 1, "s": 'x]}"['}
+    # Mistral's templates take only 9 letters and digits as a call's id.
+    assert all(len(call["id"]) == 9 and call["id"].isalnum() for call in calls)
+
+
+@pytest.mark.parametrize("second", [None, 1, 2, 3])
+def test_mistral_stream_cut_anywhere_agrees_with_the_whole_answer(second):
+    """Every single cut of the answer (and, with `second`, pairs of nearby cuts)."""
+    for cut in range(1, len(MISTRAL_CALLS)):
+        cuts = (
+            [cut] if second is None or cut + second >= len(MISTRAL_CALLS) else [cut, cut + second]
+        )
+        content, calls = _streamed(MISTRAL, MISTRAL_CALLS, cuts)
+        assert content == "Let me check.", cuts
+        assert [call["index"] for call in calls] == [0, 1], cuts
+        assert [call["function"]["name"] for call in calls] == ["add", "get_weather"], cuts
+        assert json.loads(calls[1]["function"]["arguments"]) == {"city": "Rome"}
+
+
+def test_mistral_one_character_at_a_time_and_text_after_the_list():
+    text = '[TOOL_CALLS] {"name": "add", "arguments": {}} done'
+    content, calls = _streamed(MISTRAL, text, list(range(1, len(text))))
+    assert content == "done" and [call["function"]["name"] for call in calls] == ["add"]
+
+
+def test_mistral_marker_prefix_is_held_back_until_it_cannot_open_a_call():
+    stream = tool_call_stream(MISTRAL, NAMES)
+    assert stream.feed("a [TOOL_") == [{"content": "a"}]
+    assert stream.feed("BOX]") == [{"content": " [TOOL_BOX]"}]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "[TOOL_CALLS][{not json}]",
+        '[TOOL_CALLS][{"name": "rm_rf", "arguments": {}}]',
+        '[TOOL_CALLS][{"name": "add", "arguments": {}}, {"name": "add", "arguments": [1]}]',
+        "[TOOL_CALLS][]",
+        '[TOOL_CALLS]"add"',
+        '[TOOL_CALLS][{"name": "add", "arguments": {}}',  # never closed
+    ],
+)
+def test_mistral_lists_that_are_not_valid_calls_stay_content(block):
+    content, calls = parse_answer(block, MISTRAL, NAMES)
+    assert calls == [] and content == block
+    assert _streamed(MISTRAL, block, list(range(1, len(block))))[0] == block
+
+
+def test_mistral_forced_calls_are_a_list_after_the_marker():
+    required = plan_chat_output(_body(tools=TOOLS, tool_choice="required"), LIMITS, 8, MISTRAL)
+    tag = _tag(required)
+    assert tag["type"] == "sequence"
+    first, calls, last = tag["elements"]
+    assert first == {"type": "const_string", "value": "[TOOL_CALLS]["}
+    assert last == {"type": "const_string", "value": "]"}
+    separator = calls["elements"][1]["content"]["elements"][0]
+    assert separator == {"type": "const_string", "value": ", "}
+    named = plan_chat_output(
+        _body(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}),
+        LIMITS, 8, MISTRAL,
+    )  # fmt: skip
+    call = _tag(named)["elements"][1]
+    assert call["begin"] == '{"name": "add", "arguments": ' and call["end"] == "}"

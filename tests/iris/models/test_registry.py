@@ -22,11 +22,14 @@ from iris.models.build import COMPLETE_MARKER, build_atomically
 
 def test_registered_architectures():
     assert registered_architectures() == [
+        "Gemma3ForConditionalGeneration",
         "Idefics3ForConditionalGeneration",
         "InternVLForConditionalGeneration",
         "Mistral3ForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
         "SmolVLMForConditionalGeneration",
     ]
 

@@ -89,3 +89,23 @@ def test_estimated_wait_moves_off_a_hot_pod_once_its_queue_outweighs_the_prefix(
 def test_estimated_wait_refuses_a_negative_decode_weight():
     with pytest.raises(ValueError, match="decode_tokens"):
         create_plugin("estimated-wait", {"decode_tokens": -1})
+
+
+def test_a_held_prefix_ending_inside_an_uncut_span_counts_back_to_the_span():
+    """Gemma 3's images: the gateway predicts what the pod's block manager resumes (the same
+    PrefixResumeRule with the same spans), so a held prefix that ends inside an image span
+    counts only the blocks before the span."""
+    from iris.multimodal import PrefixResumeRule
+
+    ids = np.arange(40, dtype=np.int64)
+    hashes = block_hashes(FINGERPRINT, ids, 4)
+    index = KVIndex()
+    index.load_snapshot("inside", 0, hashes[:5])  # 20 tokens: ends inside [10, 26)
+    index.load_snapshot("before", 0, hashes[:2])  # 8 tokens: ends before the span
+    pods = [Pod("inside", page_size=4), Pod("before", page_size=4)]
+    request = RoutingRequest(ids, FINGERPRINT, uncut_spans=[(10, 26)])
+    matched = [request.matched_blocks(pod, index)[0] for pod in pods]
+    assert matched == [2, 2]
+    pod_rule = PrefixResumeRule(4)
+    assert pod_rule.resumable_blocks(40, 5, [(10, 26)]) == matched[0]
+    assert RoutingRequest(ids, FINGERPRINT).matched_blocks(pods[0], index)[0] == 5

@@ -1,0 +1,71 @@
+"""Tiny Qwen3-VL under the platform `iris up` runs (real cache, encoder, pod and gateway
+processes): an image chat through the gateway, then the same image again. The entry holds
+the main embedding and every deepstack level; the second request is answered from it (the
+encoder encodes nothing, the pod's fetch is a cache hit) and answers the same.
+
+The pod's prefix cache is off here, so the second request must read the embedding cache
+rather than resume from its own KV pages."""
+
+from __future__ import annotations
+
+import pytest
+
+from embedding_cache_svc.client import CacheClient
+from iris.models import load_adapter
+from iris.up.metrics_page import metrics_url, scrape
+from tests.e2e.helpers import image_message, image_png
+from tests.fixtures.platform import start_platform
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_same_image_again_is_read_from_the_cache_and_answered_the_same(
+    tmp_path, tiny_qwen3_vl_dir
+):
+    platform = start_platform(
+        tiny_qwen3_vl_dir,
+        tmp_path,
+        extra_env={
+            "llm": {"IRIS_LLM_ENABLE_PREFIX_CACHING": "false"},
+            "encoder": {"IRIS_ENCODER_EMBEDDING_DTYPE": "float32"},
+        },
+    )
+    adapter = load_adapter(tiny_qwen3_vl_dir)
+    size = (64, 96)
+    try:
+        client = platform.openai_client()
+        messages = image_message(image_png(seed=4747, size=size))
+
+        def chat():
+            reply = client.chat.completions.create(
+                model=platform.model_name, messages=messages, max_tokens=6, temperature=0
+            )
+            return reply.choices[0].message.content, reply.usage
+
+        def counters():
+            encoder = scrape(metrics_url(platform.by_kind("encoder")[0]))
+            cache = scrape(metrics_url(platform.service("cache")))
+            return encoder.get("iris_encoder_images_total", 0), cache
+
+        first, usage = chat()
+        assert usage.completion_tokens > 0 and usage.prompt_tokens > 16, usage
+        encoded, cache = counters()
+        assert encoded == 1, encoded
+        hits = cache.get("iris_cache_hits_total", 0)
+        assert hits == 1, cache  # the pod read the entry the encoder stored
+        # The entry holds the main rows and every deepstack level (float32).
+        tokens, _ = adapter.image_token_count(*size)
+        assert adapter.deepstack_levels == 2
+        with CacheClient(platform.cache_address, bytes(32)) as client_of_cache:
+            stats = client_of_cache.stats()
+        assert stats["entries"] == 1, stats
+        assert stats["bytes"] >= tokens * adapter.embedding_width * 4, (stats, tokens)
+
+        second, _ = chat()
+        encoded_again, cache = counters()
+        assert encoded_again == 1  # no encode: the entry was there
+        assert cache.get("iris_cache_hits_total", 0) == hits + 1, cache
+        assert cache.get("iris_cache_validation_discards_total", 0) == 0, cache
+        assert second == first
+    finally:
+        platform.stop()
