@@ -32,7 +32,9 @@ the peak memory. Run: .venv/bin/python bench/engine.py
 bench/engine_tp.py; `--device cuda` runs the engine parts on a GPU; `--only attention
 --device cuda` the Triton attention backend against SDPA, see bench/attention.py; `--only
 fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py; `--only hybrid` the prefix
-cache on a hybrid linear-attention model, see bench/engine_hybrid.py).
+cache on a hybrid linear-attention model, see bench/engine_hybrid.py; `--only families` each
+decoder family's decode against HF generate at the demo's size, see
+bench/engine_families.py).
 """
 
 from __future__ import annotations
@@ -444,6 +446,7 @@ def main() -> None:
             "fp8",
             "tp",
             "hybrid",
+            "families",
         ],
         default="all",
     )
@@ -451,6 +454,14 @@ def main() -> None:
     parser.add_argument("--fp8-batch", type=int, default=8, help="--only fp8: requests")
     parser.add_argument("--fp8-prompt", type=int, default=32, help="--only fp8: prompt tokens")
     parser.add_argument("--fp8-out", type=int, default=32, help="--only fp8: tokens decoded")
+    parser.add_argument(
+        "--families", default="qwen3,qwen3_moe,qwen2_moe,gemma3_text",
+        help="--only families: which, comma-separated",
+    )  # fmt: skip
+    parser.add_argument(
+        "--families-requests", type=int, default=16,
+        help="--only families: requests (with --batch, --max-prompt, --max-out)",
+    )  # fmt: skip
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument(
         "--torch-threads", type=int, default=1,
@@ -471,6 +482,11 @@ def main() -> None:
         from bench.engine_tp import bench_tp
 
         bench_tp(directory, ROOT / ".cache" / "models", args)
+        return
+    if args.only == "families":
+        from bench.engine_families import bench_families
+
+        bench_families(directory, ROOT / ".cache" / "models", args)
         return
     if args.only == "attention":
         from bench.attention import bench_attention

@@ -20,6 +20,17 @@ _SHARED_FIXTURES = {
 KINDS = ["llama", "qwen2", "idefics3", "qwen2_vl"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """One intra-op thread, as pods and TP ranks run: the tiny models gain nothing from
+    more, and on a shared, loaded machine a second thread spins waiting for a core (the TP
+    family tests' TP 1 steps ran ~15x slower with two)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _checkpoint(request, kind: str):
     name = _SHARED_FIXTURES.get(kind)
     return request.getfixturevalue(name) if name else tiny_checkpoint(kind)

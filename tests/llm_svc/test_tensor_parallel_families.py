@@ -57,10 +57,6 @@ def runs(request):
 
     Router.forward = recording
     results = {}
-    # One thread, as each TP rank runs (parallel/runner.py): on a shared, loaded 2-core host
-    # TP 1's default threads spin waiting on each other (its steps ran ~15x slower).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
         for size in (1, 2):
             config = EngineConfig(
@@ -80,7 +76,6 @@ def runs(request):
                 engine.close()
     finally:
         Router.forward = original
-        torch.set_num_threads(threads)
     yield request.param, results
 
 

@@ -1,0 +1,160 @@
+"""Decoder families against HF `generate` (`python bench/engine.py --only families`).
+
+For each family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3's text model) a random checkpoint at
+the demo model's size (SmolLM2-135M's shape: hidden 576, 30 layers, 9 heads, 3 KV heads,
+head dim 64, MLP width 1536, tied embeddings, the demo tokenizer's vocabulary) is built
+once with transformers and cached. The MoE families have 8 experts of that width, top-2
+(renormalised), on every layer; Qwen2-MoE adds its shared expert, also of that width. Gemma
+3 has its 5 sliding (window 512) : 1 global layer pattern.
+
+Measured side by side in one process, on the CPU, float32, one torch thread, alternating
+engine and HF and keeping each one's best (bench/engine.py part 1's method):
+- decode throughput, the headline: N greedy requests with mixed prompt and output lengths,
+  the engine (continuous batching, max batch B) against HF's static-batch `generate` in
+  batches of B, padded left, each batch running to its longest output; output tokens asked
+  for, per second;
+- per-step decode at equal batch (context for the ratio): B requests of one prompt length,
+  the engine's decode timed from the step after every request has its first token, HF's as
+  `generate(N new)` minus `generate(1 new)`, both over the B x (N - 1) tokens after the
+  first. Here the two run the same matmuls, so this shows the engine's per-step overhead
+  against HF's, not its scheduling.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from bench.engine import clear_prefix_cache, make_requests, run_engine, run_hf
+from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams
+
+FAMILIES = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")
+VERSION = "v1"
+SHAPE = dict(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    head_dim=64,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    initializer_range=0.02,
+)
+MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=1536, norm_topk_prob=True)
+EXTRA = {
+    "qwen3": {},
+    "qwen3_moe": MOE,
+    "qwen2_moe": {**MOE, "shared_expert_intermediate_size": 1536},
+    "gemma3_text": {"query_pre_attn_scalar": 64, "sliding_window": 512},
+}
+
+
+def family_model(arch: str, cache_root: Path, tokenizer_dir: Path) -> Path:
+    """Build (once) `arch` at the demo's size, with the demo tokenizer."""
+    import transformers as tf
+
+    from iris.models.build import build_atomically
+
+    stem = {"qwen3": "Qwen3", "qwen3_moe": "Qwen3Moe", "qwen2_moe": "Qwen2Moe"}.get(arch)
+    config_cls = tf.Gemma3TextConfig if arch == "gemma3_text" else getattr(tf, f"{stem}Config")
+    model_cls = tf.Gemma3ForCausalLM if arch == "gemma3_text" else getattr(
+        tf, f"{stem}ForCausalLM"
+    )  # fmt: skip
+
+    def build(directory: Path) -> None:
+        tokenizer = tf.AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        torch.manual_seed(0)
+        config = config_cls(vocab_size=len(tokenizer), **SHAPE, **EXTRA[arch])
+        config.architectures = [model_cls.__name__]
+        model_cls(config).save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+
+    return build_atomically(cache_root / f"bench-family-{arch}-{VERSION}", build)
+
+
+def prompts(batch: int, length: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(100, 30000) for _ in range(length)] for _ in range(batch)]
+
+
+def engine_decode(engine: LLMEngine, batch: list[list[int]], new: int) -> tuple[float, int]:
+    """(seconds, tokens) of the decode steps after every request has its first token."""
+    for index, prompt in enumerate(batch):
+        params = SamplingParams(temperature=0.0, max_tokens=new, ignore_eos=True)
+        engine.add_request(f"d{time.monotonic_ns()}-{index}", prompt, params)
+    started: set[str] = set()
+    while len(started) < len(batch):
+        started.update(out.request_id for out in engine.step() if out.new_token_ids)
+    tokens, start = 0, time.perf_counter()
+    while engine.has_unfinished():
+        tokens += sum(len(out.new_token_ids) for out in engine.step())
+    return time.perf_counter() - start, tokens
+
+
+def hf_generate(model, batch: list[list[int]], new: int) -> float:
+    ids = torch.tensor(batch)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+            min_new_tokens=new, do_sample=False, pad_token_id=0,
+        )  # fmt: skip
+    return time.perf_counter() - start
+
+
+def hf_decode(model, batch: list[list[int]], new: int) -> tuple[float, int]:
+    """(seconds, tokens) of HF's decode: `new` tokens less the first (prefill + 1 token)."""
+    return hf_generate(model, batch, new) - hf_generate(model, batch, 1), len(batch) * (new - 1)
+
+
+def bench_families(demo_dir: Path, cache_root: Path, args) -> None:
+    import transformers as tf
+
+    requests = make_requests(args.families_requests, 30000, 0, args.max_prompt, args.max_out)
+    useful = sum(out_len for _, out_len in requests)
+    batch = prompts(args.batch, 32, 0)
+    new = 32
+    print(
+        f"throughput: {len(requests)} requests, prompts 16..{args.max_prompt}, outputs "
+        f"8..{args.max_out} ({useful} output tokens), max batch {args.batch}; per step: "
+        f"{len(batch)} x 32 prompt tokens, {new} new; float32, CPU, "
+        f"{torch.get_num_threads()} thread(s); best of {args.repeats} alternating runs"
+    )
+    ratios = {}
+    for arch in args.families.split(","):
+        directory = family_model(arch, cache_root, demo_dir)
+        config = EngineConfig(
+            directory, max_num_seqs=args.batch, max_num_batched_tokens=512, num_pages=1024,
+            device="cpu", dtype="float32",
+        )  # fmt: skip
+        engine = LLMEngine(config)
+        hf = tf.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+        params = sum(p.numel() for p in hf.parameters())
+        warm = prompts(2, 8, 1)
+        engine_decode(engine, warm, 3)
+        hf_decode(hf, warm, 3)
+        best = {"engine": 0.0, "hf": 0.0, "engine step": 0.0, "hf step": 0.0}
+        for _ in range(args.repeats):
+            clear_prefix_cache(engine)
+            best["engine"] = max(best["engine"], useful / run_engine(engine, requests))
+            best["hf"] = max(best["hf"], useful / run_hf(hf, requests, args.batch, 0))
+            seconds, tokens = engine_decode(engine, batch, new)
+            best["engine step"] = max(best["engine step"], tokens / seconds)
+            seconds, tokens = hf_decode(hf, batch, new)
+            best["hf step"] = max(best["hf step"], tokens / seconds)
+        ratios[arch] = best["engine"] / best["hf"]
+        step_ratio = best["engine step"] / best["hf step"]
+        print(
+            f"{arch:12s} {params / 1e6:4.0f}M params  throughput engine {best['engine']:6.1f} "
+            f"hf {best['hf']:6.1f} tok/s R {ratios[arch]:.2f}  |  per step engine "
+            f"{best['engine step']:6.1f} hf {best['hf step']:6.1f} tok/s R {step_ratio:.2f}"
+        )
+        engine.close()
+        del engine, hf
+    print("ratio R (engine / HF decode throughput, target >= 1.5): " + ", ".join(
+        f"{arch} {ratio:.2f}" for arch, ratio in ratios.items()
+    ))  # fmt: skip
