@@ -132,7 +132,9 @@ async def chat_completions(
 
     def stream(generations, chunks):
         parsers = [
-            tool_call_stream(fmt, plan.tool_names) if plan.parse_tools else None
+            tool_call_stream(fmt, plan.tool_names, plan.tool_parameters)
+            if plan.parse_tools
+            else None
             for _ in generations
         ]
         splitters = [
@@ -164,7 +166,9 @@ def _choice_body(choice: Choice, logprobs: bool, plan: OutputPlan, fmt, thinking
         reasoning, message["content"] = split_thought(message["content"], thinking.markers)
         message["reasoning_content"] = reasoning
     if plan.parse_tools and message["content"] is not None:
-        content, calls = parse_answer(message["content"], fmt, plan.tool_names)
+        content, calls = parse_answer(
+            message["content"], fmt, plan.tool_names, plan.tool_parameters
+        )
         message["content"] = content
         if calls:
             message["tool_calls"] = calls

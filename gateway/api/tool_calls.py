@@ -4,25 +4,41 @@ whole or as a stream: `tool_call_stream(fmt, names).feed(text)` returns OpenAI d
 `{"tool_calls"}` for each call once it is complete: a tagged call (Hermes) when its closing
 tag arrives, a list format's calls (Mistral's `[TOOL_CALLS][...]`) when the list closes. A
 block that is not a valid call (bad JSON, an unknown function) stays content. Both paths
-run this one parser, so they agree."""
+run this one parser, so they agree.
+
+A Qwen XML body (`<function=NAME>` + `<parameter=P>` blocks) gives each argument as the
+text written when the tool's schema declares it a string, else as the JSON it holds (the
+text itself when it is not JSON)."""
 
 from __future__ import annotations
 
 import json
+import re
 
-from iris.models.tool_format import ToolCallFormat
+from iris.models.tool_format import ToolCallFormat, parsed_arguments
+
+_XML_FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*)</function>\s*", re.DOTALL)
+_XML_PARAMETER = re.compile(r"\s*<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
 
 
-def tool_call_stream(fmt: ToolCallFormat, names: set[str]) -> ToolCallStream | ListCallStream:
-    """The parser for `fmt`'s calls to the functions `names`."""
-    return ListCallStream(fmt, names) if fmt.is_list else ToolCallStream(fmt, names)
+def tool_call_stream(
+    fmt: ToolCallFormat, names: set[str], parameters: dict[str, dict] | None = None
+) -> ToolCallStream | ListCallStream:
+    """The parser for `fmt`'s calls to the functions `names` (`parameters`: their schemas,
+    which the Qwen XML style reads to know which arguments are strings)."""
+    if fmt.is_list:
+        return ListCallStream(fmt, names)
+    return ToolCallStream(fmt, names, parameters)
 
 
 class ToolCallStream:
-    """Calls each wrapped in an opening and a closing tag (Hermes)."""
+    """Calls each wrapped in an opening and a closing tag (Hermes, Qwen XML)."""
 
-    def __init__(self, fmt: ToolCallFormat, names: set[str]) -> None:
+    def __init__(
+        self, fmt: ToolCallFormat, names: set[str], parameters: dict[str, dict] | None = None
+    ) -> None:
         self.fmt = fmt
+        self.parameters = parameters or {}
         self.open_tag = fmt.call_begin.strip()
         self.close_tag = fmt.call_end.strip()
         self.names = names
@@ -80,12 +96,36 @@ class ToolCallStream:
         return [{"content": rest}] if rest.strip() or (rest and not self.calls) else []
 
     def _call(self, body: str) -> dict | None:
-        parsed = _loads(body)
+        parsed = self._xml_body(body) if self.fmt.style == "qwen_xml" else _loads(body)
         if not _is_call(parsed, self.names):
             return None
         call = _openai_call(parsed, len(self.calls), self.fmt)
         self.calls.append(call)
         return call
+
+    def _xml_body(self, body: str) -> dict | None:
+        """`{"name", "arguments"}` of a Qwen XML call's body, or None if it is not one."""
+        function = _XML_FUNCTION.fullmatch(body)
+        if function is None:
+            return None
+        name, inner = function.group(1), function.group(2)
+        properties = (self.parameters.get(name) or {}).get("properties") or {}
+        arguments, cursor = {}, 0
+        for parameter in _XML_PARAMETER.finditer(inner):
+            if parameter.start() != cursor:
+                return None  # text between parameters: not a call
+            key, text = parameter.group(1), parameter.group(2)
+            declared = properties.get(key) if isinstance(properties, dict) else None
+            arguments[key] = text if _is_string(declared) else parsed_arguments(text)
+            cursor = parameter.end()
+        if inner[cursor:].strip():
+            return None
+        return {"name": name, "arguments": arguments}
+
+
+def _is_string(schema) -> bool:
+    """Whether a parameter's schema declares a string (then its text is the value)."""
+    return isinstance(schema, dict) and schema.get("type") == "string"
 
 
 class ListCallStream:
@@ -235,9 +275,11 @@ def _partial_suffix(text: str, tag: str) -> int:
     return 0
 
 
-def parse_answer(text: str, fmt: ToolCallFormat, names: set[str]) -> tuple[str | None, list[dict]]:
+def parse_answer(
+    text: str, fmt: ToolCallFormat, names: set[str], parameters: dict[str, dict] | None = None
+) -> tuple[str | None, list[dict]]:
     """(content or None, tool calls without their stream index) of a whole answer."""
-    stream = tool_call_stream(fmt, names)
+    stream = tool_call_stream(fmt, names, parameters)
     deltas = stream.feed(text) + stream.close()
     content = "".join(delta.get("content", "") for delta in deltas)
     calls = [{key: value for key, value in call.items() if key != "index"} for call in stream.calls]

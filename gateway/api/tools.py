@@ -33,6 +33,13 @@ class OutputPlan:
     parse_tools: bool = False
     tool_names: set[str] = field(default_factory=set)
 
+    @property
+    def tool_parameters(self) -> dict[str, dict]:
+        """Each tool's parameter schema, by name (the Qwen XML parser reads the types)."""
+        return {
+            tool["function"]["name"]: tool["function"]["parameters"] for tool in self.tools or []
+        }
+
 
 def checked_tools(tools, limits: SchemaLimits, max_tools: int) -> list[dict]:
     """The tools as OpenAI function tools, each checked; their parameters default to an
@@ -176,6 +183,14 @@ def calls_format(tools: list[dict], fmt: ToolCallFormat, parallel: bool) -> dict
 
 
 def _call_tag(function: dict, fmt: ToolCallFormat) -> dict:
+    if fmt.style == "qwen_xml":
+        # xgrammar's qwen_xml style writes the `<parameter=...>` blocks of the schema.
+        return {
+            "type": "tag",
+            "begin": f"{fmt.call_begin}<function={function['name']}>\n",
+            "content": {**_json_format(function["parameters"]), "style": "qwen_xml"},
+            "end": f"</function>{fmt.call_end}",
+        }
     name = json.dumps(function["name"], ensure_ascii=False)
     return {
         "type": "tag",

@@ -136,6 +136,13 @@ class PromptBuilder:
         OpenAI tool objects) are rendered into the prompt, and `template_kwargs` (checked:
         gateway/api/reasoning.py) passed to the chat template."""
         template, refs = split_messages(messages)
+        if refs and not self.adapter.takes_images:
+            raise bad_request(
+                f"model {self.adapter.architecture} takes no images; {refs[0].param} is an "
+                "image_url part",
+                refs[0].param,
+                "images_not_supported",
+            )
         if len(refs) > self.max_images:
             raise bad_request(
                 f"request has {len(refs)} images, over the limit of {self.max_images}",

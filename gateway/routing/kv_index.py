@@ -1,10 +1,12 @@
 """Which pod holds which prefix blocks (docs/design.md §4).
 
-Per pod, a set of chained block hashes. A pod that publishes KV events is *precise*: a
-snapshot (`load_snapshot`) sets its blocks and sequence number, then events are applied in
-sequence order; a gap (a missed event) makes `apply` return False and the caller fetches a
-new snapshot. A pod that gives no events falls back to the gateway's own routing decisions
-(`record_decision`), kept as a bounded LRU since nothing tells us what the pod evicted.
+Per pod, a set of chained block hashes, and (a hybrid model) those of them that carry a
+linear-state snapshot: only there can the pod resume (`has_snapshot`). A pod that
+publishes KV events is *precise*: a snapshot (`load_snapshot`) sets its blocks and sequence
+number, then events are applied in sequence order; a gap (a missed event) makes `apply`
+return False and the caller fetches a new snapshot. A pod that gives no events falls back
+to the gateway's own routing decisions (`record_decision`), kept as a bounded LRU since
+nothing tells us what the pod evicted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class KVEventRecord:
     seq: int
     stored: bool
     block_hashes: Sequence[bytes]
+    snapshot: bool = False  # the blocks now carry a state snapshot (stored is True)
 
 
 @dataclass
@@ -34,6 +37,7 @@ class _PodBlocks:
     source: Source = Source.DECISIONS
     seq: int = 0
     blocks: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+    snapshots: set[bytes] = field(default_factory=set)
 
 
 class KVIndex:
@@ -69,12 +73,24 @@ class KVIndex:
             count += 1
         return count
 
-    def load_snapshot(self, pod: str, seq: int, hashes: Iterable[bytes]) -> None:
-        """Replace the pod's blocks with a snapshot taken at `seq`; the pod is now precise."""
+    def has_snapshot(self, pod: str, block: bytes) -> bool:
+        """Whether the pod holds a state snapshot after `block` (a hybrid model). A pod
+        known only from decisions is assumed to (nothing says otherwise)."""
+        state = self._pods.get(pod)
+        if state is None:
+            return False
+        return state.source is Source.DECISIONS or block in state.snapshots
+
+    def load_snapshot(
+        self, pod: str, seq: int, hashes: Iterable[bytes], snapshot_hashes: Iterable[bytes] = ()
+    ) -> None:
+        """Replace the pod's blocks (and those with a state snapshot) with a snapshot taken
+        at `seq`; the pod is now precise."""
         state = self._pod(pod)
         state.source = Source.EVENTS
         state.seq = seq
         state.blocks = OrderedDict.fromkeys(hashes)
+        state.snapshots = set(snapshot_hashes)
 
     def apply(self, pod: str, events: Iterable[KVEventRecord]) -> bool:
         """Apply events in order; False on a gap (nothing after it applied: resnapshot)."""
@@ -86,12 +102,15 @@ class KVIndex:
                 continue  # already covered by the snapshot or a previous batch
             if event.seq != state.seq + 1:
                 return False
-            if event.stored:
+            if event.snapshot:
+                state.snapshots.update(event.block_hashes)
+            elif event.stored:
                 for block in event.block_hashes:
                     state.blocks[block] = None
             else:
                 for block in event.block_hashes:
                     state.blocks.pop(block, None)
+                    state.snapshots.discard(block)
             state.seq = event.seq
         return True
 

@@ -43,8 +43,14 @@ def attention_layers(info: llm_pb2.ModelInfo) -> tuple[AttentionLayer, ...]:
 
 
 def event_records(batch: llm_pb2.KVEventBatch) -> list[KVEventRecord]:
+    snapshot = llm_pb2.KVEvent.SNAPSHOT_STORED
     return [
-        KVEventRecord(event.seq, event.kind == llm_pb2.KVEvent.STORED, list(event.block_hashes))
+        KVEventRecord(
+            event.seq,
+            event.kind in (llm_pb2.KVEvent.STORED, snapshot),
+            list(event.block_hashes),
+            snapshot=event.kind == snapshot,
+        )
         for event in batch.events
     ]
 
@@ -180,7 +186,9 @@ class PodWatcher:
         snapshot = await self.stub.GetKVSnapshot(
             llm_pb2.KVSnapshotRequest(), timeout=self.timeout_s
         )
-        self.index.load_snapshot(address, snapshot.seq, snapshot.block_hashes)
+        self.index.load_snapshot(
+            address, snapshot.seq, snapshot.block_hashes, snapshot.snapshot_hashes
+        )
         metrics.POD_KV_EVENT_SEQ.labels(self.pod.name).set(snapshot.seq)
         stream = self.stub.StreamKVEvents(llm_pb2.KVEventsRequest(since_seq=snapshot.seq))
         try:

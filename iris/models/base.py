@@ -24,7 +24,13 @@ from iris.models.contract import check_token_contract
 from iris.models.messages import flatten_content, to_template_messages
 from iris.models.quantization import QuantScheme, read_quantization
 from iris.models.reasoning import ReasoningSupport, probe_reasoning
-from iris.models.tool_format import HERMES, ToolCallFormat, for_tool_template, with_tool_instruction
+from iris.models.tool_format import (
+    HERMES,
+    ToolCallFormat,
+    for_tool_template,
+    format_of_template,
+    with_tool_instruction,
+)
 from iris.multimodal import processor_fingerprint
 
 if TYPE_CHECKING:
@@ -49,8 +55,8 @@ class ModelAdapter(ABC):
     # 3): such spans are never cut by a prefill chunk or a resumed prefix.
     bidirectional_image_spans: ClassVar[bool] = False
     uses_mrope: ClassVar[bool] = False
-    # How the family writes tool calls (Qwen2 / Qwen2.5-VL: Hermes; Iris's default too).
-    tool_call_format: ClassVar[ToolCallFormat] = HERMES
+    # False for a plain language model (iris.models.text_only): an image part is refused.
+    takes_images: ClassVar[bool] = True
 
     @classmethod
     def text_family_of(cls, config: dict) -> str:
@@ -204,7 +210,7 @@ class ModelAdapter(ABC):
             add_generation_prompt=add_generation_prompt,
             **extra,
         )
-        if prompt.count(self.placeholder_marker) != images:
+        if self.takes_images and prompt.count(self.placeholder_marker) != images:
             # Some templates render only string content: give them the flattened form.
             prompt = tokenizer.apply_chat_template(
                 flatten_content(template_messages, self.image_placeholder_text),
@@ -212,7 +218,8 @@ class ModelAdapter(ABC):
                 add_generation_prompt=add_generation_prompt,
                 **extra,
             )
-        self._check_placeholders(prompt.count(self.placeholder_marker), images)
+        found = prompt.count(self.placeholder_marker) if self.takes_images else 0
+        self._check_placeholders(found, images)
         return prompt
 
     def chat_prompt_ids(
@@ -291,6 +298,21 @@ class ModelAdapter(ABC):
         except Exception:  # a template that fails on tools does not support them
             return False
         return plain != with_tool
+
+    @cached_property
+    def tool_call_format(self) -> ToolCallFormat:
+        """How the model writes tool calls: read from a template that renders tools (Qwen
+        XML when it writes `<function=...>`, as Qwen3.5's does), else Hermes, which is
+        also what Iris's own instruction shows a template without tools."""
+        if not self.template_renders_tools:
+            return HERMES
+        tokenizer = self.tokenizer()
+        probe_user = {"role": "user", "content": "probe"}
+        return format_of_template(
+            lambda call: tokenizer.apply_chat_template(
+                for_tool_template([probe_user, call]), tokenize=False
+            )
+        )
 
     @cached_property
     def reasoning(self) -> ReasoningSupport | None:

@@ -36,6 +36,24 @@ def check_token_contract(
             f"image token {image_token!r}: config image_token_id={image_token_id} but the "
             f"tokenizer maps it to {tokenizer_image_id}"
         )
+    _check_text_tokens(tokenizer, text_config, vocab_size)
+    # pad = eos is fine (many checkpoints ship it): Iris never puts the pad token into a
+    # prompt (batches are ragged, image spans hold sentinels), so no padding can read as
+    # end of sequence. A pad that is the image token is not: it would read as a placeholder.
+    pad = tokenizer.pad_token_id
+    if pad is not None and pad == tokenizer_image_id:
+        raise TokenContractError(
+            f"pad_token_id={pad} is the image token {image_token!r}: padding would read as "
+            "an image placeholder"
+        )
+
+
+def check_token_contract_text(*, tokenizer, text_config: dict, vocab_size: int) -> None:
+    """The contract of a plain language model: the rules above that do not name images."""
+    _check_text_tokens(tokenizer, text_config, vocab_size)
+
+
+def _check_text_tokens(tokenizer, text_config: dict, vocab_size: int) -> None:
     check_vocab_size(vocab_size)
     check_vocab_size(len(tokenizer))
     max_id = max(tokenizer.get_vocab().values())
@@ -49,12 +67,3 @@ def check_token_contract(
     eos = eos if eos is not None else _first(text_config.get("eos_token_id"))
     if bos is None or eos is None:
         raise TokenContractError(f"BOS and EOS must be defined: bos_token_id={bos}, eos={eos}")
-    # pad = eos is fine (many checkpoints ship it): Iris never puts the pad token into a
-    # prompt (batches are ragged, image spans hold sentinels), so no padding can read as
-    # end of sequence. A pad that is the image token is not: it would read as a placeholder.
-    pad = tokenizer.pad_token_id
-    if pad is not None and pad == tokenizer_image_id:
-        raise TokenContractError(
-            f"pad_token_id={pad} is the image token {image_token!r}: padding would read as "
-            "an image placeholder"
-        )

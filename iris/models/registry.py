@@ -2,8 +2,10 @@
 
 A vision-language architecture has an adapter (iris/models/<family>/adapter.py, `@register`)
 that also names its language model's decoder family; a plain language model has only its
-decoder family (`_PLAIN_LANGUAGE_MODELS`). The engine builds the decoder from the family;
-the gateway and the encoder need an adapter.
+decoder family (`_PLAIN_LANGUAGE_MODELS`), and `load_adapter` gives it the text-only adapter
+(iris/models/text_only.py), which is not registered: `has_adapter` means "takes images".
+The engine builds the decoder from the family; the gateway loads either adapter; the
+encoder serves only a registered one.
 """
 
 from __future__ import annotations
@@ -129,7 +131,12 @@ def load_adapter(model_dir: str | Path, *, revision: str = "") -> ModelAdapter:
     if not architectures:
         known = ", ".join(registered_architectures())
         raise ValueError(f"{model_dir}/config.json has no 'architectures' (registered: {known})")
-    adapter_cls = adapter_class(architectures[0])
+    if architectures[0] in _PLAIN_LANGUAGE_MODELS:
+        from iris.models.text_only import TextOnlyAdapter
+
+        adapter_cls: type[ModelAdapter] = TextOnlyAdapter
+    else:
+        adapter_cls = adapter_class(architectures[0])
     adapter_cls.text_family_of(config)  # refuses, by name, a language model not served
     adapter = adapter_cls(model_dir, config, revision=revision)
     adapter.check_token_contract()

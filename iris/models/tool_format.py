@@ -4,7 +4,10 @@ does not render them.
 Hermes style (Qwen2 / Qwen2.5-VL, and Iris's default): each call is
 `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. Mistral style (Mistral
 Small 3.x): the `[TOOL_CALLS]` control token, then all calls as one JSON list
-`[{"name": ..., "arguments": {...}}, ...]`, then the end of the answer. A template that renders
+`[{"name": ..., "arguments": {...}}, ...]`, then the end of the answer. Qwen XML style
+(Qwen3.5, Qwen3-Coder): `<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>
+\\n...</function>\\n</tool_call>`, a string VALUE as it is, any other as JSON; an adapter
+finds it in its chat template (`format_of_template`). A template that renders
 `tools` itself gets them as they are; for one that does not, the adapter adds its own
 system instruction listing the tools and showing that format, and turns earlier calls and
 tool results into text the template can render.
@@ -55,13 +58,16 @@ class ToolCallFormat:
     `list_begin` non-empty makes a list format: the calls are one JSON list that opens with
     `list_begin` (whose last character is the list's `[`) and closes with `list_end`.
     `marker_is_control`: the opening marker is a control token, which the pod's detokenizer
-    drops unless special tokens are kept (the gateway keeps them when it parses calls)."""
+    drops unless special tokens are kept (the gateway keeps them when it parses calls).
+    `style` "qwen_xml": a call's body is `<function=NAME>` with one `<parameter=P>` block per
+    argument (xgrammar's style of the same name) instead of the JSON object."""
 
     call_begin: str = "<tool_call>\n"
     call_end: str = "\n</tool_call>"
     result_begin: str = "<tool_response>\n"
     result_end: str = "\n</tool_response>"
     separator: str = "\n"  # between parallel calls
+    style: str = "json"
     list_begin: str = ""
     list_end: str = ""
     marker_is_control: bool = False
@@ -83,6 +89,8 @@ class ToolCallFormat:
         if isinstance(arguments, str):
             # A client's earlier call that was not JSON is shown as the string it was.
             arguments = parsed_arguments(arguments)
+        if self.style == "qwen_xml":
+            return f"{self.call_begin}{xml_call_body(name, arguments)}{self.call_end}"
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         return f"{self.call_begin}{body}{self.call_end}"
 
@@ -99,6 +107,40 @@ class ToolCallFormat:
 
 
 HERMES = ToolCallFormat()
+QWEN_XML = ToolCallFormat(style="qwen_xml")
+
+
+def xml_call_body(name: str, arguments: object) -> str:
+    """`<function=NAME>` ... `</function>` as Qwen3.5's chat template renders a call."""
+    blocks = [f"<function={name}>\n"]
+    items = arguments.items() if isinstance(arguments, dict) else []
+    for key, value in items:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        blocks.append(f"<parameter={key}>\n{text}\n</parameter>\n")
+    blocks.append("</function>")
+    return "".join(blocks)
+
+
+def format_of_template(render_call) -> ToolCallFormat:
+    """The format a chat template writes calls in: `render_call(message)` renders one
+    assistant message holding a probe call; `<function=` in it means Qwen XML."""
+    probe = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "type": "function",
+                "function": {"name": "iris_probe_tool", "arguments": {"iris_arg": "x"}},
+            }
+        ],
+    }
+    try:
+        text = render_call(probe)
+    except Exception:  # a template that cannot render calls: Iris's own (Hermes) instruction
+        return HERMES
+    return QWEN_XML if "<function=iris_probe_tool>" in text else HERMES
+
+
 MISTRAL = ToolCallFormat(
     call_begin="",
     call_end="",

@@ -218,7 +218,9 @@ class Platform:
         self.services.append(cache)
         if self.config.services == ("cache",):
             return
-        for index in range(self.config.encoders):
+        # A plain language model takes no images: no encoder is started (the gateway's
+        # encoder list is empty and an image part is refused with a 400).
+        for index in range(self.config.encoders if _takes_images(self.config.model_dir) else 0):
             encoder = self._grpc_service(
                 f"encoder-{index}", "encoder", model=model, cache_address=cache.address
             )
@@ -383,3 +385,16 @@ def _redis_answers(address: str, timeout_s: float = 1.0) -> bool:
             return connection.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def _takes_images(model_dir: Path) -> bool:
+    """Whether the checkpoint at `model_dir` is a vision-language model (has an adapter).
+    A directory without a config plans as one: the encoder then names what is missing."""
+    from iris.models import has_adapter
+    from iris.models.checkpoint import read_config
+
+    try:
+        architectures = read_config(Path(model_dir)).get("architectures") or [""]
+    except FileNotFoundError:
+        return True
+    return has_adapter(architectures[0])

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from iris.proto import common_pb2 as iris_dot_proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17llm_svc/proto/llm.proto\x12\x08iris.llm\x1a\x17iris/proto/common.proto\"\xe6\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\x03\x12*\n\x05items\x18\x03 \x03(\x0b\x32\x1b.iris.common.MultimodalItem\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.iris.common.SamplingParams\x12(\n\x05trace\x18\x05 \x01(\x0b\x32\x19.iris.common.TraceContext\x12\x13\n\x0b\x66ingerprint\x18\x06 \x01(\x0c\x12\x12\n\ncache_salt\x18\x07 \x01(\x0c\"N\n\x08\x41\x63\x63\x65pted\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x14\n\x0cimage_tokens\x18\x03 \x01(\r\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x03\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"c\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x03\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\x12!\n\x03top\x18\x04 \x03(\x0b\x32\x14.iris.llm.TopLogprob\"W\n\nTokenChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12(\n\x08logprobs\x18\x03 \x03(\x0b\x32\x16.iris.llm.TokenLogprob\"f\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x14\n\x0cimage_tokens\x18\x04 \x01(\r\"A\n\x08\x46inished\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\x12\x1e\n\x05usage\x18\x02 \x01(\x0b\x32\x0f.iris.llm.Usage\"\x92\x01\n\x10GenerateResponse\x12&\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x0b\x32\x12.iris.llm.AcceptedH\x00\x12&\n\x06tokens\x18\x02 \x01(\x0b\x32\x14.iris.llm.TokenChunkH\x00\x12&\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x12.iris.llm.FinishedH\x00\x42\x06\n\x04kind\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x12\n\x10ModelInfoRequest\"\xc3\x01\n\tModelInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x0c\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\x15\n\rmax_model_len\x18\x05 \x01(\r\x12\x15\n\rchat_template\x18\x06 \x01(\t\x12\x10\n\x08pod_name\x18\x07 \x01(\t\x12(\n\x06layers\x18\x08 \x03(\x0b\x32\x18.iris.llm.AttentionLayer\"\x93\x01\n\x0e\x41ttentionLayer\x12+\n\x04kind\x18\x01 \x01(\x0e\x32\x1d.iris.llm.AttentionLayer.Kind\x12\x0e\n\x06window\x18\x02 \x01(\r\x12\x19\n\x11snapshot_interval\x18\x03 \x01(\r\")\n\x04Kind\x12\x08\n\x04\x46ULL\x10\x00\x12\x0b\n\x07SLIDING\x10\x01\x12\n\n\x06LINEAR\x10\x02\"\x88\x01\n\x07KVEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.iris.llm.KVEvent.Kind\x12\x14\n\x0c\x62lock_hashes\x18\x03 \x03(\x0c\x12\x13\n\x0bparent_hash\x18\x04 \x01(\x0c\"\x1f\n\x04Kind\x12\n\n\x06STORED\x10\x00\x12\x0b\n\x07REMOVED\x10\x01\"1\n\x0cKVEventBatch\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.iris.llm.KVEvent\"$\n\x0fKVEventsRequest\x12\x11\n\tsince_seq\x18\x01 \x01(\x04\"\x13\n\x11KVSnapshotRequest\"/\n\nKVSnapshot\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x0c\"\r\n\x0bLoadRequest\"`\n\x04Load\x12\x16\n\x0ekv_utilisation\x18\x01 \x01(\x02\x12\x0f\n\x07running\x18\x02 \x01(\r\x12\x0f\n\x07waiting\x18\x03 \x01(\r\x12\x1e\n\x16pending_prefill_tokens\x18\x04 \x01(\x04\")\n\x17ResetPrefixCacheRequest\x12\x0e\n\x06silent\x18\x01 \x01(\x08\"/\n\x18ResetPrefixCacheResponse\x12\x13\n\x0bpages_freed\x18\x01 \x01(\r2\xdd\x03\n\x03LLM\x12\x43\n\x08Generate\x12\x19.iris.llm.GenerateRequest\x1a\x1a.iris.llm.GenerateResponse0\x01\x12\x38\n\x05\x41\x62ort\x12\x16.iris.llm.AbortRequest\x1a\x17.iris.llm.AbortResponse\x12?\n\x0cGetModelInfo\x12\x1a.iris.llm.ModelInfoRequest\x1a\x13.iris.llm.ModelInfo\x12\x45\n\x0eStreamKVEvents\x12\x19.iris.llm.KVEventsRequest\x1a\x16.iris.llm.KVEventBatch0\x01\x12\x42\n\rGetKVSnapshot\x12\x1b.iris.llm.KVSnapshotRequest\x1a\x14.iris.llm.KVSnapshot\x12\x30\n\x07GetLoad\x12\x15.iris.llm.LoadRequest\x1a\x0e.iris.llm.Load\x12Y\n\x10ResetPrefixCache\x12!.iris.llm.ResetPrefixCacheRequest\x1a\".iris.llm.ResetPrefixCacheResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17llm_svc/proto/llm.proto\x12\x08iris.llm\x1a\x17iris/proto/common.proto\"\xe6\x01\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\x03\x12*\n\x05items\x18\x03 \x03(\x0b\x32\x1b.iris.common.MultimodalItem\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.iris.common.SamplingParams\x12(\n\x05trace\x18\x05 \x01(\x0b\x32\x19.iris.common.TraceContext\x12\x13\n\x0b\x66ingerprint\x18\x06 \x01(\x0c\x12\x12\n\ncache_salt\x18\x07 \x01(\x0c\"N\n\x08\x41\x63\x63\x65pted\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x14\n\x0cimage_tokens\x18\x03 \x01(\r\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x03\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"c\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x03\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\x12!\n\x03top\x18\x04 \x03(\x0b\x32\x14.iris.llm.TopLogprob\"W\n\nTokenChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12(\n\x08logprobs\x18\x03 \x03(\x0b\x32\x16.iris.llm.TokenLogprob\"f\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x14\n\x0cimage_tokens\x18\x04 \x01(\r\"A\n\x08\x46inished\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\x12\x1e\n\x05usage\x18\x02 \x01(\x0b\x32\x0f.iris.llm.Usage\"\x92\x01\n\x10GenerateResponse\x12&\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x0b\x32\x12.iris.llm.AcceptedH\x00\x12&\n\x06tokens\x18\x02 \x01(\x0b\x32\x14.iris.llm.TokenChunkH\x00\x12&\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x12.iris.llm.FinishedH\x00\x42\x06\n\x04kind\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\x12\n\x10ModelInfoRequest\"\xc3\x01\n\tModelInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x0c\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\x15\n\rmax_model_len\x18\x05 \x01(\r\x12\x15\n\rchat_template\x18\x06 \x01(\t\x12\x10\n\x08pod_name\x18\x07 \x01(\t\x12(\n\x06layers\x18\x08 \x03(\x0b\x32\x18.iris.llm.AttentionLayer\"\x93\x01\n\x0e\x41ttentionLayer\x12+\n\x04kind\x18\x01 \x01(\x0e\x32\x1d.iris.llm.AttentionLayer.Kind\x12\x0e\n\x06window\x18\x02 \x01(\r\x12\x19\n\x11snapshot_interval\x18\x03 \x01(\r\")\n\x04Kind\x12\x08\n\x04\x46ULL\x10\x00\x12\x0b\n\x07SLIDING\x10\x01\x12\n\n\x06LINEAR\x10\x02\"\x9d\x01\n\x07KVEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.iris.llm.KVEvent.Kind\x12\x14\n\x0c\x62lock_hashes\x18\x03 \x03(\x0c\x12\x13\n\x0bparent_hash\x18\x04 \x01(\x0c\"4\n\x04Kind\x12\n\n\x06STORED\x10\x00\x12\x0b\n\x07REMOVED\x10\x01\x12\x13\n\x0fSNAPSHOT_STORED\x10\x02\"1\n\x0cKVEventBatch\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.iris.llm.KVEvent\"$\n\x0fKVEventsRequest\x12\x11\n\tsince_seq\x18\x01 \x01(\x04\"\x13\n\x11KVSnapshotRequest\"H\n\nKVSnapshot\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x0c\x12\x17\n\x0fsnapshot_hashes\x18\x03 \x03(\x0c\"\r\n\x0bLoadRequest\"`\n\x04Load\x12\x16\n\x0ekv_utilisation\x18\x01 \x01(\x02\x12\x0f\n\x07running\x18\x02 \x01(\r\x12\x0f\n\x07waiting\x18\x03 \x01(\r\x12\x1e\n\x16pending_prefill_tokens\x18\x04 \x01(\x04\")\n\x17ResetPrefixCacheRequest\x12\x0e\n\x06silent\x18\x01 \x01(\x08\"/\n\x18ResetPrefixCacheResponse\x12\x13\n\x0bpages_freed\x18\x01 \x01(\r2\xdd\x03\n\x03LLM\x12\x43\n\x08Generate\x12\x19.iris.llm.GenerateRequest\x1a\x1a.iris.llm.GenerateResponse0\x01\x12\x38\n\x05\x41\x62ort\x12\x16.iris.llm.AbortRequest\x1a\x17.iris.llm.AbortResponse\x12?\n\x0cGetModelInfo\x12\x1a.iris.llm.ModelInfoRequest\x1a\x13.iris.llm.ModelInfo\x12\x45\n\x0eStreamKVEvents\x12\x19.iris.llm.KVEventsRequest\x1a\x16.iris.llm.KVEventBatch0\x01\x12\x42\n\rGetKVSnapshot\x12\x1b.iris.llm.KVSnapshotRequest\x1a\x14.iris.llm.KVSnapshot\x12\x30\n\x07GetLoad\x12\x15.iris.llm.LoadRequest\x1a\x0e.iris.llm.Load\x12Y\n\x10ResetPrefixCache\x12!.iris.llm.ResetPrefixCacheRequest\x1a\".iris.llm.ResetPrefixCacheResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -61,25 +61,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ATTENTIONLAYER_KIND']._serialized_start=1342
   _globals['_ATTENTIONLAYER_KIND']._serialized_end=1383
   _globals['_KVEVENT']._serialized_start=1386
-  _globals['_KVEVENT']._serialized_end=1522
+  _globals['_KVEVENT']._serialized_end=1543
   _globals['_KVEVENT_KIND']._serialized_start=1491
-  _globals['_KVEVENT_KIND']._serialized_end=1522
-  _globals['_KVEVENTBATCH']._serialized_start=1524
-  _globals['_KVEVENTBATCH']._serialized_end=1573
-  _globals['_KVEVENTSREQUEST']._serialized_start=1575
-  _globals['_KVEVENTSREQUEST']._serialized_end=1611
-  _globals['_KVSNAPSHOTREQUEST']._serialized_start=1613
-  _globals['_KVSNAPSHOTREQUEST']._serialized_end=1632
-  _globals['_KVSNAPSHOT']._serialized_start=1634
-  _globals['_KVSNAPSHOT']._serialized_end=1681
-  _globals['_LOADREQUEST']._serialized_start=1683
-  _globals['_LOADREQUEST']._serialized_end=1696
-  _globals['_LOAD']._serialized_start=1698
-  _globals['_LOAD']._serialized_end=1794
-  _globals['_RESETPREFIXCACHEREQUEST']._serialized_start=1796
-  _globals['_RESETPREFIXCACHEREQUEST']._serialized_end=1837
-  _globals['_RESETPREFIXCACHERESPONSE']._serialized_start=1839
-  _globals['_RESETPREFIXCACHERESPONSE']._serialized_end=1886
-  _globals['_LLM']._serialized_start=1889
-  _globals['_LLM']._serialized_end=2366
+  _globals['_KVEVENT_KIND']._serialized_end=1543
+  _globals['_KVEVENTBATCH']._serialized_start=1545
+  _globals['_KVEVENTBATCH']._serialized_end=1594
+  _globals['_KVEVENTSREQUEST']._serialized_start=1596
+  _globals['_KVEVENTSREQUEST']._serialized_end=1632
+  _globals['_KVSNAPSHOTREQUEST']._serialized_start=1634
+  _globals['_KVSNAPSHOTREQUEST']._serialized_end=1653
+  _globals['_KVSNAPSHOT']._serialized_start=1655
+  _globals['_KVSNAPSHOT']._serialized_end=1727
+  _globals['_LOADREQUEST']._serialized_start=1729
+  _globals['_LOADREQUEST']._serialized_end=1742
+  _globals['_LOAD']._serialized_start=1744
+  _globals['_LOAD']._serialized_end=1840
+  _globals['_RESETPREFIXCACHEREQUEST']._serialized_start=1842
+  _globals['_RESETPREFIXCACHEREQUEST']._serialized_end=1883
+  _globals['_RESETPREFIXCACHERESPONSE']._serialized_start=1885
+  _globals['_RESETPREFIXCACHERESPONSE']._serialized_end=1932
+  _globals['_LLM']._serialized_start=1935
+  _globals['_LLM']._serialized_end=2412
 # @@protoc_insertion_point(module_scope)

@@ -158,8 +158,10 @@ class KVEvent(_message.Message):
         __slots__ = ()
         STORED: _ClassVar[KVEvent.Kind]
         REMOVED: _ClassVar[KVEvent.Kind]
+        SNAPSHOT_STORED: _ClassVar[KVEvent.Kind]
     STORED: KVEvent.Kind
     REMOVED: KVEvent.Kind
+    SNAPSHOT_STORED: KVEvent.Kind
     SEQ_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
@@ -187,12 +189,14 @@ class KVSnapshotRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class KVSnapshot(_message.Message):
-    __slots__ = ("seq", "block_hashes")
+    __slots__ = ("seq", "block_hashes", "snapshot_hashes")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_HASHES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     block_hashes: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, seq: _Optional[int] = ..., block_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    snapshot_hashes: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, seq: _Optional[int] = ..., block_hashes: _Optional[_Iterable[bytes]] = ..., snapshot_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ()

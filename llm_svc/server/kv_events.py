@@ -1,7 +1,8 @@
 """The pod's KV event log: numbered events for subscribers, and a snapshot to resync from.
 
-The engine thread publishes the prefix cache's BlockStored / BlockRemoved events after each
-step. Each published record gets the next sequence number (from 1); a run of stores that
+The engine thread publishes the prefix cache's BlockStored / BlockRemoved / SnapshotStored
+events after each step (a hybrid model's snapshot leaves with its block, so a removal
+removes both). Each published record gets the next sequence number (from 1); a run of stores that
 chain one onto the next (or a run of removals) becomes one record with several hashes.
 The log keeps the last `capacity` records and the set of hashes they add up to, so
 `snapshot()` returns (seq, hashes) atomically: replaying records after `seq` onto `hashes`
@@ -23,12 +24,14 @@ from llm_svc.engine.kv_events import SnapshotStored
 
 @dataclass(frozen=True)
 class KVRecord:
-    """One numbered event: `block_hashes` stored (chained from `parent_hash`) or removed."""
+    """One numbered event: `block_hashes` stored (chained from `parent_hash`) or removed;
+    with `snapshot`, held blocks that now carry a state snapshot (stored is True)."""
 
     seq: int
     stored: bool
     block_hashes: tuple[bytes, ...]
     parent_hash: bytes = b""
+    snapshot: bool = False
 
 
 class KVEventLog:
@@ -39,6 +42,7 @@ class KVEventLog:
         self.on_publish = on_publish  # called (outside the lock) after records are added
         self._records: deque[KVRecord] = deque(maxlen=capacity)
         self._hashes: set[bytes] = set()
+        self._snapshots: set[bytes] = set()
         self._seq = 0
         self._lock = threading.Lock()
 
@@ -55,10 +59,13 @@ class KVEventLog:
             records = self._coalesce(events)
             for record in records:
                 self._records.append(record)
-                if record.stored:
+                if record.snapshot:
+                    self._snapshots.update(record.block_hashes)
+                elif record.stored:
                     self._hashes.update(record.block_hashes)
                 else:
                     self._hashes.difference_update(record.block_hashes)
+                    self._snapshots.difference_update(record.block_hashes)
         if self.on_publish is not None:
             self.on_publish()
         return len(records)
@@ -74,10 +81,10 @@ class KVEventLog:
             stop = len(self._records) if limit is None else min(len(self._records), start + limit)
             return list(itertools.islice(self._records, start, stop))
 
-    def snapshot(self) -> tuple[int, list[bytes]]:
-        """(seq, every cached block hash) as of record `seq`."""
+    def snapshot(self) -> tuple[int, list[bytes], list[bytes]]:
+        """(seq, every cached block hash, those that carry a state snapshot) as of `seq`."""
         with self._lock:
-            return self._seq, list(self._hashes)
+            return self._seq, list(self._hashes), list(self._snapshots)
 
     def _coalesce(self, events: Sequence[KVEvent]) -> list[KVRecord]:
         records: list[KVRecord] = []
@@ -86,7 +93,11 @@ class KVEventLog:
         stored = None
         for event in events:
             if isinstance(event, SnapshotStored):
-                continue  # not on the wire yet: the gateway does not predict hybrid hits
+                if run:
+                    records.append(self._record(stored, run, parent))
+                    run = []
+                records.append(self._record(True, [event.block_hash], b"", snapshot=True))
+                continue
             is_store = isinstance(event, BlockStored)
             chains = is_store and stored and run and event.parent_hash == run[-1]
             if run and not (chains or (not is_store and stored is False)):
@@ -100,6 +111,8 @@ class KVEventLog:
             records.append(self._record(stored, run, parent))
         return records
 
-    def _record(self, stored: bool, hashes: list[bytes], parent: bytes) -> KVRecord:
+    def _record(
+        self, stored: bool, hashes: list[bytes], parent: bytes, snapshot: bool = False
+    ) -> KVRecord:
         self._seq += 1
-        return KVRecord(self._seq, stored, tuple(hashes), parent)
+        return KVRecord(self._seq, stored, tuple(hashes), parent, snapshot)

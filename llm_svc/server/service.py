@@ -196,8 +196,8 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
 
     # --- KV events ---------------------------------------------------------------------
     async def GetKVSnapshot(self, request, context) -> llm_pb2.KVSnapshot:
-        seq, hashes = self.kv_log.snapshot()
-        return llm_pb2.KVSnapshot(seq=seq, block_hashes=hashes)
+        seq, hashes, snapshot_hashes = self.kv_log.snapshot()
+        return llm_pb2.KVSnapshot(seq=seq, block_hashes=hashes, snapshot_hashes=snapshot_hashes)
 
     async def StreamKVEvents(
         self, request: llm_pb2.KVEventsRequest, context: grpc.aio.ServicerContext
@@ -220,7 +220,10 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
 
 
 def _kv_event(record) -> llm_pb2.KVEvent:
-    kind = llm_pb2.KVEvent.STORED if record.stored else llm_pb2.KVEvent.REMOVED
+    if record.snapshot:
+        kind = llm_pb2.KVEvent.SNAPSHOT_STORED
+    else:
+        kind = llm_pb2.KVEvent.STORED if record.stored else llm_pb2.KVEvent.REMOVED
     return llm_pb2.KVEvent(
         seq=record.seq,
         kind=kind,

@@ -48,7 +48,13 @@ class RoutingRequest:
         count, spans = len(self.input_ids), self.uncut_spans
         most = rule.resumable_blocks(count, uncut_spans=spans)
         held = index.matched_blocks(pod.address, hashes, most)
-        return rule.resumable_blocks(count, held, spans), most
+        snapshots = None
+        if rule.snapshot_interval:  # a hybrid pod resumes only where it holds a snapshot
+
+            def snapshots(depth: int) -> bool:
+                return index.has_snapshot(pod.address, hashes[depth - 1])
+
+        return rule.resumable_blocks(count, held, spans, snapshots), most
 
 
 class Plugin(ABC):

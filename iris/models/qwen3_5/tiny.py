@@ -14,10 +14,30 @@ from iris.models.tokenizer_build import (
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
-# ChatML, as Qwen3.5's template renders plain text turns.
+# ChatML with tools in Qwen3.5's layout (its published template's structure, Iris's own
+# wording): the tools as JSON lines in the system turn, each call written as Qwen XML
+# (`<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n
+# </tool_call>`, a string value as it is, others as JSON), tool results as a user turn.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n\n<tools>{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools>\n\n"
+    "To call a function reply with:\n<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n"
+    "</parameter>\n</function>\n</tool_call><|im_end|>\n{% endif %}"
+    "{% for message in messages %}"
+    "{% if tools and loop.first and message['role'] == 'system' %}"
+    "{% elif message['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n"
+    "{{ message['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ message['role'] }}\n{{ message['content'] or '' }}"
+    "{% for call in message.get('tool_calls') or [] %}"
+    "{% set call = call['function'] if call['function'] is defined else call %}"
+    "{% if not loop.first or message['content'] %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n<function={{ call['name'] }}>\n"
+    "{% for key, value in call['arguments'] | items %}<parameter={{ key }}>\n"
+    "{% if value is string %}{{ value }}{% else %}{{ value | tojson }}{% endif %}"
+    "{{ '\\n' }}</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 

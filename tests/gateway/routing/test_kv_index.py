@@ -58,3 +58,30 @@ def test_pods_without_events_learn_from_decisions_only():
     assert index.blocks("p") == {A, B}
     index.forget("p")
     assert index.matched_blocks("p", [A]) == 0
+
+
+def test_a_hybrid_pod_is_predicted_only_where_it_holds_a_snapshot():
+    """Snapshot events (SNAPSHOT_STORED) mark the blocks a hybrid pod can resume after; a
+    removal takes the snapshot with it; routing predicts the deepest such multiple of k."""
+    import numpy as np
+
+    from gateway.routing.plugins.base import RoutingRequest
+    from gateway.routing.pods import Pod
+    from iris.multimodal import AttentionLayer, LayerKind
+
+    layers = (
+        AttentionLayer(LayerKind.LINEAR, 0, 2),
+        AttentionLayer(LayerKind.FULL),
+    )
+    pod = Pod("p", page_size=4, layers=layers)
+    request = RoutingRequest(np.arange(4 * 6 + 1, dtype=np.int64), b"f" * 32)
+    hashes = request.block_hashes(4)
+    index = KVIndex()
+    index.load_snapshot("p", 0, hashes[:6], [hashes[1]])
+    assert request.matched_blocks(pod, index) == (2, 6)  # held 6, snapshot only after 2
+    assert index.apply("p", [KVEventRecord(1, True, [hashes[5]], snapshot=True)])
+    assert request.matched_blocks(pod, index) == (6, 6)
+    assert index.apply("p", [removed(2, hashes[5])])
+    assert request.matched_blocks(pod, index) == (2, 6)  # the snapshot left with its block
+    index.load_snapshot("p", 3, hashes[:6])  # none held: a resync drops them all
+    assert request.matched_blocks(pod, index) == (0, 6)

@@ -60,3 +60,12 @@ def test_n_gateways_each_get_their_own_ports_over_the_same_pods(tmp_path):
 def test_zero_gateways_are_refused():
     with pytest.raises(ValueError, match="need at least one gateway, got 0"):
         UpConfig(model_dir=Path("."), gateways=0)
+
+
+def test_a_plain_language_model_plans_no_encoder(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
+    platform = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path))
+    platform.plan()
+    assert [service.kind for service in platform.services] == ["cache", "llm", "gateway"]
+    env = gateway_env(platform)
+    assert env.get("IRIS_GATEWAY_ENCODER_ADDRESSES", "") == ""

@@ -10,6 +10,7 @@ import pytest
 
 from iris.multimodal import block_hashes
 from llm_svc.engine import BlockRemoved, BlockStored
+from llm_svc.engine.kv_events import SnapshotStored
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from llm_svc.server.kv_events import KVEventLog
 from llm_svc.server.step_failures import test_hooks_enabled
@@ -153,7 +154,7 @@ def test_chained_stores_and_runs_of_removals_become_one_record_each():
         (3, False, (b, a), b""),
         (4, True, (d,), c),
     ]
-    seq, blocks = log.snapshot()
+    seq, blocks, _ = log.snapshot()
     assert seq == 4 and set(blocks) == {c, d}
     assert [r.seq for r in log.since(2)] == [3, 4]
     assert log.since(4) == []
@@ -165,7 +166,7 @@ def test_a_full_log_drops_the_oldest_records_and_the_gap_shows():
     for block in hashes:
         log.publish([BlockStored(block, b"\xff" * 16, ())])  # unchained: one record each
     assert [r.seq for r in log.since(0)] == [4, 5]  # 1..3 are gone: seq 1 is not next
-    seq, blocks = log.snapshot()
+    seq, blocks, _ = log.snapshot()
     assert seq == 5 and set(blocks) == set(hashes)
 
 
@@ -216,3 +217,22 @@ def test_test_hooks_are_on_only_with_the_flag():
     assert test_hooks_enabled({"IRIS_TEST_HOOKS": "1"})
     assert not test_hooks_enabled({})
     assert not test_hooks_enabled({"IRIS_TEST_HOOKS": "true"})
+
+
+def test_snapshot_events_are_records_of_their_own_and_leave_with_their_block():
+    """A hybrid model's SnapshotStored goes on the wire (SNAPSHOT_STORED); the log's
+    snapshot lists the blocks that carry one, and a removed block takes its snapshot."""
+    root, a, b = b"\x00" * 16, b"\x01" * 16, b"\x02" * 16
+    log = KVEventLog(capacity=16)
+    log.publish([BlockStored(a, root, (1,)), SnapshotStored(a), BlockStored(b, a, (2,))])
+    records = log.since(0)
+    assert [(r.stored, r.snapshot, r.block_hashes) for r in records] == [
+        (True, False, (a,)),
+        (True, True, (a,)),
+        (True, False, (b,)),
+    ]
+    assert records[2].parent_hash == a
+    seq, blocks, snapshots = log.snapshot()
+    assert seq == 3 and set(blocks) == {a, b} and snapshots == [a]
+    log.publish([BlockRemoved(a)])
+    assert log.snapshot()[2] == []
