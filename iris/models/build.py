@@ -25,10 +25,9 @@ VLM_TINY_ARCHS = (
     "mistral3",
     "qwen3_vl",
     "qwen3_vl_moe",
-    "qwen3_5",
-    *TEXT_TINY_ARCHS,
 )
-TINY_ARCHS = (*VLM_TINY_ARCHS, *TEXT_TINY_ARCHS)
+# Qwen3.5 is a plain (hybrid) language model with a builder of its own (qwen3_5/tiny.py).
+TINY_ARCHS = (*VLM_TINY_ARCHS, "qwen3_5", *TEXT_TINY_ARCHS)
 COMPLETE_MARKER = ".iris-complete"
 _PACKAGE = Path(__file__).parent
 
