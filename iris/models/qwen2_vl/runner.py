@@ -50,7 +50,7 @@ class QwenVisionRunner(VisionRunner):
             size={"shortest_edge": rule.min_pixels, "longest_edge": rule.max_pixels},
         )
         vision_config = AutoConfig.from_pretrained(str(adapter.model_dir)).vision_config
-        self.tower = _tower_class(adapter.config["model_type"])._from_config(vision_config)
+        self.tower = self.tower_class(adapter.config["model_type"])._from_config(vision_config)
         prefix = find_prefix(adapter.weight_names, "patch_embed.proj.weight")
         if prefix is None:
             raise ValueError(f"no vision patch_embed.proj.weight in {adapter.model_dir}")
@@ -58,6 +58,11 @@ class QwenVisionRunner(VisionRunner):
         tensors = load_dense(adapter.model_dir, prefix, adapter.quantization)
         self.tower.load_state_dict(tensors, strict=True)
         self.tower.to(device=self.device, dtype=self.dtype).eval()
+
+    @staticmethod
+    def tower_class(model_type: str):
+        """The transformers vision-tower class for the checkpoint's `model_type`."""
+        return _tower_class(model_type)
 
     def preprocess(self, image) -> PreparedImage:
         out = self.processor(images=[image], return_tensors="np")

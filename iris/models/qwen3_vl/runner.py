@@ -7,14 +7,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from iris.models.checkpoint import find_prefix
-from iris.models.fp8 import load_dense
-from iris.models.runner import PreparedImage, VisionRunner, processor_kwargs
+from iris.models.qwen2_vl.runner import QwenVisionRunner
+from iris.models.runner import PreparedImage
 
 if TYPE_CHECKING:
     from iris.models.qwen3_vl.adapter import Qwen3VLAdapter
 
-_PROCESSOR_KEYS = ("patch_size", "merge_size", "temporal_patch_size")
 # Qwen3VLVideoProcessor's image_mean / image_std (IMAGENET_STANDARD_*).
 VIDEO_MEAN = (0.5, 0.5, 0.5)
 VIDEO_STD = (0.5, 0.5, 0.5)
@@ -30,7 +28,7 @@ def _tower_class(model_type: str):
     return Tower
 
 
-class Qwen3VisionRunner(VisionRunner):
+class Qwen3VisionRunner(QwenVisionRunner):
     """Patches from Qwen2VLImageProcessorPil (Qwen3-VL's image processor, PIL path); one
     tower call over a batch's patches gives every image's main embedding and each deepstack
     level at once. Per image the runner returns one [token_count, (1 + levels) x hidden]
@@ -38,36 +36,13 @@ class Qwen3VisionRunner(VisionRunner):
     layout, docs/design.md §3.2)."""
 
     def __init__(self, adapter: Qwen3VLAdapter, device: Any = "cpu", dtype: Any = None) -> None:
-        from transformers import AutoConfig
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-            Qwen2VLImageProcessorPil,
-        )
-
-        self.adapter = adapter
-        self.device = torch.device(device)
-        self.dtype = dtype or torch.float32
+        super().__init__(adapter, device, dtype)
         self.levels = adapter.deepstack_levels
         self.hidden_size = adapter.embedding_width
-        rule = adapter.rule
-        self.processor = Qwen2VLImageProcessorPil(
-            **processor_kwargs(adapter.preprocessor, _PROCESSOR_KEYS),
-            size={"shortest_edge": rule.min_pixels, "longest_edge": rule.max_pixels},
-        )
-        vision_config = AutoConfig.from_pretrained(str(adapter.model_dir)).vision_config
-        self.tower = _tower_class(adapter.config["model_type"])._from_config(vision_config)
-        prefix = find_prefix(adapter.weight_names, "patch_embed.proj.weight")
-        if prefix is None:
-            raise ValueError(f"no vision patch_embed.proj.weight in {adapter.model_dir}")
-        tensors = load_dense(adapter.model_dir, prefix, adapter.quantization)
-        self.tower.load_state_dict(tensors, strict=True)
-        self.tower.to(device=self.device, dtype=self.dtype).eval()
 
-    def preprocess(self, image) -> PreparedImage:
-        out = self.processor(images=[image], return_tensors="np")
-        grid = tuple(int(x) for x in out["image_grid_thw"][0])
-        token_count = grid[0] * grid[1] * grid[2] // self.adapter.merge_size**2
-        pixels = torch.from_numpy(np.ascontiguousarray(out["pixel_values"]))
-        return PreparedImage(pixel_values=pixels, grid=grid, token_count=token_count)
+    @staticmethod
+    def tower_class(model_type: str):
+        return _tower_class(model_type)
 
     def preprocess_video_group(self, frames: np.ndarray) -> PreparedImage:
         """One frame group (uint8 [T, H, W, 3], already sampled and resized by
