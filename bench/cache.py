@@ -41,7 +41,7 @@ from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
 
 from embedding_cache_svc.client import CacheClient, CacheUnavailable  # noqa: E402
 from embedding_cache_svc.settings import CacheSettings  # noqa: E402
-from kernels import checksum  # noqa: E402
+from iris_kernels import checksum  # noqa: E402
 from tests.fixtures.redis_cluster import RedisCluster as LocalCluster  # noqa: E402
 from tests.fixtures.redis_server import RedisServer, free_port  # noqa: E402
 

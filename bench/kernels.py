@@ -11,7 +11,7 @@ rows between images). Reported: payload GB/s (M·hidden·2 bytes / time) of `sca
 with host-computed rows, and its ratio to a plain device copy of the same bytes, to torch
 `index_copy_` and to torch `masked_scatter_` (what a mask-based assembly would do). Targets on an
 H200-class GPU: scatter ≥ 0.85× copy and ≥ 1.0× torch. Checksum: GB/s of
-`kernels.checksum` and its ratio to a plain copy of the same bytes (and BLAKE3 on a CPU).
+`iris_kernels.checksum` and its ratio to a plain copy of the same bytes (and BLAKE3 on a CPU).
 On a CPU the Triton kernels cannot run compiled, so the twins are measured and it says so.
 """
 
@@ -27,12 +27,8 @@ from pathlib import Path
 
 import torch
 
-# This script is itself named kernels.py: drop its folder from the path so that
-# `import kernels` finds the package at the repository root.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parent))
-import kernels  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import iris_kernels  # noqa: E402
 
 
 def timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
@@ -67,7 +63,9 @@ def bench_scatter(rows: int, hidden: int, device: torch.device, repeats: int) ->
 
     results = {
         "copy": timed(lambda: copy_dest.copy_(src), device, repeats),
-        "scatter_rows": timed(lambda: kernels.scatter_rows(dest, src, host_rows), device, repeats),
+        "scatter_rows": timed(
+            lambda: iris_kernels.scatter_rows(dest, src, host_rows), device, repeats
+        ),
         "torch index_copy_": timed(lambda: dest.index_copy_(0, device_rows, src), device, repeats),
         "torch masked_scatter_": timed(
             lambda: dest.masked_scatter_(wide_mask, src), device, repeats
@@ -89,11 +87,11 @@ def bench_checksum(megabytes: int, device: torch.device, repeats: int) -> None:
     copy_dest = torch.empty_like(data)
     results = {
         "copy": timed(lambda: copy_dest.copy_(data), device, repeats),
-        "checksum": timed(lambda: kernels.checksum(data), device, repeats),
+        "checksum": timed(lambda: iris_kernels.checksum(data), device, repeats),
     }
     if device.type == "cuda":
         results["checksum (torch twin)"] = timed(
-            lambda: kernels.checksum(data, backend="torch"), device, repeats
+            lambda: iris_kernels.checksum(data, backend="torch"), device, repeats
         )
     else:
         import blake3
@@ -144,7 +142,7 @@ def main() -> None:
         bench_scatter(count, args.hidden, device, repeats)
     for megabytes in (int(v) for v in sizes.split(",")):
         bench_checksum(megabytes, device, repeats)
-    print("\nlaunches:", dict(kernels.CALLS))
+    print("\nlaunches:", dict(iris_kernels.CALLS))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Device check of the fused MoE (kernels/grouped_gemm.py through Experts.forward_fused)
+"""Device check of the fused MoE (iris_kernels/grouped_gemm.py through Experts.forward_fused)
 against the grouped path (one host-looped matmul pair per expert) on a CUDA GPU.
 
 The fused path is tested on the CPU under TRITON_INTERPRET=1 (tests/kernels/

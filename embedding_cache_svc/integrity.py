@@ -2,7 +2,7 @@
 
 A reader that finds an entry damaged cannot delete it (Delete is admin-only): it reports
 it, and the cache decides. The check is the readers' own, recomputed here without torch:
-the checksum of kernels/checksum.py (its definition, with numpy) over the stored bytes,
+the checksum of iris_kernels/checksum.py (its definition, with numpy) over the stored bytes,
 and no NaN or infinity among the values (read from the bit patterns of each dtype).
 """
 
@@ -46,7 +46,7 @@ _KEYS = _keys()
 
 
 def checksum(data: bytes | bytearray | memoryview) -> int:
-    """The unsigned 64-bit checksum of `data` (kernels/checksum.py defines it)."""
+    """The unsigned 64-bit checksum of `data` (iris_kernels/checksum.py defines it)."""
     length = len(data)
     padded = bytes(data) + b"\0" * (-length % 4)
     words = np.frombuffer(padded, dtype="<i4")

@@ -1,4 +1,4 @@
-"""Tensor <-> bytes for the cache wire format, with checksums (kernels.checksum).
+"""Tensor <-> bytes for the cache wire format, with checksums (iris_kernels.checksum).
 
 Imported lazily by the clients, so a caller that only reserves and waits (the gateway)
 never imports torch through this package.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-import kernels
+import iris_kernels
 from embedding_cache_svc.client.errors import CacheInvalidArgument
 from embedding_cache_svc.dtypes import ITEM_SIZES
 
@@ -47,7 +47,7 @@ def encode(tensor: torch.Tensor, token_count: int) -> tuple[str, int, int, memor
         raise CacheInvalidArgument(f"embedding has {rows} rows, token_count is {token_count}")
     name = dtype_name(tensor.dtype)
     dense = tensor.detach().contiguous()
-    checksum = kernels.checksum(dense)
+    checksum = iris_kernels.checksum(dense)
     host = dense.cpu().reshape(-1).view(torch.uint8)
     return name, hidden, checksum, memoryview(host.numpy())
 
@@ -59,4 +59,4 @@ def decode(buffer: bytearray, token_count: int, hidden: int, dtype: str) -> torc
 
 
 def verify(tensor: torch.Tensor, expected: int) -> bool:
-    return kernels.checksum(tensor) == expected
+    return iris_kernels.checksum(tensor) == expected

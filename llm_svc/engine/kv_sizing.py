@@ -115,7 +115,7 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
         inputs = runner.prepare(chunks)
         # Stand-ins for the held embeddings the image rows come from (their own term of
         # the budget), and each chunk's rows gathered from them into a copy, as a chunk
-        # that spans two images gets (kernels/chunk_rows.py); every deepstack level wide.
+        # that spans two images gets (iris_kernels/chunk_rows.py); every deepstack level wide.
         held = [
             torch.zeros(
                 chunk.num_tokens, mc.embedding_width, dtype=config.torch_dtype, device=device

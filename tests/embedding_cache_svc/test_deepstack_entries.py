@@ -10,7 +10,7 @@ import torch
 
 from embedding_cache_svc.client import CacheClient
 from embedding_cache_svc.entry import Header
-from kernels import checksum
+from iris_kernels import checksum
 from tests.embedding_cache_svc.helpers import FINGERPRINT, new_key
 
 HIDDEN, LEVELS, ROWS = 64, 3, 37

@@ -1,5 +1,5 @@
 """The cache's own entry check (ReportCorrupt) agrees with the readers': the checksum of
-kernels/checksum.py and torch's idea of a non-finite value, for every stored dtype."""
+iris_kernels/checksum.py and torch's idea of a non-finite value, for every stored dtype."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from embedding_cache_svc import integrity
 from embedding_cache_svc.client.tensors import TORCH_DTYPES
-from kernels import checksum
+from iris_kernels import checksum
 
 
 @pytest.mark.parametrize("nbytes", [0, 3, 4, 4 * 16384 - 2, 4 * 16384 * 2 + 7])

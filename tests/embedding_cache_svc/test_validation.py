@@ -11,7 +11,7 @@ from embedding_cache_svc.client import CacheClient, CacheInvalidArgument, Status
 from embedding_cache_svc.entry import Failed, Header
 from embedding_cache_svc.proto import cache_pb2, cache_pb2_grpc
 from iris.proto import common_pb2
-from kernels import checksum
+from iris_kernels import checksum
 from tests.embedding_cache_svc.helpers import FINGERPRINT, new_key
 
 

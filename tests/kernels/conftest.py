@@ -13,7 +13,7 @@ import torch
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-import kernels  # noqa: E402
+import iris_kernels  # noqa: E402
 
 
 @pytest.fixture
@@ -22,9 +22,9 @@ def runs_on():
 
     @contextlib.contextmanager
     def expect(kernel: str, backend: str, times: int = 1):
-        before = kernels.CALLS[(kernel, backend)]
+        before = iris_kernels.CALLS[(kernel, backend)]
         yield
-        assert kernels.CALLS[(kernel, backend)] - before == times
+        assert iris_kernels.CALLS[(kernel, backend)] - before == times
 
     return expect
 

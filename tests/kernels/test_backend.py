@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-from kernels import checksum, resolve_backend, scatter_rows
+import iris_kernels
+from iris_kernels import checksum, resolve_backend, scatter_rows
 
 
 def test_cpu_tensors_default_to_the_twin(runs_on):
@@ -22,13 +22,13 @@ def test_cpu_tensors_default_to_the_twin(runs_on):
 def test_cuda_device_defaults_to_triton():
     assert resolve_backend("probe", None, torch.device("cuda")) == "triton"
     assert resolve_backend("probe", "torch", torch.device("cuda")) == "torch"
-    assert kernels.CALLS[("probe", "triton")] >= 1
+    assert iris_kernels.CALLS[("probe", "triton")] >= 1
 
 
 def test_forced_triton_on_cpu_needs_the_interpreter(monkeypatch):
-    assert kernels.interpreting()
+    assert iris_kernels.interpreting()
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert not kernels.interpreting()
+    assert not iris_kernels.interpreting()
     with pytest.raises(ValueError, match="needs TRITON_INTERPRET=1"):
         checksum(torch.arange(4), backend="triton")
     assert checksum(torch.arange(4), backend="torch") == checksum(torch.arange(4))
@@ -40,17 +40,17 @@ def test_unknown_backend_names_the_choices():
 
 
 def test_interpreter_switched_on_after_import():
-    # In a full test run another folder may import kernels (and triton) before this folder's
+    # In a full test run another folder may import iris_kernels (and triton) before this folder's
     # conftest sets TRITON_INTERPRET; every kernel must still run interpreted afterwards.
     script = """
 import os, torch, kernels
-assert not kernels.interpreting()
+assert not iris_kernels.interpreting()
 os.environ["TRITON_INTERPRET"] = "1"
 dest = torch.zeros(4, 3)
-kernels.scatter_rows(dest, torch.ones(1, 3), [2], backend="triton")
-kernels.scatter_rows(dest, torch.ones(1, 3) * 2, [0], backend="triton")
+iris_kernels.scatter_rows(dest, torch.ones(1, 3), [2], backend="triton")
+iris_kernels.scatter_rows(dest, torch.ones(1, 3) * 2, [0], backend="triton")
 data = torch.arange(40000, dtype=torch.int32)
-same = kernels.checksum(data, backend="triton") == kernels.checksum(data, backend="torch")
+same = iris_kernels.checksum(data, backend="triton") == iris_kernels.checksum(data, backend="torch")
 print(dest.sum().item(), same)
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -70,9 +70,9 @@ print(dest.sum().item(), same)
 def test_attention_kernels_share_one_tile_step_built_for_their_mode(interpreted):
     from triton.runtime import JITFunction
 
-    from kernels import attention_tile, backend
-    from kernels.paged_attention_decode import _decode_split_kernel
-    from kernels.paged_attention_extend import _extend_kernel
+    from iris_kernels import attention_tile, backend
+    from iris_kernels.paged_attention_decode import _decode_split_kernel
+    from iris_kernels.paged_attention_extend import _extend_kernel
 
     step = attention_tile.attend_tile.build(interpreted)
     for kernel in (_decode_split_kernel, _extend_kernel):

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import checksum
-from kernels.checksum import (
+from iris_kernels import checksum
+from iris_kernels.checksum import (
     KEY_COUNT,
     TWIN_BLOCKS_PER_STEP,
     checksum_block_sums_numpy,

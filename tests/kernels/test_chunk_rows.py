@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import dest_rows_for_chunk, scatter_rows
+from iris_kernels import dest_rows_for_chunk, scatter_rows
 
 
 def brute_force(offsets_per_item, chunk_start, chunk_end):

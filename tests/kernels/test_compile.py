@@ -11,14 +11,14 @@ import pytest
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
-import kernels  # noqa: F401  (loads the kernel modules)
+import iris_kernels  # noqa: F401  (loads the kernel modules)
 
 TARGET = GPUTarget("cuda", 90, 32)
 ROW_ARGS = {"D": "i32", "dest_row_stride": "i32", "src_row_stride": "i32"}
 
 
 def kernel(module: str, name: str):
-    return getattr(sys.modules[f"kernels.{module}"], name)
+    return getattr(sys.modules[f"iris_kernels.{module}"], name)
 
 
 CASES = {
@@ -62,7 +62,7 @@ def decode_case(dtype: str, head_dim: int, group: int, direct: bool):
 
 
 def extend_case(dtype: str, head_dim: int, group: int):
-    block_m, block_n = sys.modules["kernels.paged_attention_extend"].extend_tiles(head_dim)
+    block_m, block_n = sys.modules["iris_kernels.paged_attention_extend"].extend_tiles(head_dim)
     arguments = {
         **{f"{name}_ptr": f"*{dtype}" for name in ("q", "k", "v", "out")},
         "tables_ptr": "*i64", "chunks_ptr": "*i32", "blocks_ptr": "*i32", "until_ptr": "*i64",

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kernels import checksum, scatter_rows
+from iris_kernels import checksum, scatter_rows
 
 pytestmark = pytest.mark.gpu
 

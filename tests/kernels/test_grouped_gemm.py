@@ -4,8 +4,8 @@ on ragged expert loads (empty experts, partial tiles, one expert owning every ro
 import pytest
 import torch
 
-from kernels import grouped_gemm
-from kernels.grouped_gemm import BLOCK_M, expert_tiles
+from iris_kernels import grouped_gemm
+from iris_kernels.grouped_gemm import BLOCK_M, expert_tiles
 
 # (counts per expert, N, K): empty experts first, last and between; a tile boundary crossed.
 LOADS = [

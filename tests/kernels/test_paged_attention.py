@@ -9,8 +9,8 @@ backends get identical caches and inputs; their outputs and the caches they writ
 import pytest
 import torch
 
-import kernels
-from kernels.paged_attention_decode import split_plan
+import iris_kernels
+from iris_kernels.paged_attention_decode import split_plan
 from llm_svc.engine.attention import AttentionMetadata, KVCache
 from llm_svc.engine.attention.sdpa import SdpaBackend
 from llm_svc.engine.attention.triton import TritonBackend
@@ -125,11 +125,11 @@ def test_ragged_chunks_longer_than_one_query_block():
 def test_split_k_over_long_contexts(monkeypatch):
     # Force several splits per sequence (the merge kernel runs), each over several key
     # tiles, short contexts included so some splits see nothing.
-    monkeypatch.setattr("kernels.paged_attention_decode.MIN_SPLIT_TOKENS", 128, raising=True)
+    monkeypatch.setattr("iris_kernels.paged_attention_decode.MIN_SPLIT_TOKENS", 128, raising=True)
     assert split_plan(400, 128) == (3, 144)
-    before = kernels.CALLS[("paged_decode_attention", "triton")]
+    before = iris_kernels.CALLS[("paged_decode_attention", "triton")]
     compare([(400, 1), (2, 1), (150, 1)], page_size=8)
-    assert kernels.CALLS[("paged_decode_attention", "triton")] - before == 2
+    assert iris_kernels.CALLS[("paged_decode_attention", "triton")] - before == 2
 
 
 def test_split_plan_covers_the_longest_context():
@@ -172,7 +172,7 @@ def test_sliding_window_with_split_k_and_wide_heads(monkeypatch):
     # Head dim 128: key tiles (32) narrower than query blocks (64), so a block's later rows
     # see nothing in its first tiles; decode split over several splits, some before the
     # window (they see nothing and weigh nothing in the merge).
-    import kernels.paged_attention_decode as decode
+    import iris_kernels.paged_attention_decode as decode
 
     monkeypatch.setattr(decode, "MIN_SPLIT_TOKENS", 16)
     compare([(200, 1), (90, 70), (33, 1)], head_dim=128, window=24)

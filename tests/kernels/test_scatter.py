@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import scatter_rows
+from iris_kernels import scatter_rows
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 

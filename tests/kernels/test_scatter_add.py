@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from kernels import interpreting, scatter_add_rows
+from iris_kernels import interpreting, scatter_add_rows
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 

@@ -16,7 +16,7 @@ import typing
 import pytest
 import torch
 
-import kernels
+import iris_kernels
 from iris.settings import SettingsError
 from llm_svc import LLM
 from llm_svc.engine import EngineConfig, LLMEngine
@@ -36,7 +36,7 @@ MAX_NEW = 6
 @pytest.fixture
 def interpreted(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert kernels.interpreting()
+    assert iris_kernels.interpreting()
 
 
 def _prompts(reference):
@@ -68,11 +68,11 @@ def test_greedy_with_images_equals_sdpa_token_for_token(interpreted, mm_referenc
     spans = [e - s + 1 for p in _prompts(mm_reference) for i in p.items for s, e in i.offsets]
     chunk = min(spans) - 1
     assert chunk >= 2
-    decode = kernels.CALLS[("paged_decode_attention", "triton")]
-    extend = kernels.CALLS[("paged_extend_attention", "triton")]
+    decode = iris_kernels.CALLS[("paged_decode_attention", "triton")]
+    extend = iris_kernels.CALLS[("paged_extend_attention", "triton")]
     triton_tokens = _generate(mm_reference, "triton", chunk)
-    assert kernels.CALLS[("paged_decode_attention", "triton")] > decode
-    assert kernels.CALLS[("paged_extend_attention", "triton")] > extend
+    assert iris_kernels.CALLS[("paged_decode_attention", "triton")] > decode
+    assert iris_kernels.CALLS[("paged_extend_attention", "triton")] > extend
     assert triton_tokens == _generate(mm_reference, "sdpa", chunk)
     assert all(len(tokens) == MAX_NEW for tokens in triton_tokens)
 

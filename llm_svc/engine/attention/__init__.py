@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from kernels import interpreting
-from kernels.paged_attention_decode import unsupported_reason
+from iris_kernels import interpreting
+from iris_kernels.paged_attention_decode import unsupported_reason
 from llm_svc.engine.attention.base import AttentionBackend, AttentionMetadata, KVCache
 from llm_svc.engine.attention.sdpa import SdpaBackend
 from llm_svc.engine.attention.triton import TritonBackend

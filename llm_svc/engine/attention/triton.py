@@ -1,4 +1,4 @@
-"""Attention with Iris's Triton kernels (kernels/paged_attention_*.py), reading the paged
+"""Attention with Iris's Triton kernels (iris_kernels/paged_attention_*.py), reading the paged
 KV cache in place through the block tables.
 
 Per step the decode rows (one query token) run as one decode launch (GQA-grouped, split-K
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels.paged_attention_decode import paged_decode_attention, unsupported_reason
-from kernels.paged_attention_extend import paged_extend_attention, query_blocks
+from iris_kernels.paged_attention_decode import paged_decode_attention, unsupported_reason
+from iris_kernels.paged_attention_extend import paged_extend_attention, query_blocks
 from llm_svc.engine.attention.base import AttentionBackend, AttentionMetadata, KVCache
 from llm_svc.engine.transfer import to_device
 

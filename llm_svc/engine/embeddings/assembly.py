@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import dest_rows_for_chunk, scatter_rows
+from iris_kernels import dest_rows_for_chunk, scatter_rows
 from llm_svc.engine.errors import RequestDataError
 from llm_svc.engine.models.decoder import DeepstackRows
 from llm_svc.engine.scheduler import ScheduledChunk

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from kernels import scatter_add_rows
+from iris_kernels import scatter_add_rows
 from llm_svc.engine.attention.base import AttentionBackend
 from llm_svc.engine.models.config import FULL, SLIDING, TextModelConfig
 from llm_svc.engine.models.layers import RMSNorm, RotaryEmbedding

@@ -6,7 +6,7 @@ rows first, then up) and `experts.down_proj` [E, H, I]; llm_svc/engine/models/
 expert_weights.py reads them from either checkpoint layout. The forward is grouped: the
 routed (token, expert) pairs are sorted by expert, and each expert runs once, on exactly
 the tokens routed to it, never on every token. Two paths compute that:
-- fused (CUDA): two launches of the grouped GEMM kernel (kernels/grouped_gemm.py), one for
+- fused (CUDA): two launches of the grouped GEMM kernel (iris_kernels/grouped_gemm.py), one for
   every expert's gate/up over its contiguous slice of the sorted rows, one for every
   expert's down projection with the routing weight in its epilogue; no host sync;
 - grouped (the CPU, and FP8 experts everywhere): a host loop, one `run_expert` per expert
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.grouped_gemm import grouped_gemm
+from iris_kernels.grouped_gemm import grouped_gemm
 from llm_svc.engine.models.config import MoeConfig
 from llm_svc.engine.models.layers import ACTIVATIONS, GatedMLP
 

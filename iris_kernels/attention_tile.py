@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from kernels.backend import device_function
+from iris_kernels.backend import device_function
 
 # Inside the function these names are the combiners for the mode it was built in (see
-# kernels.backend.device_function); the module-level values are never used.
+# iris_kernels.backend.device_function); the module-level values are never used.
 SUM_COMBINE = None
 MAX_COMBINE = None
 

@@ -18,9 +18,9 @@ import math
 import torch
 import triton.language as tl
 
-from kernels.attention_tile import attend_tile, empty_state
-from kernels.backend import jit, resolve_backend
-from kernels.paged_attention_decode import (
+from iris_kernels.attention_tile import attend_tile, empty_state
+from iris_kernels.backend import jit, resolve_backend
+from iris_kernels.paged_attention_decode import (
     LOG2E,
     check_operands,
     dot_precision,
@@ -35,7 +35,7 @@ def extend_tiles(head_dim: int) -> tuple[int, int]:
     return (64, 32) if head_dim <= 128 else (32, 32)
 
 
-MAX_COMBINE = None  # bound per mode by `jit` (kernels/backend.py)
+MAX_COMBINE = None  # bound per mode by `jit` (iris_kernels/backend.py)
 
 
 @jit(max_combine="MAX_COMBINE")

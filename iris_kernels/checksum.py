@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.backend import jit, resolve_backend
+from iris_kernels.backend import jit, resolve_backend
 
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -76,7 +76,7 @@ def keys_on(device: torch.device) -> torch.Tensor:
 
 
 # Inside the kernel this name is the sum combiner for the mode it was built in (see
-# kernels.backend.jit); the module-level value is never used.
+# iris_kernels.backend.jit); the module-level value is never used.
 SUM_COMBINE = None
 
 

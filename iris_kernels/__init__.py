@@ -8,13 +8,13 @@ attention kernels are Triton only: their twin is the SDPA backend of llm_svc's e
 and the engine's attention backend chooses between the two.
 """
 
-from kernels.backend import BACKENDS, CALLS, Backend, interpreting, resolve_backend
-from kernels.checksum import checksum
-from kernels.chunk_rows import ChunkRows, dest_rows_for_chunk
-from kernels.grouped_gemm import grouped_gemm
-from kernels.paged_attention_decode import paged_decode_attention
-from kernels.paged_attention_extend import paged_extend_attention
-from kernels.scatter import scatter_add_rows, scatter_rows
+from iris_kernels.backend import BACKENDS, CALLS, Backend, interpreting, resolve_backend
+from iris_kernels.checksum import checksum
+from iris_kernels.chunk_rows import ChunkRows, dest_rows_for_chunk
+from iris_kernels.grouped_gemm import grouped_gemm
+from iris_kernels.paged_attention_decode import paged_decode_attention
+from iris_kernels.paged_attention_extend import paged_extend_attention
+from iris_kernels.scatter import scatter_add_rows, scatter_rows
 
 __all__ = [
     "BACKENDS",

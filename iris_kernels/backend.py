@@ -53,7 +53,7 @@ def resolve_backend(kernel: str, backend: str | None, device: torch.device) -> B
 class _PerMode:
     """Triton code built once per interpreter mode, with its combiners and helpers bound.
 
-    Building at first use rather than at import means a process that imported `kernels`
+    Building at first use rather than at import means a process that imported `iris_kernels`
     before setting TRITON_INTERPRET (a test suite, a notebook) still gets the mode in force
     when it launches, and a GPU test can switch the interpreter off to run the compiled
     kernel. For that to hold, bodies call only Triton builtins (tl.load, tl.reduce, tl.full,

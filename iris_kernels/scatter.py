@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.backend import jit, resolve_backend
+from iris_kernels.backend import jit, resolve_backend
 
 ROW_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # Widest tile of one row a program copies; wider rows take several programs.

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.backend import jit, resolve_backend
-from kernels.paged_attention_decode import dot_precision, upcast_dots
+from iris_kernels.backend import jit, resolve_backend
+from iris_kernels.paged_attention_decode import dot_precision, upcast_dots
 
 GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 BLOCK_M = 16  # rows per tile; small, because a decode step routes few tokens to an expert

@@ -20,8 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.attention_tile import attend_tile, empty_state
-from kernels.backend import interpreting, jit, resolve_backend
+from iris_kernels.attention_tile import attend_tile, empty_state
+from iris_kernels.backend import interpreting, jit, resolve_backend
 
 # The dtypes and head dims the kernels are written for (head dims: powers of two, so a
 # head is one tile with no masking, and at least 16, the smallest tl.dot operand).
@@ -33,7 +33,7 @@ MIN_SPLIT_TOKENS = 256
 LOG2E = 1.4426950408889634
 
 # Inside the kernels these names are the combiners for the mode they were built in (see
-# kernels.backend.jit); the module-level values are never used.
+# iris_kernels.backend.jit); the module-level values are never used.
 SUM_COMBINE = None
 MAX_COMBINE = None
 
