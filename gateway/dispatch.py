@@ -33,6 +33,7 @@ from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
 from gateway.routing.registry import PodRegistry
 from gateway.routing.router import Decision, Router
+from iris.multimodal import Modality
 from iris.proto import common_pb2
 from iris.telemetry import grpc_metadata, inject_headers, tracer
 from llm_svc.proto import llm_pb2
@@ -56,9 +57,12 @@ _NEXT_POD = {
 _POD_FAILED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 
+_MODALITY = {Modality.IMAGE: common_pb2.IMAGE, Modality.VIDEO: common_pb2.VIDEO}
+
+
 def item_to_proto(item) -> common_pb2.MultimodalItem:
     return common_pb2.MultimodalItem(
-        modality=common_pb2.IMAGE,
+        modality=_MODALITY[item.modality],
         identity=item.identity or b"",
         hash=item.hash,
         offsets=[common_pb2.Span(start=start, end=end) for start, end in item.offsets],

@@ -80,6 +80,7 @@ class GatewaySettings(GrpcServiceSettings):
     video_max_total_pixels: int = Field(600 * 1920 * 1080, gt=0)  # sampled, before resizing
     video_max_groups: int = Field(300, gt=0)  # frame groups per request
     video_max_decode_s: float = Field(30.0, gt=0)
+    video_decode_workers: int = Field(1, gt=0)  # spawned decode processes
     # Per-route body caps (docs/design.md, "The door"): parsing holds the event loop for the
     # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)

@@ -35,7 +35,9 @@ class Qwen3VLAdapter(Qwen2VLAdapter):
 
     # -- video: one item per frame group (docs/design.md §2, "Video") ----------------------
 
+    takes_video = True
     video_token = "<|video_pad|>"
+    video_placeholder_text = "<|vision_start|><|video_pad|><|vision_end|>"
 
     @property
     def video_token_id(self) -> int:

@@ -1,0 +1,79 @@
+"""Video under `iris up` on tiny Qwen3-VL (real cache, encoder, pod and gateway processes):
+each frame group is an item, so the same clip sent again encodes no group, and a clip that
+shares 75 % of its aligned groups with an earlier one encodes only the other 25 %. The
+answers equal those of the same requests under another cache_salt, where nothing is shared
+(every identity is salted) and every group is encoded afresh.
+
+Both clips are cut from the same source frames with FFV1 (intra-only, lossless), so their
+shared moments decode to bit-identical frames."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from iris.up.metrics_page import metrics_url, scrape
+from tests.fixtures.platform import start_platform
+from tests.fixtures.videos import encode_video, source_frames
+
+pytestmark = pytest.mark.slow
+
+FPS = 4  # source frames per second; Iris samples 2 per second: 2 frames = one group = 1 s
+
+
+def _video_message(data: bytes, text: str) -> list[dict]:
+    url = "data:video/x-matroska;base64," + base64.b64encode(data).decode()
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "video_url", "video_url": {"url": url}},
+                {"type": "text", "text": text},
+            ],
+        }
+    ]
+
+
+def test_frame_groups_are_encoded_once_across_requests_and_clips(tmp_path, tiny_qwen3_vl_dir):
+    platform = start_platform(
+        tiny_qwen3_vl_dir,
+        tmp_path,
+        extra_env={"encoder": {"IRIS_ENCODER_EMBEDDING_DTYPE": "float32"}},
+    )
+    source = source_frames(40, width=64, height=32, seed=48)
+    first = encode_video(source[:32], fps=FPS)  # 8 s: 8 groups
+    second = encode_video(source[8:40], fps=FPS)  # from 2 s: its groups 0-5 are first's 2-7
+    try:
+        client = platform.openai_client()
+
+        def chat(data: bytes, salt: str | None = None) -> str:
+            extra = {"cache_salt": salt} if salt else {}
+            reply = client.chat.completions.create(
+                model=platform.model_name,
+                messages=_video_message(data, "What happens?"),
+                max_tokens=6,
+                temperature=0,
+                extra_body=extra,
+            )
+            assert reply.usage.prompt_tokens > 8 * 8, reply.usage  # 8 groups of >= 8 tokens
+            return reply.choices[0].message.content
+
+        def encoded() -> int:
+            return int(scrape(metrics_url(platform.by_kind("encoder")[0])).get(
+                "iris_encoder_images_total", 0
+            ))  # fmt: skip
+
+        answer_first = chat(first)
+        assert encoded() == 8
+        assert chat(first) == answer_first
+        assert encoded() == 8  # the same clip again: no group encoded
+        answer_second = chat(second)
+        assert encoded() == 8 + 2  # 6 of its 8 groups were the first clip's
+        # Nothing shared under another salt: all 8 groups encoded, the same answers.
+        assert chat(second, salt="alone") == answer_second
+        assert encoded() == 8 + 2 + 8
+        assert chat(first, salt="alone") == answer_first
+        assert encoded() == 8 + 2 + 8 + 2
+    finally:
+        platform.stop()
