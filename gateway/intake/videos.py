@@ -93,14 +93,16 @@ async def video_bytes(
     """The file of one `video_url`: `data:video/<type>;base64,...` or http(s) under the
     images' fetch rules (allow-list, public addresses only, no redirects, a video/* answer)."""
     if url.startswith("data:"):
-        header, comma, payload = url.partition(",")
-        if not comma or not header.endswith(";base64"):
+        comma = url.find(",", 0, 256)  # the header is short; the payload is never copied
+        header = url[:comma] if comma >= 0 else ""
+        if comma < 0 or not header.endswith(";base64"):
             raise bad_request("video data URL must be data:<mime>;base64,<data>", param)
         mime = header[5:-7]
         if mime and not mime.startswith("video/"):
             raise bad_request(f"video data URL has media type {mime!r}, not video/*", param)
         try:
-            data = decode_base64_image(payload, max_bytes, param)
+            # On a worker thread, in windows, as inline images are (design §3.6).
+            data = await asyncio.to_thread(decode_base64_image, url, max_bytes, param, comma + 1)
         except APIError as err:  # the image helper's words: say video, name the setting
             raise bad_request(
                 f"{param}: {err.message.replace('image', 'video')} (video_max_bytes)",

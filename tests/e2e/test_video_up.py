@@ -10,6 +10,7 @@ shared moments decode to bit-identical frames."""
 from __future__ import annotations
 
 import base64
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -75,5 +76,16 @@ def test_frame_groups_are_encoded_once_across_requests_and_clips(tmp_path, tiny_
         assert encoded() == 8 + 2 + 8
         assert chat(first, salt="alone") == answer_first
         assert encoded() == 8 + 2 + 8 + 2
+        # Two requests for a new clip at once: its groups are encoded once (the second
+        # request finds them reserved or present, as for images).
+        third = encode_video(source[2:34], fps=FPS)  # from 0.5 s: off the others' 1 s grid
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(chat, [third, third]))
+        assert answers[0] == answers[1]
+        assert encoded() == 8 + 2 + 8 + 2 + 8
+        # A still clip: its 3 groups are one item's identity, encoded once.
+        still = encode_video(source[[0] * 12], fps=FPS)
+        chat(still)
+        assert encoded() == 8 + 2 + 8 + 2 + 8 + 1
     finally:
         platform.stop()
