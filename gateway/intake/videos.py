@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from gateway import metrics
 from gateway.errors import APIError, bad_request
 from gateway.intake.budget import ImageBudget
 from gateway.intake.remote import RemoteImageFetcher
@@ -69,6 +71,7 @@ class VideoDecoder:
         """The sampled video, or a 400 naming the setting that refused it."""
         self.start()
         assert self._pool is not None
+        started = time.monotonic()
         future = self._pool.submit(_decode, data, self.limits, sampling)
         try:
             outcome = await asyncio.wrap_future(future)
@@ -81,9 +84,11 @@ class VideoDecoder:
                 code="overloaded",
                 retry_after=self.retry_after_s,
             ) from None
+        metrics.VIDEO_DECODE_SECONDS.observe(time.monotonic() - started)
         if isinstance(outcome, str):
             setting, message = outcome.split("\0", 1)
             raise bad_request(f"{param}: {message} ({setting})", param, "invalid_video")
+        metrics.VIDEO_SECONDS.inc(outcome.duration_s)
         return outcome
 
 
