@@ -157,6 +157,7 @@ class Gateway:
             generate_timeout_s=settings.generate_timeout_s,
             embedding_reuse=settings.embedding_reuse,
             max_encode_bytes=settings.max_encode_message_bytes,
+            max_encode_items=settings.max_encode_items,
         )
         if settings.discovery == "static":
             await self.registry.set_addresses(settings.llm_addresses)

@@ -2,7 +2,9 @@
 each frame group is an item, so the same clip sent again encodes no group, and a clip that
 shares 75 % of its aligned groups with an earlier one encodes only the other 25 %. The
 answers equal those of the same requests under another cache_salt, where nothing is shared
-(every identity is salted) and every group is encoded afresh.
+(every identity is salted) and every group is encoded afresh. Two requests for one clip at
+once encode it once; a still clip's identical groups are encoded once; a request's groups
+go to the encoder in Encode messages of at most `max_encode_items`.
 
 Both clips are cut from the same source frames with FFV1 (intra-only, lossless), so their
 shared moments decode to bit-identical frames."""
@@ -40,7 +42,11 @@ def test_frame_groups_are_encoded_once_across_requests_and_clips(tmp_path, tiny_
     platform = start_platform(
         tiny_qwen3_vl_dir,
         tmp_path,
-        extra_env={"encoder": {"IRIS_ENCODER_EMBEDDING_DTYPE": "float32"}},
+        extra_env={
+            "encoder": {"IRIS_ENCODER_EMBEDDING_DTYPE": "float32"},
+            # A clip's 8 groups go to the encoder as Encode messages of 3, 3 and 2.
+            "gateway": {"IRIS_GATEWAY_MAX_ENCODE_ITEMS": "3"},
+        },
     )
     source = source_frames(40, width=64, height=32, seed=48)
     first = encode_video(source[:32], fps=FPS)  # 8 s: 8 groups
@@ -87,5 +93,10 @@ def test_frame_groups_are_encoded_once_across_requests_and_clips(tmp_path, tiny_
         still = encode_video(source[[0] * 12], fps=FPS)
         chat(still)
         assert encoded() == 8 + 2 + 8 + 2 + 8 + 1
+        # Sent in turn, no Encode message held more than 3 groups: no tower batch did.
+        page = scrape(metrics_url(platform.by_kind("encoder")[0]))
+        batches = page["iris_encoder_batch_size_images_count"]
+        small = scrape(metrics_url(platform.by_kind("encoder")[0]), {"le": "4.0"})
+        assert small["iris_encoder_batch_size_images_bucket"] == batches > 0
     finally:
         platform.stop()
