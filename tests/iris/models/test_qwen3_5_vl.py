@@ -136,3 +136,12 @@ def test_unsupported_options_are_refused_by_name(tiny_qwen3_5_vl_moe_dir, tmp_pa
 
     with pytest.raises(UnsupportedModelError, match="shared_expert_intermediate_size"):
         TextModelConfig.from_model_dir(_edited(tiny_qwen3_5_vl_moe_dir, tmp_path / "c", no_shared))
+
+
+def test_the_template_renders_images_and_qwen_xml_calls(adapter):
+    from iris.models.tool_format import QWEN_XML
+
+    assert adapter.template_renders_tools and adapter.tool_call_format == QWEN_XML
+    content = [{"type": "image"}, {"type": "text", "text": "what is it?"}]
+    rendered = adapter.apply_chat_template([{"role": "user", "content": content}])
+    assert "<|vision_start|><|image_pad|><|vision_end|>what is it?" in rendered
