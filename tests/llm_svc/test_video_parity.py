@@ -3,7 +3,8 @@ group an item with its own span, `ModelAdapter.expand_media`), each group encode
 Iris's vision runner and read by the engine like an image, give the same greedy tokens as
 HF's model given the `pixel_values_videos` and `video_grid_thw` Iris built (HF's video
 processor needs torchvision, which does not import here) — for a video alone and for two
-images and a video in one request.
+images and a video in one request, on tiny Qwen3-VL, Qwen2.5-VL and Qwen3.5 (which takes
+Qwen3-VL's video processor and splits `video_grid_thw` per group as Qwen3-VL does).
 
 HF encodes a video whole; Iris each group alone (the tower attends within one temporal
 group), and places the groups by its own position rule: Qwen3-VL's timestamps are in the
@@ -38,7 +39,9 @@ class MemorySource(EmbeddingSource):
         return {index: self.embeddings[item.key].to(dtype) for index, item in items.items()}
 
 
-@pytest.fixture(scope="module", params=["tiny_qwen3_vl_dir", "tiny_qwen2_5_vl_dir"])
+@pytest.fixture(
+    scope="module", params=["tiny_qwen3_vl_dir", "tiny_qwen2_5_vl_dir", "tiny_qwen3_5_vl_dir"]
+)
 def model_dir(request):
     return request.getfixturevalue(request.param)
 
@@ -116,24 +119,28 @@ def _request(adapter, runner, content: list[dict], images, video):
     return expanded, padded, items, embeddings, hf
 
 
-def _hf_greedy(hf_model, expanded: list[int], inputs: dict) -> list[int]:
-    """HF's greedy tokens, cut before a near-tie (random tiny weights make some)."""
+def _hf_greedy(hf_model, expanded: list[int], inputs: dict, eos: set[int]) -> list[int]:
+    """HF's greedy tokens, cut before a near-tie (random tiny weights make some) and before
+    a step whose raw argmax is an EOS (HF's min_new_tokens masks it; the engine, ignoring
+    EOS, may take it)."""
     ids = torch.tensor([expanded])
     with torch.inference_mode():
         out = hf_model.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW,
-            min_new_tokens=MAX_NEW, do_sample=False, output_scores=True,
+            min_new_tokens=MAX_NEW, do_sample=False, output_logits=True,
             return_dict_in_generate=True, **inputs,
         )  # fmt: skip
     tokens = out.sequences[0, len(expanded) :].tolist()
-    for step, scores in enumerate(out.scores):
-        top = scores[0].float().topk(2).values
-        if float(top[0] - top[1]) < TIE_MARGIN:
+    for step, logits in enumerate(out.logits):
+        top = logits[0].float().topk(2)
+        if float(top.values[0] - top.values[1]) < TIE_MARGIN or int(top.indices[0]) in eos:
             return tokens[:step]
     return tokens
 
 
-def _engine_greedy(model_dir, requests) -> list[list[int]]:
+def _engine_greedy(model_dir, requests, logprobs: list | None = None) -> list[list[int]]:
+    """The engine's greedy tokens per request; `logprobs`, when given, gets each request's
+    first sampled token's log-probability."""
     embeddings = {key: rows for _, _, _, table, _ in requests for key, rows in table.items()}
     config = EngineConfig(
         model_dir, page_size=4, max_num_batched_tokens=512, num_pages=512, max_num_seqs=4,
@@ -141,11 +148,16 @@ def _engine_greedy(model_dir, requests) -> list[list[int]]:
     )  # fmt: skip
     engine = LLMEngine(config, embedding_source=MemorySource(embeddings))
     for index, (_, padded, items, _, _) in enumerate(requests):
-        engine.add_request(f"r{index}", padded, greedy(MAX_NEW), items=items)
+        engine.add_request(f"r{index}", padded, greedy(MAX_NEW, logprobs=1), items=items)
     tokens: dict[str, list[int]] = {f"r{i}": [] for i in range(len(requests))}
+    first: dict[str, float] = {}
     while engine.has_unfinished():
         for out in engine.step():
             tokens[out.request_id].extend(out.new_token_ids)
+            if out.new_logprobs and out.request_id not in first:
+                first[out.request_id] = out.new_logprobs[0].logprob
+    if logprobs is not None:
+        logprobs.extend(first[f"r{i}"] for i in range(len(requests)))
     return [tokens[f"r{i}"] for i in range(len(requests))]
 
 
@@ -165,18 +177,20 @@ def test_greedy_with_video_equals_hf(model_dir, adapter, hf_model, runner):
     assert sum(item.modality == Modality.VIDEO for item in mixed[2]) == 3
     got = _engine_greedy(model_dir, [alone, mixed])
     for request, tokens in zip([alone, mixed], got, strict=True):
-        expected = _hf_greedy(hf_model, request[0], request[4])
+        expected = _hf_greedy(hf_model, request[0], request[4], set(adapter.eos_token_ids))
         assert len(expected) >= 3, "reference cut short by a near-tie: pick another prompt"
         assert tokens[: len(expected)] == expected
 
 
 def test_the_video_matters(model_dir, adapter, runner):
-    """Guard against a test that cannot fail: another clip changes the greedy output."""
+    """Guard against a test that cannot fail: another clip changes the engine's output
+    (its first token's log-probability; a tiny random model's greedy tokens may not move)."""
     content = [{"type": "text", "text": "Watch"}, {"type": "video"}]
     one = _request(adapter, runner, content, [], _video(adapter, seed=1))
     other = _request(adapter, runner, content, [], _video(adapter, seed=5))
-    first, second = _engine_greedy(model_dir, [one, other])
-    assert first != second
+    logprobs: list[float] = []
+    _engine_greedy(model_dir, [one, other], logprobs)
+    assert abs(logprobs[0] - logprobs[1]) > 1e-3, logprobs
 
 
 def test_positions_equal_hf_get_rope_index(adapter, hf_model, runner):
