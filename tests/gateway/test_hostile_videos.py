@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,8 +29,12 @@ def gateway_and_client(tiny_qwen3_vl_dir):
         encoder_addresses=["127.0.0.1:9"],
         cache_address="127.0.0.1:9",
         video_max_groups=6,
+        allow_remote_images=True,
+        remote_image_hosts=["127.0.0.1"],
     )
     gateway = Gateway(settings, load_adapter(tiny_qwen3_vl_dir))
+    # Loopback serves the remote cases; production allows public addresses only.
+    gateway.prompts.fetcher.address_allowed = lambda address: True
     with TestClient(create_app(settings, gateway)) as client:
         yield gateway, client
 
@@ -131,3 +137,36 @@ def test_mm_processor_kwargs_stay_refused_by_name(gateway_and_client):
     response = client.post("/v1/chat/completions", json=body)
     assert response.status_code == 400, response.text
     assert "mm_processor_kwargs" in response.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def video_server():
+    """Loopback HTTP: /lying.avi (video/avi, a lying AVI), /picture (image/png)."""
+    bodies = {"/lying.avi": ("video/avi", _lying_avi()), "/picture": ("image/png", png_bytes())}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            mime, body = bodies[self.path]
+            self.send_response(200)
+            self.send_header("Content-Type", mime)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_remote_video_is_fetched_under_the_images_rules(gateway_and_client, video_server):
+    """A remote video reaches the decoder (its lie is found); a remote answer that is not
+    video/* is refused by its Content-Type."""
+    gateway, client = gateway_and_client
+    error = _refused(gateway, client, video_server + "/lying.avi")
+    assert "declares 1.0 s but holds a frame" in error["message"]
+    error = _refused(gateway, client, video_server + "/picture")
+    assert "not video/*" in error["message"]
