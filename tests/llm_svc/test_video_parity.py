@@ -213,3 +213,20 @@ def test_positions_equal_hf_get_rope_index(adapter, hf_model, runner):
         video = [item for item in items if item.modality == Modality.VIDEO]
         starts = [int(positions[0, item.offsets[0][0]]) for item in video]
         assert starts[1] - starts[0] == int(adapter.video_time_interval) > 1
+
+
+def test_each_group_alone_equals_its_rows_of_hf_whole_video(adapter, hf_model, runner):
+    """The tower attends within one temporal group (Qwen2.5-VL's window attention too):
+    the groups encoded one at a time equal HF's get_video_features over the whole video."""
+    video = _video(adapter, seed=3)
+    prepared = [runner.preprocess_video_group(video.group_frames(g)) for g in range(3)]
+    ours = torch.cat([runner.encode([group])[0] for group in prepared])
+    _, h, w = prepared[0].grid
+    pixels = torch.cat([group.pixel_values for group in prepared])
+    with torch.no_grad():
+        out = hf_model.model.get_video_features(pixels, torch.tensor([[3, h, w]]))
+    rows = [out.pooler_output[0] if isinstance(out.pooler_output, tuple) else out.pooler_output]
+    for level in getattr(out, "deepstack_features", None) or []:
+        rows.append(level[0] if isinstance(level, tuple) else level)
+    expected = torch.cat(rows, dim=1) if getattr(adapter, "deepstack_levels", 0) else rows[0]
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
