@@ -115,31 +115,32 @@ class ModelRunner:
 
     def _kind_sizing(self, config: EngineConfig) -> tuple[int, int]:
         """(full pages, window pages). `num_pages` fixes the full pool and the window
-        pool gets as many (+ its null page). Else the budget is split so both pools hold
-        the same number n of `max_model_len` sequences, each decoding: n × its pages in
-        the full pool, n × `pages_per_sequence` + one step's chunk + the null page in the
-        window pool; what is left goes to the full pool."""
+        pool gets as many (+ its null page). Else the budget B is split as the needs of
+        `max_model_len` sequences, each decoding, are: per sequence P_L pages of f bytes
+        (full layers) and w window pages of s bytes, so n = (B - s·e) / (f·P_L + s·w) of
+        them (a real number) fit, e being the null page and one step's chunk; the window
+        pool gets e + ⌊n·w⌋ pages and the full pool the rest."""
         if config.num_pages is not None:
             return config.num_pages, config.num_pages + 1
         budget = self._budget_bytes(config)
-        full, window = (
-            self.kv_bytes_per_page(self.full_layers),
-            self.kv_bytes_per_page(self.sliding_layers),
-        )
+        full = self.kv_bytes_per_page(self.full_layers)
+        window = self.kv_bytes_per_page(self.sliding_layers)
         seq_pages = -(-config.max_model_len // self.page_size)
         seq_window = pages_per_sequence(config.max_model_len, self.window, self.page_size)
         extra = 1 + -(-config.max_num_batched_tokens // self.page_size)
-        seqs = (budget - window * extra) // (full * seq_pages + window * seq_window)
-        if seqs < 1:
-            raise ValueError(
-                f"KV budget {budget} bytes holds no sequence of max_model_len "
-                f"{config.max_model_len}: {seq_pages} pages of {full} bytes (full-attention "
-                f"layers) + {seq_window} + {extra} of {window} bytes (sliding layers)"
-            )
-        num_window = extra + seqs * seq_window
+        left = budget - window * extra
+        num_window = extra + max(0, left) * seq_window // (full * seq_pages + window * seq_window)
         if not full:  # every layer slides: the full pool only keys the radix tree
-            return seqs * seq_pages, num_window
-        return (budget - window * num_window) // full, num_window
+            num_full = max(1, (num_window - extra) // seq_window) * seq_pages
+        else:
+            num_full = (budget - window * num_window) // full
+        if num_full < 1 or num_window <= extra:
+            raise ValueError(
+                f"KV budget {budget} bytes is too small for two pools: {extra} window pages "
+                f"of {window} bytes (the null page and one step's chunk) and at least one "
+                f"more of them and one full-attention page of {full} bytes"
+            )
+        return num_full, num_window
 
     def kv_bytes_per_page(self, layers: list[int] | None = None) -> int:
         """Bytes of one page for `layers` (default: every layer with KV)."""
