@@ -38,7 +38,12 @@ def test_processor_imports_with_a_kernels_distribution_installed(tmp_path):
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]))
     done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "0.18.5"  # the fake distribution was visible

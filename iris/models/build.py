@@ -25,9 +25,13 @@ VLM_TINY_ARCHS = (
     "mistral3",
     "qwen3_vl",
     "qwen3_vl_moe",
+    "qwen3_5_vl",
+    "qwen3_5_vl_moe",
 )
-# Qwen3.5 is a plain (hybrid) language model with a builder of its own (qwen3_5/tiny.py).
-TINY_ARCHS = (*VLM_TINY_ARCHS, "qwen3_5", *TEXT_TINY_ARCHS)
+# Qwen3.5 and Qwen3.5-MoE as plain (hybrid) language models: their builder is
+# qwen3_5/tiny.py, with the image-text ones.
+QWEN3_5_TEXT_ARCHS = ("qwen3_5", "qwen3_5_moe")
+TINY_ARCHS = (*VLM_TINY_ARCHS, *QWEN3_5_TEXT_ARCHS, *TEXT_TINY_ARCHS)
 COMPLETE_MARKER = ".iris-complete"
 _PACKAGE = Path(__file__).parent
 
@@ -43,6 +47,12 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.gemma3.tiny import build
     elif arch == "qwen3_5":
         from iris.models.qwen3_5.tiny import build
+    elif arch == "qwen3_5_moe":
+        from iris.models.qwen3_5.tiny import build_moe as build
+    elif arch == "qwen3_5_vl":
+        from iris.models.qwen3_5.tiny import build_vl as build
+    elif arch == "qwen3_5_vl_moe":
+        from iris.models.qwen3_5.tiny import build_vl_moe as build
     elif arch == "qwen3_vl":
         from iris.models.qwen3_vl.tiny import build
     elif arch == "qwen3_vl_moe":
@@ -107,12 +117,23 @@ def source_key(*relative_files: str) -> str:
     return digest.hexdigest()[:12]
 
 
+# qwen3_5/tiny.py builds the VLMs with Qwen2-VL's tokens and Qwen3-VL's vision tower.
+_QWEN3_5_SOURCES = (
+    "tokenizer_build.py",
+    "qwen2_vl/tiny.py",
+    "qwen3_vl/tiny.py",
+    "qwen3_5/tiny.py",
+    "build.py",
+)
 TINY_SOURCES = {
     "qwen2_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "qwen2_5_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
     "gemma3": ("tokenizer_build.py", "gemma3/tiny.py", "text_tiny.py", "build.py"),
-    "qwen3_5": ("tokenizer_build.py", "qwen3_5/tiny.py", "build.py"),
+    **{
+        arch: _QWEN3_5_SOURCES
+        for arch in ("qwen3_5", "qwen3_5_moe", "qwen3_5_vl", "qwen3_5_vl_moe")
+    },
     "qwen3_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
     "qwen3_vl_moe": ("tokenizer_build.py", "qwen2_vl/tiny.py", "qwen3_vl/tiny.py", "build.py"),
     "internvl": ("tokenizer_build.py", "internvl/tiny.py", "build.py"),

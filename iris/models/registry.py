@@ -43,6 +43,7 @@ _PLAIN_LANGUAGE_MODELS = {
     "Gemma3ForCausalLM": "gemma3",
     # Hybrid: Gated DeltaNet linear attention with gated full attention every 4th layer.
     "Qwen3_5ForCausalLM": "qwen3_5",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe",
 }
 
 
@@ -62,6 +63,7 @@ def _load_families() -> None:
     import iris.models.internvl.adapter  # noqa: F401
     import iris.models.mistral3.adapter  # noqa: F401
     import iris.models.qwen2_vl.adapter  # noqa: F401
+    import iris.models.qwen3_5.adapter  # noqa: F401
     import iris.models.qwen3_vl.adapter  # noqa: F401
 
 
@@ -85,7 +87,7 @@ def has_adapter(architecture: str) -> bool:
 
 def text_family(architecture: str, config: dict | None = None) -> str:
     """The decoder family (llm_svc/engine/models/registry.py: "llama", "qwen2", "qwen3",
-    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5", "qwen3_vl", "qwen3_vl_moe") of an
+    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5", "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe") of an
     architecture's language model, read from the checkpoint's `config` where the family's
     language model varies; UnsupportedModelError naming a refused architecture or option,
     ValueError listing every known architecture."""

@@ -1,7 +1,8 @@
-"""Tiny Qwen3-VL under the platform `iris up` runs (real cache, encoder, pod and gateway
-processes): an image chat through the gateway, then the same image again. The entry holds
-the main embedding and every deepstack level; the second request is answered from it (the
-encoder encodes nothing, the pod's fetch is a cache hit) and answers the same.
+"""Tiny Qwen3-VL and tiny Qwen3.5 (its vision tower without deepstack, the hybrid decoder)
+under the platform `iris up` runs (real cache, encoder, pod and gateway processes): an image
+chat through the gateway, then the same image again. The entry holds the main embedding and
+every deepstack level (Qwen3-VL: two; Qwen3.5: none); the second request is answered from
+it (the encoder encodes nothing, the pod's fetch is a cache hit) and answers the same.
 
 The pod's prefix cache is off here, so the second request must read the embedding cache
 rather than resume from its own KV pages."""
@@ -19,18 +20,22 @@ from tests.fixtures.platform import start_platform
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize(
+    ("model", "levels"), [("tiny_qwen3_vl_dir", 2), ("tiny_qwen3_5_vl_dir", 0)]
+)
 def test_the_same_image_again_is_read_from_the_cache_and_answered_the_same(
-    tmp_path, tiny_qwen3_vl_dir
+    tmp_path, request, model, levels
 ):
+    model_dir = request.getfixturevalue(model)
     platform = start_platform(
-        tiny_qwen3_vl_dir,
+        model_dir,
         tmp_path,
         extra_env={
             "llm": {"IRIS_LLM_ENABLE_PREFIX_CACHING": "false"},
             "encoder": {"IRIS_ENCODER_EMBEDDING_DTYPE": "float32"},
         },
     )
-    adapter = load_adapter(tiny_qwen3_vl_dir)
+    adapter = load_adapter(model_dir)
     size = (64, 96)
     try:
         client = platform.openai_client()
@@ -55,7 +60,8 @@ def test_the_same_image_again_is_read_from_the_cache_and_answered_the_same(
         assert hits == 1, cache  # the pod read the entry the encoder stored
         # The entry holds the main rows and every deepstack level (float32).
         tokens, _ = adapter.image_token_count(*size)
-        assert adapter.deepstack_levels == 2
+        assert adapter.deepstack_levels == levels
+        assert adapter.embedding_width == (1 + levels) * adapter.hidden_size
         with CacheClient(platform.cache_address, bytes(32)) as client_of_cache:
             stats = client_of_cache.stats()
         assert stats["entries"] == 1, stats

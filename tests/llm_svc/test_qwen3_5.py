@@ -36,7 +36,8 @@ class HFGreedy:
     def __init__(self, model_dir) -> None:
         import transformers as tf
 
-        self.model = tf.Qwen3_5ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        # Qwen3_5ForCausalLM or Qwen3_5MoeForCausalLM, as config.json names it.
+        self.model = tf.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         self.model.eval()
         self.memo: dict = {}
 
@@ -182,6 +183,30 @@ def test_make_tiny_qwen3_5_is_served_as_hf_runs_it(tmp_path):
     assert engine.model_config.layer_types == ("linear",) * 3 + ("full",)
     assert engine.model_config.rotary_dim == 4  # partial_rotary_factor 0.25 of head_dim 16
     _check(engine, HFGreedy(target), [_ids(engine, "hello world, how are you")], new_tokens=5)
+
+
+def test_make_tiny_qwen3_5_moe_is_served_as_hf_runs_it(tmp_path):
+    """Qwen3_5MoeForCausalLM: every layer's MLP is the experts plus the gated shared
+    expert; chunks of 5 and a prefix hit from a snapshot answer as HF does."""
+    from typer.testing import CliRunner
+
+    from iris.cli import app
+    from llm_svc.engine.models.moe import SparseMoE
+
+    target = tmp_path / "tiny-qwen3_5_moe"
+    args = ["models", "make-tiny", "--arch", "qwen3_5_moe", str(target)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    engine = _engine(target, max_num_batched_tokens=5)
+    assert engine.model_config.family == "qwen3_5_moe"
+    layers = engine.runner.model.layers
+    assert all(isinstance(layer.mlp, SparseMoE) for layer in layers)
+    assert all(layer.mlp.shared_expert is not None for layer in layers)
+    hf = HFGreedy(target)
+    prompt = _ids(engine, PROMPTS[0])
+    _check(engine, hf, [prompt], new_tokens=6)
+    outputs = _check(engine, hf, [prompt], new_tokens=6)  # again: a prefix hit
+    assert outputs["0"][-1].num_cached_tokens >= PAGE * K
 
 
 def test_the_budget_pays_for_running_states_and_one_snapshot_per_k_pages(model_dir):

@@ -1,10 +1,14 @@
-"""Build a tiny random Qwen3.5 language model (HF layout): hybrid, three Gated DeltaNet
-layers then one gated full-attention layer, with partial rotary as the real ones."""
+"""Build tiny random Qwen3.5 checkpoints (HF layout): the hybrid language model (three Gated
+DeltaNet layers then one gated full-attention layer, with partial rotary as the real ones),
+its MoE variant (every MLP experts plus a gated shared expert), and the image-text models
+of both (Qwen3-VL's vision tower without deepstack, interleaved M-RoPE)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from iris.models.qwen2_vl.tiny import SPECIAL_TOKENS as VL_SPECIAL_TOKENS
+from iris.models.qwen2_vl.tiny import _normalise_preprocessor
 from iris.models.tokenizer_build import (
     TINY_TEXT_SHAPE,
     build_tokenizer,
@@ -41,6 +45,23 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# The image-text models' template: the same, with a message's content parts rendered
+# (an image as <|vision_start|><|image_pad|><|vision_end|>).
+_RENDER = (
+    "{% macro render(content) %}"
+    "{% if content is string %}{{ content }}"
+    "{% elif content %}{% for part in content %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{% endmacro %}"
+)
+VL_CHAT_TEMPLATE = _RENDER + (
+    CHAT_TEMPLATE.replace("{{ messages[0]['content'] }}", "{{ render(messages[0]['content']) }}")
+    .replace("{{ message['content'] }}", "{{ render(message['content']) }}")
+    .replace("{{ message['content'] or '' }}", "{{ render(message['content']) }}")
+)
+
 LINEAR_SHAPE = {
     "linear_num_key_heads": 2,
     "linear_num_value_heads": 4,
@@ -48,31 +69,71 @@ LINEAR_SHAPE = {
     "linear_value_head_dim": 8,
     "linear_conv_kernel_dim": 4,
 }
+# Qwen3.5-MoE's MLPs: 4 experts, 2 per token, expert width 48 (no stored expert tensor is
+# square, so a transposed layout cannot pass), a shared expert of width 40.
+MOE_SHAPE = {
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 48,
+    "shared_expert_intermediate_size": 40,
+}
+# The image-text models: head_dim 16 x partial_rotary_factor 0.5 = 4 rotary frequencies,
+# interleaved t h w t (mrope_section [2, 1, 1]), so every position row turns some of them.
+VL_ROPE = {
+    "rope_type": "default",
+    "rope_theta": 10000.0,
+    "partial_rotary_factor": 0.5,
+    "mrope_section": [2, 1, 1],
+    "mrope_interleaved": True,
+}
+
+
+def _text_config(ids: dict, vocab_size: int, moe: bool) -> dict:
+    linear, full = "linear_attention", "full_attention"
+    shape = dict(TINY_TEXT_SHAPE, num_hidden_layers=4)
+    if moe:
+        del shape["intermediate_size"]  # Qwen3.5-MoE has no dense MLP
+    return {
+        "vocab_size": vocab_size,
+        **shape,
+        "layer_types": [linear, linear, linear, full],
+        "head_dim": 16,  # partial_rotary_factor 0.25 (the default): 4 rotary dims
+        **LINEAR_SHAPE,
+        **(MOE_SHAPE if moe else {}),
+        "initializer_range": 0.15,  # peaked logits: greedy output varies and has no ties
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+        "tie_word_embeddings": False,
+    }
 
 
 def build(out_dir: Path, seed: int = 0) -> None:
     """Write a tiny Qwen3_5ForCausalLM: config, random weights, tokenizer."""
+    _build_text(out_dir, seed, moe=False)
+
+
+def build_moe(out_dir: Path, seed: int = 0) -> None:
+    """Write a tiny Qwen3_5MoeForCausalLM: config, random weights, tokenizer."""
+    _build_text(out_dir, seed, moe=True)
+
+
+def _build_text(out_dir: Path, seed: int, moe: bool) -> None:
     import torch
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    if moe:
+        from transformers import Qwen3_5MoeForCausalLM as Model
+        from transformers import Qwen3_5MoeTextConfig as Config
+    else:
+        from transformers import Qwen3_5ForCausalLM as Model
+        from transformers import Qwen3_5TextConfig as Config
 
     tokenizer = build_tokenizer(SPECIAL_TOKENS)
     ids, vocab_size = tiny_vocab(tokenizer, SPECIAL_TOKENS)
-    linear, full = "linear_attention", "full_attention"
-    config = Qwen3_5TextConfig(
-        vocab_size=vocab_size,
-        **{**TINY_TEXT_SHAPE, "num_hidden_layers": 4},
-        layer_types=[linear, linear, linear, full],
-        head_dim=16,  # partial_rotary_factor 0.25: 4 rotary dims
-        **LINEAR_SHAPE,
-        initializer_range=0.15,  # peaked logits: greedy output varies and has no ties
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
-        tie_word_embeddings=False,
-    )
-    config.architectures = [Qwen3_5ForCausalLM.__name__]
+    config = Config(**_text_config(ids, vocab_size, moe))
+    config.architectures = [Model.__name__]
     torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(config).eval()
+    model = Model(config).eval()
     model.save_pretrained(str(out_dir), safe_serialization=True)
     save_fast_tokenizer(
         tokenizer,
@@ -82,3 +143,58 @@ def build(out_dir: Path, seed: int = 0) -> None:
         pad="<|endoftext|>",
         chat_template=CHAT_TEMPLATE,
     )
+
+
+def build_vl(out_dir: Path, seed: int = 0) -> None:
+    """Write a tiny Qwen3_5ForConditionalGeneration: config, random weights, tokenizer,
+    image processor config (Qwen3-VL's tiny one)."""
+    _build_vl(out_dir, seed, moe=False)
+
+
+def build_vl_moe(out_dir: Path, seed: int = 0) -> None:
+    """The same with Qwen3.5-MoE's language model (Qwen3_5MoeForConditionalGeneration)."""
+    _build_vl(out_dir, seed, moe=True)
+
+
+def _build_vl(out_dir: Path, seed: int, moe: bool) -> None:
+    import torch
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    from iris.models.qwen3_vl.tiny import PREPROCESSOR, _vision_config
+
+    if moe:
+        from transformers import Qwen3_5MoeConfig as Config
+        from transformers import Qwen3_5MoeForConditionalGeneration as Model
+    else:
+        from transformers import Qwen3_5Config as Config
+        from transformers import Qwen3_5ForConditionalGeneration as Model
+
+    tokenizer = build_tokenizer(VL_SPECIAL_TOKENS)
+    ids, vocab_size = tiny_vocab(tokenizer, VL_SPECIAL_TOKENS)
+    vision = _vision_config()
+    del vision["deepstack_visual_indexes"]  # Qwen3.5's tower has none
+    config = Config(
+        text_config=_text_config(ids, vocab_size, moe) | {"rope_parameters": VL_ROPE},
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+    config.architectures = [Model.__name__]
+    torch.manual_seed(seed)
+    model = Model(config).eval()
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    save_fast_tokenizer(
+        tokenizer,
+        out_dir,
+        bos="<|endoftext|>",
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        chat_template=VL_CHAT_TEMPLATE,
+    )
+    Qwen2VLImageProcessorPil(**PREPROCESSOR).save_pretrained(str(out_dir))
+    _normalise_preprocessor(out_dir)

@@ -17,8 +17,12 @@ from iris.models.quantization import QuantScheme, read_quantization
 from iris.multimodal import AttentionLayer, LayerKind, layers_from_windows
 
 FULL, SLIDING, LINEAR = "full", "sliding", "linear"
-MOE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_vl_moe")
+MOE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_vl_moe", "qwen3_5_moe")
 QWEN3_VL_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
+# Hybrid (Gated DeltaNet + gated full attention): Qwen3.5 and Qwen3.5-MoE, text or VLM.
+HYBRID_FAMILIES = ("qwen3_5", "qwen3_5_moe")
+# transformers' Qwen3.5 text rotary embedding: its `mrope_section` when the config has none.
+QWEN3_5_MROPE_SECTION = (11, 11, 10)
 SUPPORTED_ROPE_TYPES = ("default", "mrope", "linear")
 SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
@@ -182,6 +186,10 @@ class TextModelConfig:
         rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
         heads = text["num_attention_heads"]
         section = rope.get("mrope_section")
+        if family in HYBRID_FAMILIES:
+            # The VLM's positions are M-RoPE ([3, T] with images); a text-only model's three
+            # rows are always equal, which is plain RoPE on the rotary dims.
+            section = (section or QWEN3_5_MROPE_SECTION) if "vision_config" in raw else None
         types = sliding_layers(architecture, family, text)
         ropes = read_ropes(family, text)
         quantization = read_quantization(raw)
@@ -192,16 +200,24 @@ class TextModelConfig:
                 "(quant_method 'fp8', weight_block_size)"
             )
         linear = _linear_shape(text, family)
+        partial = float(rope.get("partial_rotary_factor", 1.0)) if linear else 1.0
+        head_dim = text.get("head_dim") or text["hidden_size"] // heads
+        if linear and section and 2 * sum(section) != int(head_dim * partial):
+            raise UnsupportedModelError(
+                f"{architecture}: mrope_section {list(section)} must cover the "
+                f"{int(head_dim * partial) // 2} rotary frequencies (head_dim {head_dim} x "
+                f"partial_rotary_factor {partial} / 2)"
+            )
         return cls(
             architecture=architecture,
             family=family,
             vocab_size=text["vocab_size"],
             hidden_size=text["hidden_size"],
-            intermediate_size=text["intermediate_size"],
+            intermediate_size=_intermediate_size(family, text),
             num_layers=text["num_hidden_layers"],
             num_heads=heads,
             num_kv_heads=text.get("num_key_value_heads") or heads,
-            head_dim=text.get("head_dim") or text["hidden_size"] // heads,
+            head_dim=head_dim,
             rms_norm_eps=text.get("rms_norm_eps", 1e-6),
             rope_theta=ropes[FULL].theta,
             max_position_embeddings=text.get("max_position_embeddings", 4096),
@@ -220,9 +236,9 @@ class TextModelConfig:
             moe=_read_moe(family, text),
             query_pre_attn_scalar=text.get("query_pre_attn_scalar") if family == "gemma3" else None,
             linear=linear,
-            partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)) if linear else 1.0,
-            # transformers' Qwen3-VL interleaves whatever `mrope_interleaved` says.
-            mrope_interleaved=family in QWEN3_VL_FAMILIES,
+            partial_rotary_factor=partial,
+            # transformers' Qwen3-VL and Qwen3.5 interleave whatever `mrope_interleaved` says.
+            mrope_interleaved=family in QWEN3_VL_FAMILIES + HYBRID_FAMILIES,
             deepstack_levels=_deepstack_levels(family, raw),
         )
 
@@ -323,7 +339,7 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
             raise UnsupportedModelError(f"{architecture}: layer types {sorted(unknown)}")
         return tuple(SLIDING if kind == "sliding_attention" else FULL for kind in listed)
 
-    if family == "qwen3_5":  # hybrid: Gated DeltaNet layers between full-attention ones
+    if family in HYBRID_FAMILIES:  # Gated DeltaNet layers between full-attention ones
         unknown = set(listed) - {"full_attention", "linear_attention"}
         if len(listed) != n or unknown:
             raise UnsupportedModelError(
@@ -368,9 +384,19 @@ def _deepstack_levels(family: str, raw: dict) -> int:
     return levels
 
 
+def _intermediate_size(family: str, text: dict) -> int:
+    """The dense MLP's width; Qwen3.5-MoE has no dense MLP (every layer is sparse), so its
+    widest per-token MLP, the shared expert, stands in (the CPU step-peak estimate)."""
+    if family == "qwen3_5_moe":
+        return int(text["shared_expert_intermediate_size"])
+    return int(text["intermediate_size"])
+
+
 def _read_moe(family: str, text: dict) -> MoeConfig | None:
     if family not in MOE_FAMILIES:
         return None
+    if family == "qwen3_5_moe":
+        return _qwen3_5_moe(text)
     return MoeConfig(
         num_experts=int(text.get("num_experts", text.get("num_local_experts", 0))),
         top_k=int(text["num_experts_per_tok"]),
@@ -385,9 +411,32 @@ def _read_moe(family: str, text: dict) -> MoeConfig | None:
     )
 
 
+def _qwen3_5_moe(text: dict) -> MoeConfig:
+    """Qwen3.5-MoE as transformers 5.24 builds it: every layer sparse, the top-k weights
+    always renormalised, and a shared expert behind a sigmoid gate on every layer. The
+    Qwen3-MoE fields its config class drops would be ignored there: refused by name here
+    when they would change which layers are sparse."""
+    step = text.get("decoder_sparse_step", 1)
+    if step != 1 or text.get("mlp_only_layers"):
+        raise UnsupportedModelError(
+            f"Qwen3.5-MoE: decoder_sparse_step={step}, mlp_only_layers="
+            f"{text.get('mlp_only_layers')} are not supported (every layer is sparse)"
+        )
+    shared = int(text.get("shared_expert_intermediate_size") or 0)
+    if shared < 1:
+        raise UnsupportedModelError("Qwen3.5-MoE: shared_expert_intermediate_size must be >= 1")
+    return MoeConfig(
+        num_experts=int(text["num_experts"]),
+        top_k=int(text["num_experts_per_tok"]),
+        intermediate_size=int(text["moe_intermediate_size"]),
+        norm_topk_prob=True,
+        shared_expert_size=shared,
+    )
+
+
 def _linear_shape(text: dict, family: str) -> LinearAttentionShape | None:
     """The Gated DeltaNet layers' shape of a Qwen3.5 config (None for other families)."""
-    if family != "qwen3_5":
+    if family not in HYBRID_FAMILIES:
         return None
     shape = LinearAttentionShape(
         num_key_heads=text["linear_num_key_heads"],

@@ -1,5 +1,8 @@
-"""Qwen3.5's language model (`Qwen3_5ForCausalLM`): hybrid, three Gated DeltaNet layers to
-one gated full-attention layer.
+"""Qwen3.5's language model (`Qwen3_5ForCausalLM`, and the decoder of
+`Qwen3_5ForConditionalGeneration`): hybrid, three Gated DeltaNet layers to one gated
+full-attention layer. Qwen3.5-MoE (family qwen3_5_moe) has the same layers with the MoE
+block of llm_svc/engine/models/moe.py as every layer's MLP (top-k experts plus a shared
+expert behind a sigmoid gate).
 
 Full attention: the query projection packs a gate beside each head's query (per head
 [query | gate]), q/k are RMS-normed per head, RoPE turns only the first
@@ -27,6 +30,7 @@ from llm_svc.engine.models.gated_deltanet import (
     causal_conv1d_step,
 )
 from llm_svc.engine.models.layers import GatedMLP, GemmaRMSNorm, RotaryEmbedding, apply_rotary
+from llm_svc.engine.models.moe import SparseMoE
 
 
 @dataclass
@@ -180,7 +184,10 @@ class HybridLayer(nn.Module):
             self.self_attn = GatedAttention(config, index)
         self.input_layernorm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
+        if config.moe is not None:  # Qwen3.5-MoE: every layer sparse
+            self.mlp = SparseMoE(config.hidden_size, config.moe, config.hidden_act)
+        else:
+            self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
 
     def forward(self, x, cos, sin, backend, states: StepStates) -> torch.Tensor:
         normed = self.input_layernorm(x)
@@ -205,8 +212,12 @@ class Qwen3_5LM(nn.Module):
             counters[kind] += 1
         self.layers = nn.ModuleList(layers)
         self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
-        # Text only: the three M-RoPE position rows are equal, so plain RoPE on rotary_dim.
-        self.rotary = RotaryEmbedding(config.rotary_dim, config.rope_theta)
+        # The VLM: interleaved M-RoPE on the rotary dims (positions [3, T] when a step holds
+        # images). Text only (no mrope_section): the three rows are equal, plain RoPE.
+        self.rotary = RotaryEmbedding(
+            config.rotary_dim, config.rope_theta, config.mrope_section,
+            mrope_interleaved=config.mrope_interleaved,
+        )  # fmt: skip
         self.lm_head = None
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)

@@ -21,6 +21,7 @@ FAMILIES: dict[str, Callable[[TextModelConfig], DecoderLM]] = {
     "qwen2_moe": qwen2_moe.build,
     "gemma3": gemma3.build,
     "qwen3_5": qwen3_5.build,
+    "qwen3_5_moe": qwen3_5.build,
     "qwen3_vl": qwen3_vl.build,
     "qwen3_vl_moe": qwen3_vl.build,
 }

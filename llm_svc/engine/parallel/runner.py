@@ -29,7 +29,11 @@ log = logging.getLogger(__name__)
 
 
 class ShardRunner(ModelRunner):
-    """One rank's runner; `forward(message)` is a step as every rank runs it."""
+    """One rank's runner; `forward(message)` is a step as every rank runs it. Sliding
+    layers keep their pages in the one pool here (their windows masked, nothing freed):
+    the step channel carries one set of block tables."""
+
+    pages_per_kind = False
 
     def __init__(self, config: EngineConfig, group: RankGroup) -> None:
         self.group = group

@@ -30,6 +30,8 @@ def test_registered_architectures():
         "Qwen2_5_VLForConditionalGeneration",
         "Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
         "SmolVLMForConditionalGeneration",
     ]
 
@@ -40,6 +42,9 @@ def test_one_registry_knows_adapters_and_plain_language_models():
     assert text_family("Qwen2_5_VLForConditionalGeneration") == "qwen2"
     assert text_family("MistralForCausalLM") == "llama"
     assert text_family("Qwen2ForCausalLM") == "qwen2"
+    assert text_family("Qwen3_5MoeForCausalLM") == "qwen3_5_moe"
+    assert text_family("Qwen3_5ForConditionalGeneration") == "qwen3_5"
+    assert text_family("Qwen3_5MoeForConditionalGeneration") == "qwen3_5_moe"
     assert has_adapter("Qwen2VLForConditionalGeneration")
     assert not has_adapter("LlamaForCausalLM")
     assert set(registered_architectures()) < set(language_model_architectures())
