@@ -18,6 +18,7 @@ from llm_svc.engine.embeddings.assembly import assemble_input_embeds, deepstack_
 from llm_svc.engine.kv_sizing import kv_budget
 from llm_svc.engine.models import load_model
 from llm_svc.engine.models.config import SLIDING
+from llm_svc.engine.models.gated_deltanet import choose_kernels
 from llm_svc.engine.models.qwen3_5 import StepStates
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.scheduler import ScheduledChunk
@@ -76,11 +77,15 @@ class ModelRunner:
             self._allocate_kinds(config)
             return
         if mc.is_hybrid:
+            # This rank's heads' states; rank 0 journals its pool's resets and copies for
+            # the others (llm_svc/engine/parallel/channel.py).
+            self.linear_shape = mc.linear if group is None else mc.linear.per_rank(group.size)
+            self.rule_kernels = choose_kernels(config.linear_attention_kernels, self.device)
             sizing = self._hybrid_sizing(config)
             self.num_pages = sizing.num_pages
             self.state_pool = StatePool(
-                mc.linear, mc.num_linear_layers, sizing.running_slots, sizing.snapshot_slots,
-                self.device,
+                self.linear_shape, mc.num_linear_layers, sizing.running_slots,
+                sizing.snapshot_slots, self.device, record=group is not None and self.rank == 0,
             )  # fmt: skip
             log.info(
                 "linear-attention states: %d running + %d snapshot slots of %d bytes (fp32)",
@@ -152,7 +157,7 @@ class ModelRunner:
 
     def _slot_bytes(self) -> int:
         mc = self.model_config
-        return StatePool.bytes_per_slot(mc.linear, mc.num_linear_layers)
+        return StatePool.bytes_per_slot(self.linear_shape, mc.num_linear_layers)
 
     def _budget_bytes(self, config: EngineConfig) -> int:
         if config.kv_cache_bytes is not None:
@@ -286,8 +291,9 @@ class ModelRunner:
             meta = inputs.meta
             assert None not in inputs.state_slots, "a hybrid step's sequence has no state slot"
             extra["states"] = StepStates(
-                self.state_pool, meta.query_starts, meta.query_lens, inputs.state_slots
-            )
+                self.state_pool, meta.query_starts, meta.query_lens, inputs.state_slots,
+                self.rule_kernels,
+            )  # fmt: skip
         return self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds, **extra)
 
     @torch.inference_mode()
