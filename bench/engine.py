@@ -462,6 +462,10 @@ def main() -> None:
         "--families-requests", type=int, default=16,
         help="--only families: requests (with --batch, --max-prompt, --max-out)",
     )  # fmt: skip
+    parser.add_argument(
+        "--families-pages", action="store_true",
+        help="--only families: only the KV pages count of sliding layers (no throughput)",
+    )  # fmt: skip
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument(
         "--torch-threads", type=int, default=1,

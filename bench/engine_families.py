@@ -18,6 +18,12 @@ engine and HF and keeping each one's best (bench/engine.py part 1's method):
   `generate(N new)` minus `generate(1 new)`, both over the B x (N - 1) tokens after the
   first. Here the two run the same matmuls, so this shows the engine's per-step overhead
   against HF's, not its scheduling.
+
+Then one count, not a timing (so valid on a loaded machine; `--families-pages` runs it
+alone): the KV pages one sequence holds while it decodes at 4 x the window, on a tiny Gemma
+3 text model with the 5 sliding : 1 full pattern (window 64 pages of 1 token), as the
+layer-weighted sum over both pools (full-attention layers x full pages + sliding layers x
+window pages) against every layer holding every page, as full attention would.
 """
 
 from __future__ import annotations
@@ -111,8 +117,55 @@ def hf_decode(model, batch: list[list[int]], new: int) -> tuple[float, int]:
     return hf_generate(model, batch, new) - hf_generate(model, batch, 1), len(batch) * (new - 1)
 
 
+PAGES_WINDOW = 64  # tokens = pages (page size 1)
+
+
+def window_pages_ratio(cache_root: Path) -> tuple[float, int, int]:
+    """(ratio, full pages, window pages) of one sequence decoding at 4 x the window."""
+    from iris.models.build import build_atomically
+    from iris.models.text_tiny import build
+
+    kinds = ["sliding_attention"] * 5 + ["full_attention"]
+    directory = build_atomically(
+        cache_root / f"bench-gemma3-5to1-w{PAGES_WINDOW}-{VERSION}",
+        lambda out: build("gemma3_text", out, num_hidden_layers=6,
+                          sliding_window=PAGES_WINDOW, layer_types=kinds),
+    )  # fmt: skip
+    config = EngineConfig(
+        directory, page_size=1, max_num_batched_tokens=PAGES_WINDOW // 10, num_pages=1024,
+        max_num_seqs=1, enable_prefix_caching=False, device="cpu", dtype="float32",
+    )  # fmt: skip
+    engine = LLMEngine(config)
+    windows, end = engine.blocks.windows, 4 * PAGES_WINDOW
+    prompt = [(7 * i) % 50 + 3 for i in range(end - 8)]
+    seq = engine.add_request("pages", prompt, SamplingParams(temperature=0.0, max_tokens=16,
+                                                             ignore_eos=True))  # fmt: skip
+    while seq.num_computed_tokens < end - 1:  # the step computing position 4W - 1 is next
+        engine.step()
+    windows.peak_held = 0
+    engine.step()
+    full, window = len(seq.block_table), windows.peak_held
+    engine.abort("pages")
+    engine.close()
+    return (1 * full + 5 * window) / (6 * full), full, window
+
+
+def bench_window_pages(cache_root: Path) -> None:
+    ratio, full, window = window_pages_ratio(cache_root)
+    print(
+        f"KV pages held per sequence at 4 x the window during decode (Gemma 3 text, 5 sliding "
+        f": 1 full, window {PAGES_WINDOW} pages): full-attention layers {full}, sliding "
+        f"layers {window} each; layer-weighted sliding / full attention = {ratio:.3f} "
+        f"(floor 0.375, target <= 0.45)"
+    )
+
+
 def bench_families(demo_dir: Path, cache_root: Path, args) -> None:
     import transformers as tf
+
+    if args.families_pages:
+        bench_window_pages(cache_root)
+        return
 
     requests = make_requests(args.families_requests, 30000, 0, args.max_prompt, args.max_out)
     useful = sum(out_len for _, out_len in requests)
@@ -158,3 +211,4 @@ def bench_families(demo_dir: Path, cache_root: Path, args) -> None:
     print("ratio R (engine / HF decode throughput, target >= 1.5): " + ", ".join(
         f"{arch} {ratio:.2f}" for arch, ratio in ratios.items()
     ))  # fmt: skip
+    bench_window_pages(cache_root)

@@ -53,6 +53,8 @@ LABEL_STAGE = "stage"  # encoder: claim, prepare, batch_wait, tower, store
 
 # --- LLM pod (llm_svc) ---------------------------------------------------------------
 LLM_KV_UTILISATION = "iris_llm_kv_cache_utilisation"  # gauge, 0..1
+# gauge: max_model_len sequences the KV pages hold at once (more with sliding layers' pages)
+LLM_KV_SEQUENCE_CAPACITY = "iris_llm_kv_sequence_capacity"
 LLM_REQUESTS_RUNNING = "iris_llm_requests_running"  # gauge
 LLM_REQUESTS_WAITING = "iris_llm_requests_waiting"  # gauge
 LLM_PENDING_PREFILL_TOKENS = "iris_llm_pending_prefill_tokens"  # gauge

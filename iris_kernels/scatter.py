@@ -23,7 +23,7 @@ MAX_BLOCK_SIZE = 2048
 
 
 @jit
-def _scatter_rows_kernel(
+def _row_kernel(
     dest_ptr,
     src_ptr,
     rows_ptr,
@@ -31,8 +31,10 @@ def _scatter_rows_kernel(
     dest_row_stride,
     src_row_stride,
     BLOCK_SIZE: tl.constexpr,
+    ADD: tl.constexpr,
 ):
-    # One program copies one tile of one source row.
+    # One program moves one tile of one source row into its destination row: a copy, or
+    # (ADD) an add.
     i = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     # The destination row of source row i (int64, so row * stride cannot overflow).
@@ -41,36 +43,14 @@ def _scatter_rows_kernel(
     # The last tile of a row whose width is not a power of two is partial.
     in_row = cols < D
     values = tl.load(src_ptr + i * src_row_stride + cols, mask=in_row)
-    tl.store(dest_ptr + row * dest_row_stride + cols, values, mask=in_row)
-
-
-@jit
-def _scatter_add_rows_kernel(
-    dest_ptr,
-    src_ptr,
-    rows_ptr,
-    D,
-    dest_row_stride,
-    src_row_stride,
-    BLOCK_SIZE: tl.constexpr,
-):
-    # One program adds one tile of one source row into its destination row.
-    i = tl.program_id(0).to(tl.int64)
-    tile = tl.program_id(1)
-    row = tl.load(rows_ptr + i)
-    cols = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    in_row = cols < D
-    values = tl.load(src_ptr + i * src_row_stride + cols, mask=in_row)
-    # Read-add-write without atomics: the rows are distinct, so no two programs share a
-    # destination element. Added in float32 and rounded once to the tensors' dtype, which
-    # is what torch's index_add_ computes for bf16 / fp16 too.
-    current = tl.load(dest_ptr + row * dest_row_stride + cols, mask=in_row)
-    total = current.to(tl.float32) + values.to(tl.float32)
-    tl.store(
-        dest_ptr + row * dest_row_stride + cols,
-        total.to(dest_ptr.dtype.element_ty, fp_downcast_rounding="rtne"),
-        mask=in_row,
-    )
+    out = dest_ptr + row * dest_row_stride + cols
+    if ADD:
+        # Read-add-write without atomics: the rows are distinct, so no two programs share
+        # a destination element. Added in float32 and rounded once to the tensors' dtype,
+        # which is what torch's index_add_ computes for bf16 / fp16 too.
+        total = tl.load(out, mask=in_row).to(tl.float32) + values.to(tl.float32)
+        values = total.to(dest_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    tl.store(out, values, mask=in_row)
 
 
 def check_row_operands(dest: torch.Tensor, src: torch.Tensor) -> None:
@@ -119,6 +99,32 @@ def rows_on_device(
     return rows.to(device=device, dtype=torch.int64, non_blocking=True)
 
 
+def _move_rows(
+    dest: torch.Tensor,
+    src: torch.Tensor,
+    dest_rows: torch.Tensor | Sequence[int],
+    backend: str | None,
+    add: bool,
+) -> torch.Tensor:
+    """The checks and the launch both row operations share."""
+    check_row_operands(dest, src)
+    rows = rows_on_device(dest_rows, src.shape[0], dest.shape[0], dest.device)
+    name = "scatter_add_rows" if add else "scatter_rows"
+    if resolve_backend(name, backend, dest.device) == "torch":
+        return (
+            scatter_add_rows_torch(dest, src, rows) if add else scatter_rows_torch(dest, src, rows)
+        )
+    count, width = src.shape
+    if count == 0 or width == 0:
+        return dest
+    block_size = min(triton.next_power_of_2(width), MAX_BLOCK_SIZE)
+    grid = (count, triton.cdiv(width, block_size))
+    _row_kernel[grid](
+        dest, src, rows, width, dest.stride(0), src.stride(0), BLOCK_SIZE=block_size, ADD=add
+    )
+    return dest
+
+
 def scatter_rows(
     dest: torch.Tensor,
     src: torch.Tensor,
@@ -132,19 +138,7 @@ def scatter_rows(
     device sync), or a tensor on dest's device (checked there, which syncs). Raises
     ValueError on mismatched shapes, dtypes, devices, strides, or rows out of range.
     """
-    check_row_operands(dest, src)
-    rows = rows_on_device(dest_rows, src.shape[0], dest.shape[0], dest.device)
-    if resolve_backend("scatter_rows", backend, dest.device) == "torch":
-        return scatter_rows_torch(dest, src, rows)
-    count, width = src.shape
-    if count == 0 or width == 0:
-        return dest
-    block_size = min(triton.next_power_of_2(width), MAX_BLOCK_SIZE)
-    grid = (count, triton.cdiv(width, block_size))
-    _scatter_rows_kernel[grid](
-        dest, src, rows, width, dest.stride(0), src.stride(0), BLOCK_SIZE=block_size
-    )
-    return dest
+    return _move_rows(dest, src, dest_rows, backend, add=False)
 
 
 def scatter_rows_torch(dest: torch.Tensor, src: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -165,19 +159,7 @@ def scatter_add_rows(
     `scatter_rows`: rows on the host cost no device sync; bad operands are a ValueError.
     `src` may be a column slice of a wider tensor (unit stride along its rows).
     """
-    check_row_operands(dest, src)
-    rows = rows_on_device(dest_rows, src.shape[0], dest.shape[0], dest.device)
-    if resolve_backend("scatter_add_rows", backend, dest.device) == "torch":
-        return scatter_add_rows_torch(dest, src, rows)
-    count, width = src.shape
-    if count == 0 or width == 0:
-        return dest
-    block_size = min(triton.next_power_of_2(width), MAX_BLOCK_SIZE)
-    grid = (count, triton.cdiv(width, block_size))
-    _scatter_add_rows_kernel[grid](
-        dest, src, rows, width, dest.stride(0), src.stride(0), BLOCK_SIZE=block_size
-    )
-    return dest
+    return _move_rows(dest, src, dest_rows, backend, add=True)
 
 
 def scatter_add_rows_torch(

@@ -64,6 +64,9 @@ class LLMSettings(GrpcServiceSettings):
     # Hybrid (linear-attention) models: a state snapshot every this many pages of a cached
     # prefix; larger costs less memory per page and resumes less deep (docs/design.md §3).
     state_snapshot_interval: int = Field(16, gt=0)
+    # Their gated delta rule: fla-core's Triton kernels on CUDA when installed (the `cuda`
+    # extra), else torch; "torch" or "fla" forces one.
+    linear_attention_kernels: Literal["auto", "torch", "fla"] = "auto"
     # Schedule step k+1 while step k runs on the device; unset: on for CUDA, off for CPU
     # (the host's own cores run the model there, so nothing overlaps: docs/design.md §3).
     overlap_scheduling: bool | None = None

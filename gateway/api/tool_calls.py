@@ -31,16 +31,15 @@ def tool_call_stream(
     return ToolCallStream(fmt, names, parameters)
 
 
-class ToolCallStream:
-    """Calls each wrapped in an opening and a closing tag (Hermes, Qwen XML)."""
+class _MarkedCallStream:
+    """What both call formats share: text up to an opener is content (holding back what
+    could still begin one), then a body whose end the format finds, parsed into calls or
+    given back as content. A subclass sets `opener` and defines `_body_end` and `_parse`."""
 
-    def __init__(
-        self, fmt: ToolCallFormat, names: set[str], parameters: dict[str, dict] | None = None
-    ) -> None:
+    opener: str
+
+    def __init__(self, fmt: ToolCallFormat, names: set[str]) -> None:
         self.fmt = fmt
-        self.parameters = parameters or {}
-        self.open_tag = fmt.call_begin.strip()
-        self.close_tag = fmt.call_end.strip()
         self.names = names
         self.calls: list[dict] = []  # every call parsed so far (OpenAI shape, with index)
         self._buffer = ""
@@ -52,16 +51,18 @@ class ToolCallStream:
         deltas: list[dict] = []
         while True:
             if self._inside:
-                end = self._buffer.find(self.close_tag)
-                if end < 0:
+                ends = self._body_end(self._buffer)
+                if ends is None:
                     return deltas
-                body, self._buffer = self._buffer[:end], self._buffer[end + len(self.close_tag) :]
+                body_end, resume = ends
+                body, raw = self._buffer[:body_end], self._buffer[:resume]
+                self._buffer = self._buffer[resume:]
                 self._inside = False
-                call = self._call(body)
-                if call is None:
-                    deltas.append({"content": f"{self.open_tag}{body}{self.close_tag}"})
+                calls = self._parse(body)
+                if calls is None:
+                    deltas.append({"content": f"{self.opener}{raw}"})
                 else:
-                    deltas.append({"tool_calls": [call]})
+                    deltas.extend({"tool_calls": [call]} for call in calls)
                     self._after_call = True
                 continue
             if self._after_call:
@@ -69,15 +70,15 @@ class ToolCallStream:
                 if not self._buffer:
                     return deltas
                 self._after_call = False
-            start = self._buffer.find(self.open_tag)
+            start = self._buffer.find(self.opener)
             if start >= 0:
                 before = self._buffer[:start].rstrip()
                 if before:
                     deltas.append({"content": before})
-                self._buffer = self._buffer[start + len(self.open_tag) :]
+                self._buffer = self._buffer[start + len(self.opener) :]
                 self._inside = True
                 continue
-            keep = _partial_suffix(self._buffer, self.open_tag)
+            keep = _partial_suffix(self._buffer, self.opener)
             # Trailing blanks are held too: they may only separate this text from a call.
             visible = self._buffer[: len(self._buffer) - keep]
             held = len(visible) - len(visible.rstrip())
@@ -89,19 +90,43 @@ class ToolCallStream:
 
     def close(self) -> list[dict]:
         """The end of the answer: what is still held is content (an unclosed call too)."""
-        rest = (self.open_tag if self._inside else "") + self._buffer
+        rest = (self.opener if self._inside else "") + self._buffer
         self._buffer, self._inside = "", False
         if self._after_call:
             rest = rest.lstrip()
         return [{"content": rest}] if rest.strip() or (rest and not self.calls) else []
 
-    def _call(self, body: str) -> dict | None:
+    def _body_end(self, buffer: str) -> tuple[int, int] | None:
+        """(end of the body, index just past its closing) in `buffer`, or None while open."""
+        raise NotImplementedError
+
+    def _parse(self, body: str) -> list[dict] | None:
+        """The calls in a complete body (recorded in `self.calls`), or None if it is none."""
+        raise NotImplementedError
+
+
+class ToolCallStream(_MarkedCallStream):
+    """Calls each wrapped in an opening and a closing tag (Hermes, Qwen XML)."""
+
+    def __init__(
+        self, fmt: ToolCallFormat, names: set[str], parameters: dict[str, dict] | None = None
+    ) -> None:
+        super().__init__(fmt, names)
+        self.parameters = parameters or {}
+        self.opener = self.open_tag = fmt.call_begin.strip()
+        self.close_tag = fmt.call_end.strip()
+
+    def _body_end(self, buffer: str) -> tuple[int, int] | None:
+        end = buffer.find(self.close_tag)
+        return None if end < 0 else (end, end + len(self.close_tag))
+
+    def _parse(self, body: str) -> list[dict] | None:
         parsed = self._xml_body(body) if self.fmt.style == "qwen_xml" else _loads(body)
         if not _is_call(parsed, self.names):
             return None
         call = _openai_call(parsed, len(self.calls), self.fmt)
         self.calls.append(call)
-        return call
+        return [call]
 
     def _xml_body(self, body: str) -> dict | None:
         """`{"name", "arguments"}` of a Qwen XML call's body, or None if it is not one."""
@@ -128,69 +153,24 @@ def _is_string(schema) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "string"
 
 
-class ListCallStream:
+class ListCallStream(_MarkedCallStream):
     """Calls as one JSON list after a marker, ending where the list closes (Mistral:
     `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`). The list is valid only whole:
     one bad entry leaves the marker and the list as content."""
 
     def __init__(self, fmt: ToolCallFormat, names: set[str]) -> None:
-        self.fmt = fmt
-        self.marker = fmt.marker
-        self.names = names
-        self.calls: list[dict] = []
-        self._buffer = ""
-        self._inside = False
-        self._after_call = False
+        super().__init__(fmt, names)
+        self.opener = self.marker = fmt.marker
         self._scan = _JsonEnd()
 
-    def feed(self, text: str) -> list[dict]:
-        self._buffer += text
-        deltas: list[dict] = []
-        while True:
-            if self._inside:
-                end = self._scan.end_in(self._buffer)
-                if end is None:
-                    return deltas
-                body, self._buffer = self._buffer[:end], self._buffer[end:]
-                self._inside, self._scan = False, _JsonEnd()
-                calls = self._calls(body)
-                if calls is None:
-                    deltas.append({"content": f"{self.marker}{body}"})
-                else:
-                    deltas.extend({"tool_calls": [call]} for call in calls)
-                    self._after_call = True
-                continue
-            if self._after_call:
-                self._buffer = self._buffer.lstrip()
-                if not self._buffer:
-                    return deltas
-                self._after_call = False
-            start = self._buffer.find(self.marker)
-            if start >= 0:
-                before = self._buffer[:start].rstrip()
-                if before:
-                    deltas.append({"content": before})
-                self._buffer = self._buffer[start + len(self.marker) :]
-                self._inside = True
-                continue
-            keep = _partial_suffix(self._buffer, self.marker)
-            visible = self._buffer[: len(self._buffer) - keep]
-            held = len(visible) - len(visible.rstrip())
-            emit = visible[: len(visible) - held]
-            self._buffer = self._buffer[len(emit) :]
-            if emit:
-                deltas.append({"content": emit})
-            return deltas
+    def _body_end(self, buffer: str) -> tuple[int, int] | None:
+        end = self._scan.end_in(buffer)
+        if end is None:
+            return None
+        self._scan = _JsonEnd()
+        return end, end
 
-    def close(self) -> list[dict]:
-        """The end of the answer: what is still held is content (an unclosed list too)."""
-        rest = (self.marker if self._inside else "") + self._buffer
-        self._buffer, self._inside = "", False
-        if self._after_call:
-            rest = rest.lstrip()
-        return [{"content": rest}] if rest.strip() or (rest and not self.calls) else []
-
-    def _calls(self, body: str) -> list[dict] | None:
+    def _parse(self, body: str) -> list[dict] | None:
         parsed = _loads(body)
         entries = [parsed] if isinstance(parsed, dict) else parsed  # one call without a list
         if not isinstance(entries, list) or not entries:

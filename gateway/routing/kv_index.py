@@ -1,7 +1,8 @@
 """Which pod holds which prefix blocks (docs/design.md §4).
 
 Per pod, a set of chained block hashes, and (a hybrid model) those of them that carry a
-linear-state snapshot: only there can the pod resume (`has_snapshot`). A pod that
+linear-state snapshot: only there can the pod resume (`has_snapshot`), and (a model with
+sliding layers) those that lost their sliding page (`has_window`). A pod that
 publishes KV events is *precise*: a snapshot (`load_snapshot`) sets its blocks and sequence
 number, then events are applied in sequence order; a gap (a missed event) makes `apply`
 return False and the caller fetches a new snapshot. A pod that gives no events falls back
@@ -30,6 +31,7 @@ class KVEventRecord:
     stored: bool
     block_hashes: Sequence[bytes]
     snapshot: bool = False  # the blocks now carry a state snapshot (stored is True)
+    window_removed: bool = False  # held blocks lost their sliding page (stored is False)
 
 
 @dataclass
@@ -38,6 +40,7 @@ class _PodBlocks:
     seq: int = 0
     blocks: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
     snapshots: set[bytes] = field(default_factory=set)
+    windowless: set[bytes] = field(default_factory=set)
 
 
 class KVIndex:
@@ -81,16 +84,28 @@ class KVIndex:
             return False
         return state.source is Source.DECISIONS or block in state.snapshots
 
+    def has_window(self, pod: str, block: bytes) -> bool:
+        """Whether the pod still holds `block`'s sliding-layer page (a model with sliding
+        layers); assumed of a pod known only from decisions."""
+        state = self._pods.get(pod)
+        return state is not None and block not in state.windowless
+
     def load_snapshot(
-        self, pod: str, seq: int, hashes: Iterable[bytes], snapshot_hashes: Iterable[bytes] = ()
+        self,
+        pod: str,
+        seq: int,
+        hashes: Iterable[bytes],
+        snapshot_hashes: Iterable[bytes] = (),
+        windowless_hashes: Iterable[bytes] = (),
     ) -> None:
-        """Replace the pod's blocks (and those with a state snapshot) with a snapshot taken
-        at `seq`; the pod is now precise."""
+        """Replace the pod's blocks (and those with a state snapshot, and those without
+        their sliding page) with a snapshot taken at `seq`; the pod is now precise."""
         state = self._pod(pod)
         state.source = Source.EVENTS
         state.seq = seq
         state.blocks = OrderedDict.fromkeys(hashes)
         state.snapshots = set(snapshot_hashes)
+        state.windowless = set(windowless_hashes)
 
     def apply(self, pod: str, events: Iterable[KVEventRecord]) -> bool:
         """Apply events in order; False on a gap (nothing after it applied: resnapshot)."""
@@ -104,6 +119,8 @@ class KVIndex:
                 return False
             if event.snapshot:
                 state.snapshots.update(event.block_hashes)
+            elif event.window_removed:
+                state.windowless.update(event.block_hashes)
             elif event.stored:
                 for block in event.block_hashes:
                     state.blocks[block] = None
@@ -111,6 +128,7 @@ class KVIndex:
                 for block in event.block_hashes:
                     state.blocks.pop(block, None)
                     state.snapshots.discard(block)
+                    state.windowless.discard(block)
             state.seq = event.seq
         return True
 

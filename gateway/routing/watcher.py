@@ -50,6 +50,7 @@ def event_records(batch: llm_pb2.KVEventBatch) -> list[KVEventRecord]:
             event.kind in (llm_pb2.KVEvent.STORED, snapshot),
             list(event.block_hashes),
             snapshot=event.kind == snapshot,
+            window_removed=event.kind == llm_pb2.KVEvent.WINDOW_REMOVED,
         )
         for event in batch.events
     ]
@@ -187,8 +188,9 @@ class PodWatcher:
             llm_pb2.KVSnapshotRequest(), timeout=self.timeout_s
         )
         self.index.load_snapshot(
-            address, snapshot.seq, snapshot.block_hashes, snapshot.snapshot_hashes
-        )
+            address, snapshot.seq, snapshot.block_hashes, snapshot.snapshot_hashes,
+            snapshot.windowless_hashes,
+        )  # fmt: skip
         metrics.POD_KV_EVENT_SEQ.labels(self.pod.name).set(snapshot.seq)
         stream = self.stub.StreamKVEvents(llm_pb2.KVEventsRequest(since_seq=snapshot.seq))
         try:

@@ -40,6 +40,7 @@ from iris.multimodal.resume import (
     PrefixResumeRule,
     all_full,
     layers_from_windows,
+    window_first_block,
 )
 from iris.multimodal.spans import (
     Overlap,
@@ -56,6 +57,7 @@ __all__ = [
     "PrefixResumeRule",
     "all_full",
     "layers_from_windows",
+    "window_first_block",
     "BLOCK_HASH_BYTES",
     "IDENTITY_TAG",
     "PAD_BASE",

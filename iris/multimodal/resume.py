@@ -11,9 +11,13 @@ What the rule knows of the model is its attention layers. The cases that exist t
 
 - every layer FULL: at most `(num_tokens - 1) // page_size` blocks, since the last token is
   always computed (its logits give the first output token), and no more than are held;
-- SLIDING layers (a window W) keep every page in this release, so they resume exactly as
-  FULL ones do. Freeing pages outside the window changes `held` (what every layer still
-  has), not this rule's arithmetic.
+- SLIDING layers (a window W) keep pages of their own, and a running sequence gives back
+  those that fall out of its window, so a cached block may have lost its sliding page
+  while its full-attention pages stay. Resuming after `d` blocks computes position d·P
+  next, whose query sees the keys from d·P − W + 1 on: the sliding pages of blocks
+  [`window_first_block(d·P, W, P)`, d) must all be held (`windows(i)`: block i still has
+  its sliding page; None: every block has). The resume point is the deepest one within
+  the other limits whose trailing window is whole.
 
 - LINEAR layers (Gated DeltaNet, Qwen3.5's hybrid models) keep a fixed-size state instead of
   KV, which exists only where the pod kept a snapshot of it: every `snapshot_interval` (k)
@@ -92,12 +96,15 @@ class PrefixResumeRule:
         held_blocks: int | None = None,
         uncut_spans: Iterable[tuple[int, int]] = (),
         snapshots: Callable[[int], bool] | None = None,
+        windows: Callable[[int], bool] | None = None,
     ) -> int:
         """Blocks of a `num_tokens` prompt to take from the cache, given that its first
         `held_blocks` blocks are held (None: all of them), that no resume point may fall
-        strictly inside a half-open token span [start, end) of `uncut_spans`, and, for a
-        hybrid model, that `snapshots(depth)` says whether a state snapshot is held after
-        `depth` blocks (None: at every boundary)."""
+        strictly inside a half-open token span [start, end) of `uncut_spans`, for a
+        hybrid model that `snapshots(depth)` says whether a state snapshot is held after
+        `depth` blocks (None: at every boundary), and for a model with sliding layers that
+        `windows(i)` says whether block i (0-based) still has its sliding page (None: every
+        block has)."""
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         blocks = max(0, num_tokens - 1) // self.page_size
@@ -115,8 +122,27 @@ class PrefixResumeRule:
             blocks -= blocks % interval
             while blocks and ask is not None and not ask(blocks):
                 blocks -= interval
+            if windows is not None and self.window:
+                blocks = self._whole_window(blocks, windows)
             if blocks == before:
                 return blocks
+
+    @property
+    def window(self) -> int:
+        """The widest sliding window of the model's layers (0: none slides)."""
+        return max((layer.window for layer in self.layers), default=0)
+
+    def _whole_window(self, blocks: int, windows: Callable[[int], bool]) -> int:
+        """The deepest depth <= `blocks` whose trailing window blocks all have their
+        sliding page; each block is asked at most once."""
+        size, window = self.page_size, self.window
+        depth, index = blocks, blocks - 1
+        while depth and index >= window_first_block(depth * size, window, size):
+            if windows(index):
+                index -= 1
+            else:
+                depth, index = index, index - 1
+        return depth
 
     def resumable_tokens(
         self,
@@ -124,10 +150,17 @@ class PrefixResumeRule:
         held_blocks: int | None = None,
         uncut_spans: Iterable[tuple[int, int]] = (),
         snapshots: Callable[[int], bool] | None = None,
+        windows: Callable[[int], bool] | None = None,
     ) -> int:
         """`resumable_blocks` in tokens."""
-        blocks = self.resumable_blocks(num_tokens, held_blocks, uncut_spans, snapshots)
+        blocks = self.resumable_blocks(num_tokens, held_blocks, uncut_spans, snapshots, windows)
         return blocks * self.page_size
+
+
+def window_first_block(position: int, window: int, page_size: int) -> int:
+    """The first block a query at `position` reads in a layer with sliding `window`: the
+    one holding key position − window + 1 (keys before it are out of the window)."""
+    return max(0, position - window + 1) // page_size
 
 
 def all_full(num_layers: int) -> tuple[AttentionLayer, ...]:

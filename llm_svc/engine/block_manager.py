@@ -1,5 +1,6 @@
 """Page allocation for sequences, with the radix prefix cache (when enabled) in front; for a
-hybrid model also its linear layers' state slots and the cache's state snapshots."""
+hybrid model also its linear layers' state slots and the cache's state snapshots; for a
+model with sliding-window layers also their own pages (window_pages.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from iris.multimodal import PrefixResumeRule
 from llm_svc.engine.radix_cache import RadixCache
 from llm_svc.engine.sequence import Sequence
 from llm_svc.engine.state_pool import StatePool
+from llm_svc.engine.window_pages import WindowPages, pages_per_sequence
 
 
 class BlockManager:
@@ -26,6 +28,10 @@ class BlockManager:
     slot carried by that page's node; the rule resumes only from a node with a snapshot,
     and the slot starts as a copy of it (zeros without a hit). Chunks end at those
     boundaries (Scheduler), so the state at a boundary exists at the end of some step.
+
+    Sliding-window layers (`windows`, a WindowPages): every check and action covers both
+    pools; `commit` also gives back the window pages the next query no longer reads, and a
+    hit needs the window pages of the last window before it (the rule's `windows`).
     """
 
     def __init__(
@@ -35,6 +41,8 @@ class BlockManager:
         cache: RadixCache | None,
         resume_rule: PrefixResumeRule | None = None,
         states: StatePool | None = None,
+        windows: WindowPages | None = None,
+        full_layers: bool = True,
     ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
@@ -43,6 +51,10 @@ class BlockManager:
         assert self.resume_rule.page_size == page_size, "the rule counts in this pod's pages"
         self.free_pages: deque[int] = deque(range(num_pages))
         self.states = states
+        self.windows = windows
+        # False: every layer slides, so the full pool's pages hold no KV; they only key the
+        # radix tree (a node per page), and cost nothing.
+        self.full_layers = full_layers
         self.snapshot_interval = self.resume_rule.snapshot_interval or 1
         self.num_snapshots_skipped = 0  # boundaries passed with every snapshot slot in use
         if cache is not None and states is not None:
@@ -66,6 +78,26 @@ class BlockManager:
         """Pages some running sequence holds."""
         return self.num_pages - self.num_available
 
+    @property
+    def utilisation(self) -> float:
+        """The fuller pool's share of pages in use, 0..1 (the full-attention pool alone
+        when there is no window pool; a pool for no layers does not count)."""
+        windows = self.windows
+        full = self.num_used / self.num_pages if self.full_layers else 0.0
+        if windows is None:
+            return full
+        return max(full, windows.num_used / (windows.num_pages - 1))
+
+    def sequence_capacity(self, max_len: int) -> int:
+        """Sequences of `max_len` tokens the pools hold at once, each decoding (a
+        capacity figure: the tighter pool decides)."""
+        counts = [self.num_pages // self.pages_for(max_len)] if self.full_layers else []
+        windows = self.windows
+        if windows is not None:
+            per_seq = pages_per_sequence(max_len, windows.window, self.page_size)
+            counts.append((windows.num_pages - 1) // per_seq)
+        return min(counts)
+
     def pages_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.page_size)
 
@@ -74,7 +106,13 @@ class BlockManager:
         return max(0, target - len(seq.block_table))
 
     def can_append(self, seq: Sequence, num_new_tokens: int) -> bool:
-        return self.pages_needed(seq, num_new_tokens) <= self.num_available
+        if self.pages_needed(seq, num_new_tokens) > self.num_available:
+            return False
+        windows = self.windows
+        if windows is None:
+            return True
+        target = self.pages_for(seq.num_computed_tokens + num_new_tokens)
+        return windows.pages_needed(seq, target) <= windows.num_available
 
     def append(self, seq: Sequence, num_new_tokens: int) -> None:
         """Give `seq` the pages its next `num_new_tokens` tokens need (check first)."""
@@ -84,6 +122,8 @@ class BlockManager:
             self.free_pages.extend(self.cache.evict(needed - len(self.free_pages)))
         assert needed <= len(self.free_pages), "not enough pages: call can_append first"
         seq.block_table.extend(self.free_pages.popleft() for _ in range(needed))
+        if self.windows is not None:
+            self.windows.append(seq, len(seq.block_table))
         if self.states is not None and seq.state_slot is None:
             self._start_state(seq)
 
@@ -108,6 +148,10 @@ class BlockManager:
         mark = len(self.cache.events)
         freed = self.cache.evict(self.cache.num_unreferenced)
         self.free_pages.extend(freed)
+        if self.windows is not None:
+            self.windows.free_pages.extend(
+                self.cache.evict_windows(self.cache.num_window_unreferenced)
+            )
         if not announce:
             del self.cache.events[mark:]
         return len(freed)
@@ -124,6 +168,8 @@ class BlockManager:
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size
+        if self.windows is not None:
+            self.windows.adopt(seq, nodes)
         return seq.num_computed_tokens
 
     def _resumable_nodes(self, seq: Sequence) -> list:
@@ -135,11 +181,15 @@ class BlockManager:
         spans = seq.uncut_spans
         most = rule.resumable_blocks(seq.num_tokens, uncut_spans=spans)
         held = self.cache.match(seq.token_ids[: most * self.page_size], seq.cache_salt)
+        windows = None
+        if self.windows is not None:
+            windows = lambda index: held[index].window_page is not None  # noqa: E731
         blocks = rule.resumable_blocks(
             seq.num_tokens,
             held_blocks=len(held),
             uncut_spans=spans,
             snapshots=lambda depth: held[depth - 1].snapshot is not None,
+            windows=windows,
         )
         return held[:blocks]
 
@@ -159,24 +209,37 @@ class BlockManager:
         """Publish `seq`'s pages whose KV is now complete to the prefix cache.
 
         If another sequence cached the same prefix meanwhile, `seq` switches to the cached
-        page (same tokens at the same positions) and its copy is freed.
+        page (same tokens at the same positions) and its copy is freed; so for the window
+        page, if that node still has one (else `seq`'s stays private). Then the window
+        pages `seq`'s next query does not read go back (WindowPages.slide).
         """
-        if self.cache is None:
-            return
-        size = self.page_size
+        if self.cache is not None:
+            self._publish(seq)
+            if self.snapshot_tokens is not None:
+                self._snapshot(seq)
+        if self.windows is not None:
+            self.windows.slide(seq)
+
+    def _publish(self, seq: Sequence) -> None:
+        size, windows = self.page_size, self.windows
         for index in range(len(seq.tree_nodes), seq.num_computed_tokens // size):
             parent = seq.tree_nodes[-1] if seq.tree_nodes else None
             tokens = seq.token_ids[index * size : (index + 1) * size]
+            window_page = None
+            if windows is not None and index >= seq.window_start:
+                window_page = seq.window_table[index]
             node, created = self.cache.insert(
-                parent, tokens, seq.block_table[index], seq.cache_salt
+                parent, tokens, seq.block_table[index], seq.cache_salt, window_page
             )
             if not created:
                 self.cache.acquire([node])
                 self.free_pages.append(seq.block_table[index])
                 seq.block_table[index] = node.page
+                if window_page is not None and node.window_page is not None:
+                    self.cache.acquire_window(node)
+                    windows.free_pages.append(window_page)
+                    seq.window_table[index] = node.window_page
             seq.tree_nodes.append(node)
-        if self.snapshot_tokens is not None:
-            self._snapshot(seq)
 
     def _snapshot(self, seq: Sequence) -> None:
         """At a boundary (k pages), keep `seq`'s state on that page's node, unless the node
@@ -204,6 +267,8 @@ class BlockManager:
 
     def release(self, seq: Sequence) -> None:
         """Give back every page of `seq` (cached ones stay cached, unreferenced)."""
+        if self.windows is not None:
+            self.windows.release(seq)
         if self.cache is not None:
             self.cache.release(seq.tree_nodes)
         self.free_pages.extend(seq.block_table[len(seq.tree_nodes) :])

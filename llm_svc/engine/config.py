@@ -10,6 +10,7 @@ import torch
 from iris.mtls import TLSFiles
 from llm_svc.engine.attention import check_backend_name
 from llm_svc.engine.models.config import TextModelConfig
+from llm_svc.engine.models.gated_deltanet import KERNEL_CHOICES
 from llm_svc.engine.parallel.checks import check_tensor_parallel
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -57,7 +58,9 @@ class EngineConfig:
     Hybrid models (linear attention, Qwen3.5): the prefix cache keeps a snapshot of the
     linear layers' states every `state_snapshot_interval` pages (k); a hit resumes from the
     deepest snapshot, so a larger k costs less memory per cached page and resumes less deep
-    (docs/design.md §3 "Hybrid models")."""
+    (docs/design.md §3 "Hybrid models"). `linear_attention_kernels` runs their gated delta
+    rule: "auto" fla-core's Triton kernels on CUDA when installed (the `cuda` extra), else
+    torch; "torch" or "fla" forces one (fla on CUDA only, and an error without fla-core)."""
 
     model_dir: str | Path
     model_revision: str = ""  # the weights' name for the fingerprint ("": their digest)
@@ -93,6 +96,7 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     tensor_parallel_timeout_s: float = 60.0
     state_snapshot_interval: int = 16
+    linear_attention_kernels: str = "auto"
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
@@ -140,6 +144,11 @@ class EngineConfig:
         if self.dtype == "auto":
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         check_backend_name(self.attention_backend)
+        if self.linear_attention_kernels not in KERNEL_CHOICES:
+            raise ValueError(
+                f"linear_attention_kernels must be one of {KERNEL_CHOICES}, "
+                f"got {self.linear_attention_kernels}"
+            )
         check_tensor_parallel(self.model_dir, self.tensor_parallel_size, self.device)
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or auto, got {self.dtype}")

@@ -49,6 +49,7 @@ from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import Scheduler
 from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
 from llm_svc.engine.validation import check_cache_salt, check_request
+from llm_svc.engine.window_pages import WindowPages
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,14 @@ class LLMEngine:
         self.resume_rule = PrefixResumeRule(
             config.page_size, self.model_config.resume_layers(config.state_snapshot_interval)
         )
+        windows = None
+        runner = self.runner
+        if getattr(runner, "window", None) is not None:
+            windows = WindowPages(runner.num_window_pages, config.page_size, runner.window, cache)
         self.blocks = BlockManager(
-            self.runner.num_pages, config.page_size, cache, self.resume_rule,
-            getattr(self.runner, "state_pool", None),
+            runner.num_pages, config.page_size, cache, self.resume_rule,
+            getattr(runner, "state_pool", None), windows,
+            full_layers=windows is None or bool(runner.full_layers),
         )  # fmt: skip
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         # A video frame group's placeholder (Qwen families' <|video_pad|>) is never text.
@@ -658,8 +664,9 @@ class LLMEngine:
         return EngineStats(
             running=len(self.scheduler.running),
             waiting=len(self.scheduler.waiting) + self.scheduler.num_fetching + len(self.compiling),
-            kv_utilisation=self.blocks.num_used / self.blocks.num_pages,
+            kv_utilisation=self.blocks.utilisation,
             num_pages=self.blocks.num_pages,
+            sequence_capacity=self.blocks.sequence_capacity(self.config.max_model_len),
             pending_prefill_tokens=self.scheduler.pending_prefill_tokens(),
             preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self._prompt_tokens,

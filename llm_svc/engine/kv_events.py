@@ -34,7 +34,15 @@ class SnapshotStored:
     block_hash: bytes
 
 
-KVEvent = BlockStored | BlockRemoved | SnapshotStored
+@dataclass(frozen=True)
+class WindowRemoved:
+    """Models with sliding-window layers: a cached page lost its sliding layers' page (its
+    full-attention pages stay cached). A resume point whose window needs it is no hit."""
+
+    block_hash: bytes
+
+
+KVEvent = BlockStored | BlockRemoved | SnapshotStored | WindowRemoved
 
 
 def replay(events: list[KVEvent], into: set[bytes] | None = None) -> set[bytes]:

@@ -95,7 +95,7 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
     # A hybrid model's sequences step with state slots: a pool just for them, as the KV.
     states = None
     if mc.is_hybrid:
-        states = StatePool(mc.linear, mc.num_linear_layers, rows, 0, device)
+        states = StatePool(runner.linear_shape, mc.num_linear_layers, rows, 0, device)
     seqs, chunks, next_page = [], [], 0
     for i in range(rows):
         params = SamplingParams(**_WIDEST, top_k=50 if i % 2 else 0, max_tokens=1)

@@ -1,5 +1,6 @@
 """Runs the language model on one scheduled step: packs the chunks, sizes and owns the
-paged KV cache, returns the logits of the sequences that sample this step."""
+paged KV cache (one pool per layer kind when some layers slide), returns the logits of the
+sequences that sample this step."""
 
 from __future__ import annotations
 
@@ -11,15 +12,19 @@ import numpy as np
 import torch
 
 from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
+from llm_svc.engine.attention.kinds import KindsBackend
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.embeddings.assembly import assemble_input_embeds, deepstack_rows
 from llm_svc.engine.kv_sizing import kv_budget
 from llm_svc.engine.models import load_model
+from llm_svc.engine.models.config import SLIDING
+from llm_svc.engine.models.gated_deltanet import choose_kernels
 from llm_svc.engine.models.qwen3_5 import StepStates
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.scheduler import ScheduledChunk
 from llm_svc.engine.state_pool import HybridSizing, StatePool, split_budget
 from llm_svc.engine.transfer import to_device
+from llm_svc.engine.window_pages import pages_per_sequence
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,15 @@ class StepInputs:
 
 class ModelRunner:
     """One device's model and KV cache. With `group` (tensor parallelism) it holds that
-    rank's shard: its heads' share of every KV page (llm_svc/engine/parallel)."""
+    rank's shard: its heads' share of every KV page (llm_svc/engine/parallel).
+
+    A model with sliding-window layers (not hybrid) gets two pools of pages, same page
+    size: `kv_cache` (`num_pages`) for the full-attention layers and `window_cache`
+    (`num_window_pages`, page 0 the null page) for the sliding ones (docs/design.md §3
+    "Pages per layer kind"); `window` is then their window, else None."""
+
+    # Tensor parallelism keeps one pool for every layer (its channel ships one table).
+    pages_per_kind = True
 
     def __init__(self, config: EngineConfig, group=None) -> None:
         self.config = config
@@ -52,12 +65,27 @@ class ModelRunner:
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
         self.rank = 0 if group is None else group.rank
         self.state_pool: StatePool | None = None
+        kinds = mc.layer_types or ()
+        self.sliding_layers = [i for i, kind in enumerate(kinds) if kind == SLIDING]
+        self.full_layers = [i for i in range(mc.num_layers) if i not in self.sliding_layers]
+        self.window: int | None = None
+        self.num_window_pages = 0
+        self.window_cache: KVCache | None = None
+        if self.sliding_layers and self.pages_per_kind and not mc.is_hybrid:
+            self.window = mc.sliding_window
+            self.num_pages, self.num_window_pages = self._kind_sizing(config)
+            self._allocate_kinds(config)
+            return
         if mc.is_hybrid:
+            # This rank's heads' states; rank 0 journals its pool's resets and copies for
+            # the others (llm_svc/engine/parallel/channel.py).
+            self.linear_shape = mc.linear if group is None else mc.linear.per_rank(group.size)
+            self.rule_kernels = choose_kernels(config.linear_attention_kernels, self.device)
             sizing = self._hybrid_sizing(config)
             self.num_pages = sizing.num_pages
             self.state_pool = StatePool(
-                mc.linear, mc.num_linear_layers, sizing.running_slots, sizing.snapshot_slots,
-                self.device,
+                self.linear_shape, mc.num_linear_layers, sizing.running_slots,
+                sizing.snapshot_slots, self.device, record=group is not None and self.rank == 0,
             )  # fmt: skip
             log.info(
                 "linear-attention states: %d running + %d snapshot slots of %d bytes (fp32)",
@@ -72,16 +100,64 @@ class ModelRunner:
         self.backend = make_backend(config.attention_backend, self.kv_cache)
         log.info("KV cache: %d pages of %d tokens", self.num_pages, self.page_size)
 
-    def kv_bytes_per_page(self) -> int:
+    def _allocate_kinds(self, config: EngineConfig) -> None:
+        mc, dtype = self.model_config, config.torch_dtype
+        shape = (self.page_size, self.num_kv_heads, mc.head_dim, dtype, self.device)
+        self.kv_cache = KVCache.allocate(len(self.full_layers), self.num_pages, *shape)
+        self.window_cache = KVCache.allocate(
+            len(self.sliding_layers), self.num_window_pages, *shape
+        )
+        name = config.attention_backend
+        full = make_backend(name, self.kv_cache) if self.full_layers else None
+        sliding = make_backend(name, self.window_cache)
+        self.backend = KindsBackend(full, sliding, self.full_layers, self.sliding_layers)
+        log.info(
+            "KV cache: %d pages for %d full-attention layers, %d for %d sliding layers "
+            "(window %d) of %d tokens",
+            self.num_pages, len(self.full_layers), self.num_window_pages,
+            len(self.sliding_layers), self.window, self.page_size,
+        )  # fmt: skip
+
+    def _kind_sizing(self, config: EngineConfig) -> tuple[int, int]:
+        """(full pages, window pages). `num_pages` fixes the full pool and the window
+        pool gets as many (+ its null page). Else the budget B is split as the needs of
+        `max_model_len` sequences, each decoding, are: per sequence P_L pages of f bytes
+        (full layers) and w window pages of s bytes, so n = (B - s·e) / (f·P_L + s·w) of
+        them (a real number) fit, e being the null page and one step's chunk; the window
+        pool gets e + ⌊n·w⌋ pages and the full pool the rest."""
+        if config.num_pages is not None:
+            return config.num_pages, config.num_pages + 1
+        budget = self._budget_bytes(config)
+        full = self.kv_bytes_per_page(self.full_layers)
+        window = self.kv_bytes_per_page(self.sliding_layers)
+        seq_pages = -(-config.max_model_len // self.page_size)
+        seq_window = pages_per_sequence(config.max_model_len, self.window, self.page_size)
+        extra = 1 + -(-config.max_num_batched_tokens // self.page_size)
+        left = budget - window * extra
+        num_window = extra + max(0, left) * seq_window // (full * seq_pages + window * seq_window)
+        if not full:  # every layer slides: the full pool only keys the radix tree
+            num_full = max(1, (num_window - extra) // seq_window) * seq_pages
+        else:
+            num_full = (budget - window * num_window) // full
+        if num_full < 1 or num_window <= extra:
+            raise ValueError(
+                f"KV budget {budget} bytes is too small for two pools: {extra} window pages "
+                f"of {window} bytes (the null page and one step's chunk) and at least one "
+                f"more of them and one full-attention page of {full} bytes"
+            )
+        return num_full, num_window
+
+    def kv_bytes_per_page(self, layers: list[int] | None = None) -> int:
+        """Bytes of one page for `layers` (default: every layer with KV)."""
         mc = self.model_config
+        count = mc.num_kv_layers if layers is None else len(layers)
         return KVCache.bytes_per_page(
-            mc.num_kv_layers, self.page_size, self.num_kv_heads, mc.head_dim,
-            self.config.torch_dtype,
+            count, self.page_size, self.num_kv_heads, mc.head_dim, self.config.torch_dtype,
         )  # fmt: skip
 
     def _slot_bytes(self) -> int:
         mc = self.model_config
-        return StatePool.bytes_per_slot(mc.linear, mc.num_linear_layers)
+        return StatePool.bytes_per_slot(self.linear_shape, mc.num_linear_layers)
 
     def _budget_bytes(self, config: EngineConfig) -> int:
         if config.kv_cache_bytes is not None:
@@ -134,6 +210,7 @@ class ModelRunner:
         # A step whose prefill chunks hold image spans that attend both ways.
         spans = any(chunk.seq.uncut_spans and chunk.num_tokens > 1 for chunk in chunks)
         until = []
+        window_slots, window_tables = [], []
         flat, size = 0, self.page_size
         for chunk in chunks:
             seq, begin, end = chunk.seq, chunk.start, chunk.start + chunk.num_tokens
@@ -147,6 +224,10 @@ class ModelRunner:
             table = np.asarray(seq.block_table, dtype=np.int64)
             index = np.arange(begin, end)
             slots.append(table[index // size] * size + index % size)
+            if self.window_cache is not None:
+                window = np.asarray(seq.window_table, dtype=np.int64)
+                window_slots.append(window[index // size] * size + index % size)
+                window_tables.append(seq.window_table)
             starts.append(flat)
             lens.append(chunk.num_tokens)
             contexts.append(end)
@@ -158,17 +239,18 @@ class ModelRunner:
             if chunk.samples:
                 sample_rows.append(flat - 1)
                 sample_chunks.append(chunk)
-        width = max(len(table) for table in tables)
-        padded = [table + [0] * (width - len(table)) for table in tables]
         device = self.device
         meta = AttentionMetadata(
             slot_mapping=to_device(np.concatenate(slots), device),
             query_starts=starts,
             query_lens=lens,
             context_lens=contexts,
-            block_tables=to_device(np.asarray(padded, dtype=np.int64), device),
+            block_tables=to_device(_padded(tables), device),
             attend_until=to_device(np.concatenate(until), device) if spans else None,
         )
+        if window_tables:
+            meta.window_slot_mapping = to_device(np.concatenate(window_slots), device)
+            meta.window_block_tables = to_device(_padded(window_tables), device)
         input_ids = to_device(np.asarray(ids, dtype=np.int64), device)
         if pending_seqs:
             assert pending is not None, "a placeholder without the step that samples it"
@@ -209,8 +291,9 @@ class ModelRunner:
             meta = inputs.meta
             assert None not in inputs.state_slots, "a hybrid step's sequence has no state slot"
             extra["states"] = StepStates(
-                self.state_pool, meta.query_starts, meta.query_lens, inputs.state_slots
-            )
+                self.state_pool, meta.query_starts, meta.query_lens, inputs.state_slots,
+                self.rule_kernels,
+            )  # fmt: skip
         return self.model(inputs.input_ids, inputs.positions, self.backend, input_embeds, **extra)
 
     @torch.inference_mode()
@@ -219,3 +302,9 @@ class ModelRunner:
         """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
         hidden = self.forward_hidden(inputs, input_embeds, deepstack)
         return self.model.compute_logits(hidden[inputs.sample_rows])
+
+
+def _padded(tables: list[list[int]]) -> np.ndarray:
+    """Block tables as one int64 array, each padded with page 0 to the widest."""
+    width = max(len(table) for table in tables)
+    return np.asarray([table + [0] * (width - len(table)) for table in tables], dtype=np.int64)

@@ -42,6 +42,9 @@ class EngineStats:
     prompt_tokens: int
     prefix_hit_tokens: int
     generation_tokens: int
+    # Sequences of max_model_len tokens the KV pages hold at once, each decoding (a model
+    # with sliding layers holds more: their pages past the window are given back).
+    sequence_capacity: int = 0
     # Hybrid models: state-snapshot slots, those holding a snapshot, and boundaries passed
     # with none free (those prefixes are no hit).
     snapshot_slots: int = 0

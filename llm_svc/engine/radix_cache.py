@@ -15,6 +15,14 @@ Hybrid models (linear attention) need more than KV to resume: a node may carry a
 the StatePool slot holding the linear layers' states after its page (`attach_snapshot`),
 which leaves with the node when it is evicted (`snapshot_freed` gives the slot back).
 
+Models with sliding-window layers: a node may also carry `window_page`, its page in the
+sliding layers' pool, with a reference count of its own (`window_ref`: running sequences
+whose window still covers it). A window page nobody references waits in a second queue,
+least recently released first, and `evict_windows(k)` takes it from any depth (not only
+leaves: losing it only removes the resume points whose window needed it, see
+iris.multimodal.PrefixResumeRule), recorded as WindowRemoved. A node that leaves the tree
+takes its window page with it (`window_freed` gives it back to its pool).
+
 Cost: every operation touches only the nodes it is given or returns. The evictable leaves
 (unreferenced, childless) sit in a doubly linked list threaded through the nodes
 themselves (`prev` / `next`), which each change of a node's reference count or children
@@ -30,13 +38,19 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from iris.multimodal import next_block_hash, root_hash
-from llm_svc.engine.kv_events import BlockRemoved, BlockStored, KVEvent, SnapshotStored
+from llm_svc.engine.kv_events import (
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+    SnapshotStored,
+    WindowRemoved,
+)
 
 
 class RadixNode:
     __slots__ = (
         "key", "page", "block_hash", "parent", "children", "ref", "last_used", "salt",
-        "prev", "next", "snapshot",
+        "prev", "next", "snapshot", "window_page", "window_ref", "wprev", "wnext",
     )  # fmt: skip
 
     def __init__(self, key: tuple[int, ...], page: int, block_hash: bytes, parent) -> None:
@@ -52,6 +66,11 @@ class RadixNode:
         self.prev: RadixNode | None = None
         self.next: RadixNode | None = None
         self.snapshot: int | None = None  # hybrid models: a StatePool slot
+        self.window_page: int | None = None  # sliding layers' page (None: none, or gone)
+        self.window_ref = 0
+        # Neighbours in the window-page queue; None when not queued.
+        self.wprev: RadixNode | None = None
+        self.wnext: RadixNode | None = None
 
 
 class RadixCache:
@@ -62,20 +81,25 @@ class RadixCache:
         page_size: int,
         fingerprint: bytes,
         snapshot_freed: Callable[[int], None] | None = None,
+        window_freed: Callable[[int], None] | None = None,
     ) -> None:
         self.page_size = page_size
         self.snapshot_freed = snapshot_freed
+        self.window_freed = window_freed
         self.fingerprint = fingerprint
         self.roots: dict[bytes, RadixNode] = {}
         self.root = self.root_for(b"")  # the shared namespace
         self.num_nodes = 0
         self.num_unreferenced = 0
+        self.num_window_unreferenced = 0
         self.events: list[KVEvent] = []
         self.visited = 0  # nodes touched by every operation so far (for cost tests)
         self._clock = itertools.count(1)
         # The eviction queue's sentinel: head.next is evicted first, head.prev queued last.
         head = self._queue = RadixNode((), -1, b"", None)
         head.prev = head.next = head
+        wins = self._window_queue = RadixNode((), -1, b"", None)
+        wins.wprev = wins.wnext = wins
 
     def root_for(self, salt: bytes) -> RadixNode:
         """The root of `salt`'s namespace (b"": the shared one), made on first use."""
@@ -102,10 +126,16 @@ class RadixCache:
         return nodes
 
     def insert(
-        self, parent: RadixNode | None, tokens: Sequence[int], page: int, salt: bytes = b""
+        self,
+        parent: RadixNode | None,
+        tokens: Sequence[int],
+        page: int,
+        salt: bytes = b"",
+        window_page: int | None = None,
     ) -> tuple[RadixNode, bool]:
         """Add page `page` holding `tokens` under `parent` (None = the root of `salt`'s
-        namespace), referenced once.
+        namespace), referenced once, with its sliding layers' `window_page` (if any, also
+        referenced once).
 
         If that prefix is already cached, returns the cached node (not referenced) and False:
         the caller keeps using the cached page and frees its own copy.
@@ -119,6 +149,8 @@ class RadixCache:
             return existing, False
         node = RadixNode(key, page, next_block_hash(parent.block_hash, key), parent)
         node.ref, node.last_used = 1, next(self._clock)
+        if window_page is not None:
+            node.window_page, node.window_ref = window_page, 1
         if parent.prev is not None:
             _unlink(parent)  # no longer a leaf
         parent.children[key] = node
@@ -158,6 +190,39 @@ class RadixCache:
                     last.next = head.prev = node
         self.visited += len(nodes)
 
+    def acquire_window(self, node: RadixNode) -> None:
+        """A sequence's window covers `node`'s window page (held: the node has one)."""
+        assert node.window_page is not None, "no window page to hold"
+        if node.window_ref == 0:
+            self.num_window_unreferenced -= 1
+            _unlink_window(node)
+        node.window_ref += 1
+
+    def release_window(self, node: RadixNode) -> None:
+        """A sequence's window has left `node`'s window page (or the sequence ended)."""
+        assert node.window_ref > 0, "released a window page nobody holds"
+        node.window_ref -= 1
+        if node.window_ref == 0:
+            self.num_window_unreferenced += 1
+            head = self._window_queue
+            last = head.wprev
+            node.wprev, node.wnext = last, head
+            last.wnext = head.wprev = node
+
+    def evict_windows(self, count: int) -> list[int]:
+        """Free up to `count` unreferenced window pages, least recently released first,
+        from any depth; their nodes stay (their full-attention pages are untouched)."""
+        head, freed = self._window_queue, []
+        while head.wnext is not head and len(freed) < count:
+            node = head.wnext
+            _unlink_window(node)
+            self.visited += 1
+            self.num_window_unreferenced -= 1
+            freed.append(node.window_page)
+            node.window_page = None
+            self.events.append(WindowRemoved(node.block_hash))
+        return freed
+
     def evict(self, count: int) -> list[int]:
         """Free up to `count` unreferenced pages, least recently released leaves first.
 
@@ -178,6 +243,11 @@ class RadixCache:
             if node.snapshot is not None:
                 self.snapshot_freed(node.snapshot)
                 node.snapshot = None
+            if node.window_page is not None:  # leaves with its node (unreferenced, queued)
+                _unlink_window(node)
+                self.num_window_unreferenced -= 1
+                self.window_freed(node.window_page)
+                node.window_page = None
             if parent.children:
                 continue
             if parent.parent is None:
@@ -206,6 +276,10 @@ class RadixCache:
         """Every cached page (for checks; walks the whole tree)."""
         return {node.page for node in self._nodes()}
 
+    def window_pages(self) -> set[int]:
+        """Every cached window page (for checks; walks the whole tree)."""
+        return {node.window_page for node in self._nodes() if node.window_page is not None}
+
     def _nodes(self):
         stack = [node for root in self.roots.values() for node in root.children.values()]
         while stack:
@@ -220,3 +294,10 @@ def _unlink(node: RadixNode) -> None:
     before, after = node.prev, node.next
     before.next, after.prev = after, before
     node.prev = node.next = None
+
+
+def _unlink_window(node: RadixNode) -> None:
+    """Take `node` out of the window-page queue."""
+    before, after = node.wprev, node.wnext
+    before.wnext, after.wprev = after, before
+    node.wprev = node.wnext = None

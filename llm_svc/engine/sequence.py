@@ -47,6 +47,9 @@ class Sequence:
 
     `block_table[i]` is the page holding positions [i*page, (i+1)*page); the first
     `len(tree_nodes)` pages are shared through the radix cache, the rest are private.
+    A model with sliding-window layers has a second table, `window_table`, for their pages
+    (same positions, same page size): entries before `window_start` have left the window
+    and hold the pool's null page (llm_svc/engine/window_pages.py).
     `items` (multimodal items with offsets into token_ids) and `mrope_positions` ([3, N]
     for Qwen2-VL) are carried for the multimodal path; None/empty means plain text.
     `grammar` is the request's compiled grammar and matcher (constrained requests only).
@@ -86,6 +89,8 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at admission
         self.block_table: list[int] = []
         self.tree_nodes: list[Any] = []
+        self.window_table: list[int] = []
+        self.window_start = 0
         self.state_slot: int | None = None  # hybrid models: its slot in the StatePool
         self.finish_reason: FinishReason | None = None
         self.text = ""
@@ -195,3 +200,5 @@ class Sequence:
         self.num_computed_tokens = 0
         self.block_table = []
         self.tree_nodes = []
+        self.window_table = []
+        self.window_start = 0

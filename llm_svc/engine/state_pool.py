@@ -6,6 +6,10 @@ recurrence in fp32, and a bf16 state would round at every token of a long prompt
 Slots [0, running_slots) belong to running sequences (one each, so admission, bounded by
 `max_num_seqs`, always finds one); the rest hold prefix-cache snapshots, the state as it
 was after the first `depth` pages of a cached prefix (docs/design.md §3 "Hybrid models").
+
+Under tensor parallelism every rank holds a pool of its own heads' states, with the same
+slots: rank 0's pool keeps a journal of its resets and copies (`record`), which the step
+channel carries to the other ranks; they `replay` it before the step that follows.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 from llm_svc.engine.models.config import LinearAttentionShape
 
 STATE_DTYPE = torch.float32
+RESET, COPY = 0, 1
 
 
 class StatePool:
@@ -33,8 +38,11 @@ class StatePool:
         running_slots: int,
         snapshot_slots: int,
         device: torch.device,
+        record: bool = False,
     ) -> None:
         self.shape = shape
+        # (RESET, slot, 0) and (COPY, source, target) since the last `take_journal`.
+        self.journal: list[tuple[int, int, int]] | None = [] if record else None
         total = running_slots + snapshot_slots
         self.conv = torch.zeros(
             (num_layers, total, shape.conv_channels, shape.conv_kernel - 1),
@@ -80,10 +88,22 @@ class StatePool:
         """A sequence's start: no history."""
         self.conv[:, slot].zero_()
         self.recurrent[:, slot].zero_()
+        if self.journal is not None:
+            self.journal.append((RESET, slot, 0))
 
     def copy(self, source: int, target: int) -> None:
         self.conv[:, target].copy_(self.conv[:, source])
         self.recurrent[:, target].copy_(self.recurrent[:, source])
+        if self.journal is not None:
+            self.journal.append((COPY, source, target))
+
+    def replay(self, journal: list[tuple[int, int, int]]) -> None:
+        """Apply another pool's journal, in its order."""
+        for kind, first, second in journal:
+            if kind == RESET:
+                self.reset(first)
+            else:
+                self.copy(first, second)
 
 
 @dataclass(frozen=True)

@@ -159,9 +159,11 @@ class KVEvent(_message.Message):
         STORED: _ClassVar[KVEvent.Kind]
         REMOVED: _ClassVar[KVEvent.Kind]
         SNAPSHOT_STORED: _ClassVar[KVEvent.Kind]
+        WINDOW_REMOVED: _ClassVar[KVEvent.Kind]
     STORED: KVEvent.Kind
     REMOVED: KVEvent.Kind
     SNAPSHOT_STORED: KVEvent.Kind
+    WINDOW_REMOVED: KVEvent.Kind
     SEQ_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
@@ -189,14 +191,16 @@ class KVSnapshotRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class KVSnapshot(_message.Message):
-    __slots__ = ("seq", "block_hashes", "snapshot_hashes")
+    __slots__ = ("seq", "block_hashes", "snapshot_hashes", "windowless_hashes")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_HASHES_FIELD_NUMBER: _ClassVar[int]
+    WINDOWLESS_HASHES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     block_hashes: _containers.RepeatedScalarFieldContainer[bytes]
     snapshot_hashes: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, seq: _Optional[int] = ..., block_hashes: _Optional[_Iterable[bytes]] = ..., snapshot_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    windowless_hashes: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, seq: _Optional[int] = ..., block_hashes: _Optional[_Iterable[bytes]] = ..., snapshot_hashes: _Optional[_Iterable[bytes]] = ..., windowless_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ()

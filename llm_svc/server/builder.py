@@ -35,6 +35,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         dtype=settings.dtype,
         enable_prefix_caching=settings.enable_prefix_caching,
         state_snapshot_interval=settings.state_snapshot_interval,
+        linear_attention_kernels=settings.linear_attention_kernels,
         attention_backend=settings.attention_backend,
         overlap_scheduling=settings.overlap_scheduling,
         seed=settings.seed,

@@ -30,6 +30,11 @@ class LLMMetrics:
         self.window_s = window_s
         reg = self.registry
         self.kv_utilisation = Gauge(names.LLM_KV_UTILISATION, "KV pages in use, 0..1", registry=reg)
+        self.kv_capacity = Gauge(
+            names.LLM_KV_SEQUENCE_CAPACITY,
+            "Sequences of max_model_len the KV pages hold at once, each decoding",
+            registry=reg,
+        )
         self.running = Gauge(names.LLM_REQUESTS_RUNNING, "Requests running", registry=reg)
         self.waiting = Gauge(names.LLM_REQUESTS_WAITING, "Requests waiting", registry=reg)
         self.pending_prefill = Gauge(
@@ -75,6 +80,7 @@ class LLMMetrics:
     # --- engine thread -----------------------------------------------------------------
     def observe_stats(self, stats: EngineStats) -> None:
         self.kv_utilisation.set(stats.kv_utilisation)
+        self.kv_capacity.set(stats.sequence_capacity)
         self.running.set(stats.running)
         self.waiting.set(stats.waiting)
         self.pending_prefill.set(stats.pending_prefill_tokens)

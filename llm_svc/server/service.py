@@ -196,8 +196,11 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
 
     # --- KV events ---------------------------------------------------------------------
     async def GetKVSnapshot(self, request, context) -> llm_pb2.KVSnapshot:
-        seq, hashes, snapshot_hashes = self.kv_log.snapshot()
-        return llm_pb2.KVSnapshot(seq=seq, block_hashes=hashes, snapshot_hashes=snapshot_hashes)
+        seq, hashes, snapshot_hashes, windowless = self.kv_log.snapshot()
+        return llm_pb2.KVSnapshot(
+            seq=seq, block_hashes=hashes, snapshot_hashes=snapshot_hashes,
+            windowless_hashes=windowless,
+        )  # fmt: skip
 
     async def StreamKVEvents(
         self, request: llm_pb2.KVEventsRequest, context: grpc.aio.ServicerContext
@@ -222,6 +225,8 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
 def _kv_event(record) -> llm_pb2.KVEvent:
     if record.snapshot:
         kind = llm_pb2.KVEvent.SNAPSHOT_STORED
+    elif record.window_removed:
+        kind = llm_pb2.KVEvent.WINDOW_REMOVED
     else:
         kind = llm_pb2.KVEvent.STORED if record.stored else llm_pb2.KVEvent.REMOVED
     return llm_pb2.KVEvent(

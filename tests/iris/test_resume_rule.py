@@ -1,6 +1,6 @@
 """The resumable-prefix rule's cases (iris.multimodal.PrefixResumeRule): what exists today
-(all full attention; sliding layers that keep every page), what the pages held allow, and
-spans that must not be cut."""
+(all full attention; sliding layers, which resume only over a whole window of their pages),
+what the pages held allow, and spans that must not be cut."""
 
 import pytest
 
@@ -68,3 +68,15 @@ def test_a_resume_point_never_falls_inside_a_span_that_must_not_be_cut():
 def test_bad_facts_are_refused_by_value(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_a_sliding_layer_resumes_only_over_a_whole_window_of_its_pages():
+    # Window 8, pages of 4: resuming after d blocks reads blocks d - 2 and d - 1.
+    rule = PrefixResumeRule(4, (AttentionLayer(LayerKind.SLIDING, 8), AttentionLayer()))
+    kept = [False, False, True, True, False, True, True, True]
+    windows = kept.__getitem__
+    assert rule.resumable_blocks(33, windows=windows) == 8
+    assert rule.resumable_blocks(33, held_blocks=5, windows=windows) == 4  # 4 lost its page
+    assert rule.resumable_blocks(33, held_blocks=2, windows=windows) == 0
+    assert rule.resumable_blocks(33, held_blocks=5) == 5  # nothing says a page is gone
+    assert rule.resumable_blocks(33, windows=lambda b: kept[b] and b != 6) == 4

@@ -43,7 +43,7 @@ def test_interpreter_switched_on_after_import():
     # In a full test run another folder may import iris_kernels (and triton) before this folder's
     # conftest sets TRITON_INTERPRET; every kernel must still run interpreted afterwards.
     script = """
-import os, torch, kernels
+import os, torch, iris_kernels
 assert not iris_kernels.interpreting()
 os.environ["TRITON_INTERPRET"] = "1"
 dest = torch.zeros(4, 3)

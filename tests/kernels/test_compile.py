@@ -23,12 +23,13 @@ def kernel(module: str, name: str):
 
 CASES = {
     **{
-        f"scatter_rows-{dtype}": (
-            kernel("scatter", "_scatter_rows_kernel"),
+        f"scatter_{'add_' if add else ''}rows-{dtype}": (
+            kernel("scatter", "_row_kernel"),
             {"dest_ptr": f"*{dtype}", "src_ptr": f"*{dtype}", "rows_ptr": "*i64", **ROW_ARGS},
-            {"BLOCK_SIZE": 2048},
+            {"BLOCK_SIZE": 2048, "ADD": add},
         )
         for dtype in ("bf16", "fp16", "fp32")
+        for add in (False, True)
     },
     "checksum": (
         kernel("checksum", "_checksum_kernel"),

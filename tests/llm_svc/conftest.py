@@ -16,6 +16,7 @@ _SHARED_FIXTURES = {
     "qwen2_vl": "tiny_qwen2_vl_dir",
     "internvl": "tiny_internvl_dir",
     "mistral3": "tiny_mistral3_dir",
+    "qwen3_5_vl_moe": "tiny_qwen3_5_vl_moe_dir",
 }
 KINDS = ["llama", "qwen2", "idefics3", "qwen2_vl"]
 

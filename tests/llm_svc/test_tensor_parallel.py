@@ -83,6 +83,8 @@ def _engine(model_dir, prompts, size: int):
         dtype="float32",
         device="cpu",
         tensor_parallel_size=size,
+        # A hybrid model's (Qwen3.5) states are snapshot every page, so a hit resumes.
+        state_snapshot_interval=1,
     )
     source = None
     if prompts[0][1]:
@@ -97,12 +99,17 @@ def _engine(model_dir, prompts, size: int):
     return engine, source
 
 
+# Qwen3.5-MoE's VLM runs here: the hybrid decoder (linear-attention heads and state pools
+# split, snapshots resumed on every rank) with experts and images; the dense Qwen3.5 text
+# model has its own TP test against HF (test_tensor_parallel_hybrid.py).
 # Mistral 3 runs here (its images are many spans, one per row, broken by text tokens); InternVL
 # does not: under TP it adds nothing the others do not hold. Its images reach the engine as
 # embeddings like Qwen2-VL's (one contiguous span each) and its language model is Qwen3,
 # whose attention (q/k norms) runs under TP in test_tensor_parallel_families.py's Qwen3-MoE;
 # its TP 2 run took ~80 s of the suite's 2 cores.
-@pytest.fixture(scope="module", params=["llama", "qwen2_vl", "idefics3", "mistral3"])
+@pytest.fixture(
+    scope="module", params=["llama", "qwen2_vl", "idefics3", "mistral3", "qwen3_5_vl_moe"]
+)
 def runs(request):
     """{size: (first batch, the first prompt again, stats, runner)} of one model, and the
     lengths of its image spans."""

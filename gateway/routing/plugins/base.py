@@ -54,7 +54,13 @@ class RoutingRequest:
             def snapshots(depth: int) -> bool:
                 return index.has_snapshot(pod.address, hashes[depth - 1])
 
-        return rule.resumable_blocks(count, held, spans, snapshots), most
+        windows = None
+        if rule.window:  # a sliding layer resumes only over a whole window of its pages
+
+            def windows(block: int) -> bool:
+                return index.has_window(pod.address, hashes[block])
+
+        return rule.resumable_blocks(count, held, spans, snapshots, windows), most
 
 
 class Plugin(ABC):

@@ -6,7 +6,9 @@ A step packs the new tokens of every scheduled sequence into one flat batch of T
 `forward`, which stores the step's K/V into the paged cache and attends each sequence's
 queries to its whole context (cached pages + the new tokens), causally; a sliding-window
 layer passes `window` W and a query at position q then sees only keys at k with q - k < W
-(the pages outside the window are still held: freeing them is a later change). With
+(a model with sliding layers keeps their pages in a pool of their own and frees those
+outside the window: its tables point freed positions at a null page, always masked; see
+kinds.py). With
 `attend_until` (a prefill chunk holding whole image spans whose tokens see each other both
 ways), a query at q sees the keys at k <= attend_until[q] instead of k <= q, still within
 its window: window AND (causal OR same span), as transformers builds Gemma 3's masks.
@@ -87,6 +89,10 @@ class AttentionMetadata:
     # [T] int64, the last position each flat token attends to (past itself inside an image
     # span that attends both ways, Gemma 3); None: every token is causal.
     attend_until: torch.Tensor | None = None
+    # Sliding-window layers with a pool of their own (attention/kinds.py): the same step's
+    # slots and tables in that pool; None when every layer reads the pool above.
+    window_slot_mapping: torch.Tensor | None = None
+    window_block_tables: torch.Tensor | None = None
 
 
 class AttentionBackend(ABC):

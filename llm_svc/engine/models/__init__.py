@@ -32,10 +32,9 @@ def load_model(
     (docs/design.md §3 "Loading")."""
     config = TextModelConfig.from_model_dir(model_dir)
     shards = None
-    if config.is_hybrid and (group is not None or config.quantization is not None):
+    if config.is_hybrid and config.quantization is not None:
         raise UnsupportedModelError(
-            f"{config.architecture}: tensor parallelism and FP8 are not supported for hybrid "
-            "(linear-attention) models yet"
+            f"{config.architecture}: FP8 is not supported for hybrid (linear-attention) models yet"
         )
     with building_in(dtype):
         model = build_decoder(config)

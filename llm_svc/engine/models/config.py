@@ -9,7 +9,7 @@ served silently wrong. Which layers slide is read per family as transformers 5.2
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from iris.models import text_family
@@ -47,6 +47,15 @@ class LinearAttentionShape:
     def conv_channels(self) -> int:
         keys = self.num_key_heads * self.key_head_dim
         return 2 * keys + self.num_value_heads * self.value_head_dim
+
+    def per_rank(self, size: int) -> LinearAttentionShape:
+        """One tensor-parallel rank's share: 1/size of the key heads and of the value heads
+        (checks.py refuses a size that does not divide the key heads)."""
+        return replace(
+            self,
+            num_key_heads=self.num_key_heads // size,
+            num_value_heads=self.num_value_heads // size,
+        )
 
 
 @dataclass(frozen=True)

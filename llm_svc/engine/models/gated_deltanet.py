@@ -15,12 +15,23 @@ per sequence, batched over sequences); `chunk_gated_delta_rule` solves blocks of
 once with a triangular system (prefill). Before the rule a depthwise causal conv1d mixes the
 last `kernel` inputs of each channel; it carries the previous `kernel - 1` inputs as the
 conv state, so a prefill split into chunks equals one prefill.
+
+The engine calls the rule through `RuleKernels` over a step's packed sequences: `TORCH`
+(these functions, a sequence at a time for prefill, every decode sequence at once) or, on
+CUDA, fla-core's Triton kernels (`fla_kernels`: the optional `cuda` extra; one varlen call
+for all prefills, one for all decodes). `choose_kernels` picks by device and setting.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -124,3 +135,141 @@ def causal_conv1d(
     for tap in range(1, kernel):
         out = out + history[:, tap : tap + length] * weight[:, tap : tap + 1]
     return F.silu(out).transpose(0, 1), history[:, history.shape[-1] - (kernel - 1) :]
+
+
+def causal_conv1d_step(
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of each of N sequences (decode): x [N, C], conv_state [N, C, kernel - 1],
+    weight [C, kernel] → (out [N, C], new states [N, C, kernel - 1]); as `causal_conv1d`."""
+    history = torch.cat([conv_state.to(x.dtype), x[:, :, None]], dim=-1)  # [N, C, kernel]
+    out = (history * weight.to(x.dtype)).sum(-1)
+    return F.silu(out), history[:, :, 1:]
+
+
+@dataclass(frozen=True)
+class RuleKernels:
+    """The gated delta rule over a step's sequences. `chunk(q, k, v, g, beta, states,
+    lens)`: prefills packed one after another, q/k [1, T, Hk, dk], v [1, T, Hv, dv],
+    g/beta [1, T, Hv] (g the log-decay, beta after its sigmoid), states [N, Hv, dk, dv]
+    (fp32, [key, value] layout), `lens` the N lengths (host ints) summing to T.
+    `recurrent(q, k, v, g, beta, states)`: one token of each of N sequences, q/k
+    [N, 1, Hk, dk] and so on. Both take q/k before their L2 norm and scale, value head j
+    reading key head j // (Hv / Hk), and return (out shaped as v, final states [N, Hv, dk,
+    dv] fp32)."""
+
+    name: str
+    chunk: object
+    recurrent: object
+
+
+def _torch_chunk(q, k, v, g, beta, states, lens):
+    outs, finals, start = [], [], 0
+    for index, length in enumerate(lens):
+        rows = slice(start, start + length)
+        out, final = chunk_gated_delta_rule(
+            q[:, rows], k[:, rows], v[:, rows], g[:, rows], beta[:, rows], states[index : index + 1]
+        )
+        outs.append(out)
+        finals.append(final)
+        start += length
+    return torch.cat(outs, dim=1), torch.cat(finals)
+
+
+def _torch_recurrent(q, k, v, g, beta, states):
+    return recurrent_gated_delta_rule(q, k, v, g, beta, states)
+
+
+TORCH = RuleKernels("torch", _torch_chunk, _torch_recurrent)
+
+FLA_MISSING = (
+    "the fla kernels need fla-core (flash-linear-attention), which is not installed: "
+    "install Iris with its `cuda` extra, or set the linear-attention kernels to torch"
+)
+
+
+def fla_available() -> bool:
+    return importlib.util.find_spec("fla") is not None
+
+
+def fla_arguments(q, k, v, g, beta, states) -> dict:
+    """The keyword arguments of fla's `chunk_gated_delta_rule` and
+    `fused_recurrent_gated_delta_rule` (fla-core 0.6) for the rule as `RuleKernels` states
+    it: fla takes the same [B, T, heads, dim] layout and [N, Hv, K, V] states, shares key
+    head j // (Hv / Hk) with value head j (its GVA), normalises q/k itself
+    (`use_qk_l2norm_in_kernel`, x / sqrt(sum x^2 + 1e-6) as ours) and scales q by
+    `scale` (ours: dk^-0.5); g is the log-decay (`use_gate_in_kernel` off) and beta is
+    already through its sigmoid (`use_beta_sigmoid_in_kernel` off)."""
+    return dict(
+        q=q.contiguous(),
+        k=k.contiguous(),
+        v=v.contiguous(),
+        g=g.float().contiguous(),
+        beta=beta.contiguous(),
+        scale=q.shape[-1] ** -0.5,
+        initial_state=states.float().contiguous(),
+        output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+        use_gate_in_kernel=False,
+        use_beta_sigmoid_in_kernel=False,
+        state_v_first=False,
+    )
+
+
+def fla_kernels(chunk=None, recurrent=None) -> RuleKernels:
+    """fla-core's kernels (imported here: ModuleNotFoundError naming the extra when it is
+    not installed); `chunk` / `recurrent` replace fla's functions, with their signatures
+    (bench/gdn_device_check.py and the tests pass fla's own torch references)."""
+    if chunk is None or recurrent is None:
+        try:
+            from fla.ops.gated_delta_rule import (
+                chunk_gated_delta_rule as fla_chunk,
+            )
+            from fla.ops.gated_delta_rule import (
+                fused_recurrent_gated_delta_rule as fla_recurrent,
+            )
+        except ImportError as err:
+            raise ModuleNotFoundError(FLA_MISSING) from err
+        chunk, recurrent = chunk or fla_chunk, recurrent or fla_recurrent
+
+    def run_chunk(q, k, v, g, beta, states, lens):
+        bounds = [0]
+        for length in lens:
+            bounds.append(bounds[-1] + length)
+        bounds = torch.tensor(bounds, dtype=torch.long)
+        out, final = chunk(
+            **fla_arguments(q, k, v, g, beta, states),
+            cu_seqlens=bounds.to(q.device),
+            cu_seqlens_cpu=bounds,  # spares fla a device-to-host read of the lengths
+        )
+        return out.to(v.dtype), final.float()
+
+    def run_recurrent(q, k, v, g, beta, states):
+        out, final = recurrent(**fla_arguments(q, k, v, g, beta, states))
+        return out.to(v.dtype), final.float()
+
+    return RuleKernels("fla", run_chunk, run_recurrent)
+
+
+KERNEL_CHOICES = ("auto", "torch", "fla")
+
+
+def choose_kernels(setting: str, device: torch.device) -> RuleKernels:
+    """`setting` "torch": always the torch forms; "fla": fla-core's kernels, on CUDA
+    (ValueError on another device, ModuleNotFoundError without fla-core); "auto": fla's on
+    CUDA when fla-core imports, else torch (with a warning on CUDA)."""
+    if setting not in KERNEL_CHOICES:
+        raise ValueError(f"linear_attention_kernels must be one of {KERNEL_CHOICES}, got {setting}")
+    cuda = torch.device(device).type == "cuda"
+    if setting == "torch":
+        return TORCH
+    if setting == "fla":
+        if not cuda:
+            raise ValueError(f"linear_attention_kernels fla runs on CUDA only, not on {device}")
+        return fla_kernels()
+    if not cuda:
+        return TORCH
+    if not fla_available():
+        log.warning("fla-core is not installed: linear attention runs in torch on CUDA (slow)")
+        return TORCH
+    return fla_kernels()

@@ -24,9 +24,10 @@ from torch import nn
 from llm_svc.engine.attention.base import AttentionBackend
 from llm_svc.engine.models.config import LINEAR, TextModelConfig
 from llm_svc.engine.models.gated_deltanet import (
+    TORCH,
+    RuleKernels,
     causal_conv1d,
-    chunk_gated_delta_rule,
-    recurrent_gated_delta_rule,
+    causal_conv1d_step,
 )
 from llm_svc.engine.models.layers import GatedMLP, GemmaRMSNorm, RotaryEmbedding, apply_rotary
 from llm_svc.engine.models.moe import SparseMoE
@@ -35,12 +36,33 @@ from llm_svc.engine.models.moe import SparseMoE
 @dataclass
 class StepStates:
     """Where each sequence of a packed step keeps its linear-attention state: sequence i
-    owns flat tokens [starts[i], starts[i] + lens[i]) and state slot slots[i] of `pool`."""
+    owns flat tokens [starts[i], starts[i] + lens[i]) and state slot slots[i] of `pool`.
+    The layers split them into decodes (one token) and prefills (more), `split` once per
+    step: index tensors on the pool's device, shared by every layer."""
 
     pool: object  # llm_svc.engine.state_pool.StatePool
     starts: list[int]
     lens: list[int]
     slots: list[int]
+    kernels: RuleKernels = TORCH
+
+    def __post_init__(self) -> None:
+        device = self.pool.recurrent.device
+        decode = [i for i, length in enumerate(self.lens) if length == 1]
+        prefill = [i for i, length in enumerate(self.lens) if length > 1]
+        self.decode_rows = self._index([self.starts[i] for i in decode], device)
+        self.decode_slots = self._index([self.slots[i] for i in decode], device)
+        rows = [r for i in prefill for r in range(self.starts[i], self.starts[i] + self.lens[i])]
+        self.prefill_rows = self._index(rows, device)
+        self.prefill_slots = self._index([self.slots[i] for i in prefill], device)
+        # (flat start, length, slot) of each prefill, host ints for the conv's loop.
+        self.prefills = [(self.starts[i], self.lens[i], self.slots[i]) for i in prefill]
+
+    @staticmethod
+    def _index(values: list[int], device) -> torch.Tensor | None:
+        if not values:
+            return None
+        return torch.tensor(values, dtype=torch.long).to(device, non_blocking=True)
 
 
 class GatedRMSNorm(nn.Module):
@@ -116,23 +138,40 @@ class GatedDeltaNet(nn.Module):
         conv_states = states.pool.conv[self.state_layer]
         rule_states = states.pool.recurrent[self.state_layer]
         weight = self.conv1d.weight[:, 0, :]
-        for start, length, slot in zip(states.starts, states.lens, states.slots, strict=True):
-            rows = slice(start, start + length)
-            conv_out, conv_states[slot] = causal_conv1d(mixed[rows], conv_states[slot], weight)
-            q, k, v = conv_out.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], -1)
-            rule = chunk_gated_delta_rule if length > 1 else recurrent_gated_delta_rule
-            out, final = rule(
-                q.view(1, length, self.hk, self.dk),
-                k.view(1, length, self.hk, self.dk),
-                v.view(1, length, self.hv, self.dv),
-                g[None, rows],
-                beta[None, rows],
-                rule_states[slot][None],
+        if states.decode_rows is not None:  # every one-token sequence at once
+            rows, slots = states.decode_rows, states.decode_slots
+            step = causal_conv1d_step(mixed[rows], conv_states[slots], weight)
+            conv_out, conv_states[slots] = step
+            q, k, v = self._heads(conv_out, len(rows), 1)
+            out, rule_states[slots] = states.kernels.recurrent(
+                q, k, v, g[rows, None], beta[rows, None], rule_states[slots]
             )
-            rule_states[slot] = final[0]
+            core[rows] = out[:, 0]
+        if states.prefill_rows is not None:  # packed one after another
+            conv_outs = []
+            for start, length, slot in states.prefills:
+                rows = slice(start, start + length)
+                conv_out, conv_states[slot] = causal_conv1d(mixed[rows], conv_states[slot], weight)
+                conv_outs.append(conv_out)
+            rows, slots = states.prefill_rows, states.prefill_slots
+            q, k, v = self._heads(torch.cat(conv_outs), 1, len(rows))
+            lens = [length for _, length, _ in states.prefills]
+            out, rule_states[slots] = states.kernels.chunk(
+                q, k, v, g[None, rows], beta[None, rows], rule_states[slots], lens
+            )
             core[rows] = out[0]
         z = self.in_proj_z(x).view(tokens, self.hv, self.dv)
         return self.out_proj(self.norm(core, z).reshape(tokens, -1))
+
+    def _heads(self, conv_out: torch.Tensor, batch: int, length: int):
+        """[batch * length, channels] → q/k [batch, length, Hk, dk], v [.., Hv, dv]."""
+        keys = self.hk * self.dk
+        q, k, v = conv_out.split([keys, keys, self.hv * self.dv], -1)
+        return (
+            q.reshape(batch, length, self.hk, self.dk),
+            k.reshape(batch, length, self.hk, self.dk),
+            v.reshape(batch, length, self.hv, self.dv),
+        )
 
 
 class HybridLayer(nn.Module):

@@ -4,7 +4,10 @@ integer tensors packed into one, then its image rows (when it has any).
 What crosses per step (every rank runs the same forward from it):
 - host (gloo): kind, token count T, sequences B, block-table width W, sampled rows N,
   image rows R, position rows (1, or 3 with M-RoPE), and each sequence's query start,
-  query length and context length (the attention plan is built from host lists);
+  query length and context length (the attention plan is built from host lists); for a
+  hybrid model also each sequence's state slot, and, in a second message when there are
+  any, rank 0's state-pool journal since the last step (J resets and copies, which the
+  other ranks replay before the step: llm_svc/engine/state_pool.py);
 - device, int64: input ids [T], positions [P, T], KV slots [T], block tables [B, W],
   sampled rows [N], image destination rows [R];
 - device, the model dtype: image embedding rows [R, hidden].
@@ -12,7 +15,7 @@ What crosses per step (every rank runs the same forward from it):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,7 +23,7 @@ from llm_svc.engine.attention import AttentionMetadata
 from llm_svc.engine.parallel.group import RankGroup
 
 STEP, STOP, PING = 1, 2, 3
-_FIELDS = 8  # kind, T, B, W, N, R, P, U (attend_until sent)
+_FIELDS = 10  # kind, T, B, W, N, R, P, U (attend_until sent), S (state slots sent), J
 
 
 @dataclass
@@ -34,6 +37,8 @@ class StepMessage:
     sample_rows: torch.Tensor
     image_dest: torch.Tensor | None
     image_source: torch.Tensor | None
+    state_slots: list[int] | None = None  # hybrid models: each sequence's slot
+    journal: list[tuple[int, int, int]] = field(default_factory=list)  # the pool's, replayed
 
 
 class StepChannel:
@@ -44,7 +49,7 @@ class StepChannel:
         self.hidden, self.dtype = hidden, dtype
 
     def _header(self) -> torch.Tensor:
-        return torch.zeros(_FIELDS + 3 * self.max_seqs, dtype=torch.int64)
+        return torch.zeros(_FIELDS + 4 * self.max_seqs, dtype=torch.int64)
 
     def send_control(self, kind: int) -> None:
         header = self._header()
@@ -58,11 +63,14 @@ class StepChannel:
         positions = step.positions.reshape(-1, count)
         header = self._header()
         sizes = [STEP, count, batch, meta.block_tables.shape[1], step.sample_rows.shape[0]]
-        until = meta.attend_until
-        header[:_FIELDS] = torch.tensor([*sizes, rows, positions.shape[0], until is not None])
-        lists = [*meta.query_starts, *meta.query_lens, *meta.context_lens]
-        header[_FIELDS : _FIELDS + 3 * batch] = torch.tensor(lists)
+        until, slots = meta.attend_until, step.state_slots
+        flags = [until is not None, slots is not None, len(step.journal)]
+        header[:_FIELDS] = torch.tensor([*sizes, rows, positions.shape[0], *flags])
+        lists = [*meta.query_starts, *meta.query_lens, *meta.context_lens, *(slots or [])]
+        header[_FIELDS : _FIELDS + len(lists)] = torch.tensor(lists)
         self.group.broadcast_host(header)
+        if step.journal:
+            self.group.broadcast_host(torch.tensor(step.journal, dtype=torch.int64))
         parts = [step.input_ids, positions.reshape(-1), meta.slot_mapping]
         parts += [meta.block_tables.reshape(-1), step.sample_rows]
         if until is not None:
@@ -76,10 +84,16 @@ class StepChannel:
     def recv(self) -> tuple[int, StepMessage | None]:
         """(kind, the step for STEP else None)."""
         header = self.group.broadcast_host(self._header())
-        kind, count, batch, width, sampled, rows, pos_rows, has_until = header[:_FIELDS].tolist()
+        kind, count, batch, width, sampled, rows, pos_rows, has_until, has_slots, entries = header[
+            :_FIELDS
+        ].tolist()
         if kind != STEP:
             return kind, None
-        lists = header[_FIELDS : _FIELDS + 3 * batch].tolist()
+        lists = header[_FIELDS : _FIELDS + (3 + has_slots) * batch].tolist()
+        journal = []
+        if entries:
+            journal = self.group.broadcast_host(torch.empty(entries, 3, dtype=torch.int64))
+            journal = [tuple(entry) for entry in journal.tolist()]
         sizes = [count, pos_rows * count, count, batch * width, sampled, count * has_until, rows]
         packed = torch.empty(sum(sizes), dtype=torch.int64, device=self.group.device)
         ids, positions, slots, tables, sample_rows, until, dest = self.group.broadcast(
@@ -98,4 +112,7 @@ class StepChannel:
             attend_until=until if has_until else None,
         )
         positions = positions.view(pos_rows, count) if pos_rows > 1 else positions
-        return kind, StepMessage(ids, positions, meta, sample_rows, dest if rows else None, source)
+        slots = lists[3 * batch :] if has_slots else None
+        step = StepMessage(ids, positions, meta, sample_rows, dest if rows else None, source)
+        step.state_slots, step.journal = slots, journal
+        return kind, step

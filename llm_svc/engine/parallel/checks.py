@@ -11,8 +11,9 @@ from llm_svc.engine.models.config import TextModelConfig
 def check_tensor_parallel(model_dir: Path, size: int, device: str) -> None:
     """Raise ValueError naming the value and the limit when `size` cannot serve the model
     on `device`: it must divide the attention heads and the MLP width, divide or be a
-    multiple of the KV heads, not exceed the CUDA devices, and be 1 for a quantized
-    checkpoint (its packed weights are not sliced)."""
+    multiple of the KV heads, divide a hybrid model's linear-attention key heads (and so
+    its value heads, a multiple of them), not exceed the CUDA devices, and be 1 for a
+    quantized checkpoint (its packed weights are not sliced)."""
     if size < 1:
         raise ValueError(f"tensor_parallel_size must be >= 1, got {size}")
     if size == 1:
@@ -44,6 +45,13 @@ def check_tensor_parallel(model_dir: Path, size: int, device: str) -> None:
         raise ValueError(
             f"tensor_parallel_size {size} does not divide the model's shared expert width "
             f"{moe.shared_expert_size}"
+        )
+    linear = model.linear
+    if linear is not None and linear.num_key_heads % size:
+        # Each rank keeps whole groups: its key heads and the value heads that read them.
+        raise ValueError(
+            f"tensor_parallel_size {size} does not divide the model's "
+            f"{linear.num_key_heads} linear-attention key heads"
         )
     raw = json.loads((Path(model_dir) / "config.json").read_text())
     quantized = raw.get("quantization_config") or (raw.get("text_config") or {}).get(

@@ -23,12 +23,17 @@ from llm_svc.engine.model_runner import ModelRunner, StepInputs
 from llm_svc.engine.parallel.channel import PING, STOP, StepChannel, StepMessage
 from llm_svc.engine.parallel.group import CollectiveError, RankFailedError, RankGroup
 from llm_svc.engine.parallel.ranks import RankProcesses, join_group
+from llm_svc.engine.state_pool import HybridSizing
 
 log = logging.getLogger(__name__)
 
 
 class ShardRunner(ModelRunner):
-    """One rank's runner; `forward(message)` is a step as every rank runs it."""
+    """One rank's runner; `forward(message)` is a step as every rank runs it. Sliding
+    layers keep their pages in the one pool here (their windows masked, nothing freed):
+    the step channel carries one set of block tables."""
+
+    pages_per_kind = False
 
     def __init__(self, config: EngineConfig, group: RankGroup) -> None:
         self.group = group
@@ -41,6 +46,13 @@ class ShardRunner(ModelRunner):
 
     def _num_pages(self, config: EngineConfig) -> int:
         return self.group.min_host(super()._num_pages(config))
+
+    def _hybrid_sizing(self, config: EngineConfig) -> HybridSizing:
+        # One set of slots: the pages and snapshot slots every rank can hold.
+        sizing = super()._hybrid_sizing(config)
+        pages = self.group.min_host(sizing.num_pages)
+        snapshots = self.group.min_host(sizing.snapshot_slots)
+        return HybridSizing(pages, sizing.running_slots, snapshots)
 
     def profiling_collectives(self):
         # Another rank may still be loading: the start group's timeout, not a step's.
@@ -57,9 +69,12 @@ class ShardRunner(ModelRunner):
         return self.group.gather_columns(local, vocab)
 
     def forward(self, message: StepMessage) -> torch.Tensor:
+        if message.journal and self.rank != 0:  # rank 0's pool did them as it journaled
+            self.state_pool.replay(message.journal)
         inputs = StepInputs(
-            message.input_ids, message.positions, message.meta, message.sample_rows, []
-        )
+            message.input_ids, message.positions, message.meta, message.sample_rows, [],
+            message.state_slots,
+        )  # fmt: skip
         rows = [None]
         if message.image_dest is not None:
             rows = [ChunkImageRows(message.image_dest, message.image_source)]
@@ -140,10 +155,16 @@ class DriverRunner(ShardRunner):
     def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
         dest, source = flatten_images(image_rows, inputs.meta.query_starts)
         message = StepMessage(
-            inputs.input_ids, inputs.positions, inputs.meta, inputs.sample_rows, dest, source
-        )
+            inputs.input_ids, inputs.positions, inputs.meta, inputs.sample_rows, dest, source,
+            inputs.state_slots,
+        )  # fmt: skip
+        journal = self.state_pool.journal if self.state_pool is not None else None
+        if journal:
+            message.journal = list(journal)
         with self._collective():
             self.channel.send(message)
+            if journal:  # sent: the others replay it (kept for the next step otherwise)
+                del journal[: len(message.journal)]
             return self.forward(message)
 
     @contextmanager

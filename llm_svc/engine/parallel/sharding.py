@@ -1,7 +1,10 @@
 """Turn a freshly built (meta) DecoderLM into this rank's shard, before its weights load.
 
 Attention: q/k/v column-parallel by heads (KV heads split, or replicated when fewer than
-ranks), o_proj row-parallel; per-head q/k norms are whole on every rank. Dense MLP:
+ranks), o_proj row-parallel; per-head q/k norms are whole on every rank. Qwen3.5's hybrid
+layers: its gated attention the same way (each head's query and gate rows together), its
+Gated DeltaNet layers by key-head groups (`_shard_gated_deltanet`), with out_proj
+row-parallel; each rank keeps its heads' linear-attention states (a pool of its own). Dense MLP:
 gate/up column-parallel, down row-parallel. Mixture of experts (moe.py): every expert's
 intermediate dimension is split like a dense MLP's, the router is whole on every rank, and
 the shared expert (Qwen2-MoE) is split the same way; the block's partial sum is
@@ -24,6 +27,7 @@ from llm_svc.engine.parallel.layers import (
     ParallelLMHead,
     RowParallelLinear,
     VocabParallelEmbedding,
+    rows_of,
 )
 
 
@@ -34,17 +38,24 @@ def shard_decoder(model: DecoderLM, config: TextModelConfig, group: RankGroup) -
     q_start, q_stop = group.span(config.num_heads)
     kv_start, kv_stop = group.kv_heads(config.num_kv_heads)
     for layer in model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        bias = config.attention_bias
-        attn.q_proj = ColumnParallelLinear(hidden, [(q_start * d, q_stop * d)], bias)
-        attn.k_proj = ColumnParallelLinear(hidden, [(kv_start * d, kv_stop * d)], bias)
-        attn.v_proj = ColumnParallelLinear(hidden, [(kv_start * d, kv_stop * d)], bias)
-        attn.o_proj = RowParallelLinear((q_start * d, q_stop * d), hidden, group)
-        attn.num_heads, attn.num_kv_heads = q_stop - q_start, kv_stop - kv_start
+        mlp = layer.mlp
         if isinstance(mlp, SparseMoE):
             _shard_moe(mlp, hidden, group)
         else:
             _shard_mlp(mlp, hidden, group, reduce=True)
+        if config.is_hybrid and layer.linear:
+            _shard_gated_deltanet(layer.linear_attn, config, group)
+            continue
+        attn = layer.self_attn
+        # Qwen3.5's gated attention packs [query | gate] per head: 2 * d rows a head.
+        per_head = 2 * d if config.is_hybrid else d
+        bias = config.attention_bias
+        q_rows = [(q_start * per_head, q_stop * per_head)]
+        attn.q_proj = ColumnParallelLinear(hidden, q_rows, bias)
+        attn.k_proj = ColumnParallelLinear(hidden, [(kv_start * d, kv_stop * d)], bias)
+        attn.v_proj = ColumnParallelLinear(hidden, [(kv_start * d, kv_stop * d)], bias)
+        attn.o_proj = RowParallelLinear((q_start * d, q_stop * d), hidden, group)
+        attn.num_heads, attn.num_kv_heads = q_stop - q_start, kv_stop - kv_start
     model.embed_tokens = VocabParallelEmbedding(config.vocab_size, hidden, group)
     if model.lm_head is not None:
         model.lm_head = ParallelLMHead(config.vocab_size, hidden, group)
@@ -75,3 +86,34 @@ def _shard_moe(moe: SparseMoE, hidden: int, group: RankGroup) -> None:
     if moe.shared_expert is not None:
         _shard_mlp(moe.shared_expert, hidden, group, reduce=False)
     moe.group = group  # routed + shared partial sums: one all-reduce
+
+
+def _shard_gated_deltanet(attn, config: TextModelConfig, group: RankGroup) -> None:
+    """Qwen3.5's linear attention (models/qwen3_5.py GatedDeltaNet) by head groups: this
+    rank's key heads [ks, ke) and the value heads that read them, [vs, ve) (value head j
+    reads key head j // (Hv / Hk), so contiguous spans keep every group whole). The packed
+    in_proj_qkv (and the depthwise conv over its channels) is [q | k | v], each head after
+    head: rows of the rank's heads in each of the three blocks. z, b, a, dt_bias and A_log
+    are per value head; out_proj is row-parallel over the value heads' features; the
+    gated norm (per head, dv wide) is whole on every rank."""
+    shape, hidden = config.linear, config.hidden_size
+    dk, dv = shape.key_head_dim, shape.value_head_dim
+    ks, ke = group.span(shape.num_key_heads)
+    vs, ve = group.span(shape.num_value_heads)
+    keys = shape.num_key_heads * dk
+    channels = [(ks * dk, ke * dk), (keys + ks * dk, keys + ke * dk)]
+    channels.append((2 * keys + vs * dv, 2 * keys + ve * dv))
+    attn.in_proj_qkv = ColumnParallelLinear(hidden, channels, bias=False)
+    attn.in_proj_z = ColumnParallelLinear(hidden, [(vs * dv, ve * dv)], bias=False)
+    attn.in_proj_b = ColumnParallelLinear(hidden, [(vs, ve)], bias=False)
+    attn.in_proj_a = ColumnParallelLinear(hidden, [(vs, ve)], bias=False)
+    width = sum(stop - start for start, stop in channels)
+    conv = nn.Conv1d(width, width, shape.conv_kernel, groups=width, bias=False)
+    conv.weight.shard = rows_of(channels)
+    attn.conv1d = conv
+    for name in ("dt_bias", "A_log"):
+        param = nn.Parameter(torch.empty(ve - vs))
+        param.shard = rows_of([(vs, ve)])
+        setattr(attn, name, param)
+    attn.out_proj = RowParallelLinear((vs * dv, ve * dv), hidden, group)
+    attn.hk, attn.hv = ke - ks, ve - vs

@@ -154,7 +154,7 @@ def test_chained_stores_and_runs_of_removals_become_one_record_each():
         (3, False, (b, a), b""),
         (4, True, (d,), c),
     ]
-    seq, blocks, _ = log.snapshot()
+    seq, blocks, *_ = log.snapshot()
     assert seq == 4 and set(blocks) == {c, d}
     assert [r.seq for r in log.since(2)] == [3, 4]
     assert log.since(4) == []
@@ -166,7 +166,7 @@ def test_a_full_log_drops_the_oldest_records_and_the_gap_shows():
     for block in hashes:
         log.publish([BlockStored(block, b"\xff" * 16, ())])  # unchained: one record each
     assert [r.seq for r in log.since(0)] == [4, 5]  # 1..3 are gone: seq 1 is not next
-    seq, blocks, _ = log.snapshot()
+    seq, blocks, *_ = log.snapshot()
     assert seq == 5 and set(blocks) == set(hashes)
 
 
@@ -232,7 +232,7 @@ def test_snapshot_events_are_records_of_their_own_and_leave_with_their_block():
         (True, False, (b,)),
     ]
     assert records[2].parent_hash == a
-    seq, blocks, snapshots = log.snapshot()
+    seq, blocks, snapshots, _ = log.snapshot()
     assert seq == 3 and set(blocks) == {a, b} and snapshots == [a]
     log.publish([BlockRemoved(a)])
     assert log.snapshot()[2] == []

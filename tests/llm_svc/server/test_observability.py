@@ -19,6 +19,7 @@ from tests.llm_svc.server.pods import request
 
 LLM_METRICS = [
     names.LLM_KV_UTILISATION,
+    names.LLM_KV_SEQUENCE_CAPACITY,
     names.LLM_REQUESTS_RUNNING,
     names.LLM_REQUESTS_WAITING,
     names.LLM_PENDING_PREFILL_TOKENS,
