@@ -335,7 +335,9 @@ class Dispatcher:
         if not to_encode:
             return None
         try:
-            batches = self._encode_batches(prompt, to_encode)
+            # Built on a worker thread: the items' payloads (a video's raw frame groups) are
+            # copied into the messages item by item, each copy a short hold of the GIL.
+            batches = await asyncio.to_thread(self._encode_batches, prompt, to_encode)
         except APIError:
             # Our leases would otherwise make every request for these images wait them out.
             keys = [prompt.items[i].key for i in to_encode]
@@ -352,7 +354,7 @@ class Dispatcher:
         return task
 
     async def _encode_batches_in_turn(
-        self, batches: list[list[encoder_pb2.EncodeItem]], salt: bytes | None
+        self, batches: list[encoder_pb2.EncodeRequest], salt: bytes | None
     ) -> encoder_pb2.EncodeResponse:
         """Each Encode message in turn (the pod starts on the first items while the later
         ones encode; no one request fills an encoder's queue); their results together."""
@@ -378,21 +380,21 @@ class Dispatcher:
 
     def _encode_batches(
         self, prompt: PreparedPrompt, indices: Sequence[int]
-    ) -> list[list[encoder_pb2.EncodeItem]]:
-        """The Encode items for `indices`, in messages of at most `max_encode_items` items
-        and `max_encode_bytes` bytes; a 413 for an item that cannot go in any message
-        (sending would fail on the channel's limit, which is no outage to report as 503)."""
+    ) -> list[encoder_pb2.EncodeRequest]:
+        """The Encode messages for `indices`, each of at most `max_encode_items` items and
+        `max_encode_bytes` bytes; a 413 for an item that cannot go in any message (sending
+        would fail on the channel's limit, which is no outage to report as 503)."""
+        salt = prompt.salts.images or b""
         overhead = encoder_pb2.EncodeRequest(
-            fingerprint=self.fingerprint, identity_salt=prompt.salts.images or b""
+            fingerprint=self.fingerprint, identity_salt=salt
         ).ByteSize()
-        batches: list[list[encoder_pb2.EncodeItem]] = [[]]
+        batches = [encoder_pb2.EncodeRequest(fingerprint=self.fingerprint, identity_salt=salt)]
         size = overhead
         for i in indices:
-            item = encoder_pb2.EncodeItem(
-                image=prompt.images[i], item=item_to_proto(prompt.items[i])
-            )
-            # The field's tag and length prefix: at most 1 + 10 bytes.
-            item_size = item.ByteSize() + 11
+            item = encoder_pb2.EncodeItem(item=item_to_proto(prompt.items[i]))
+            # Its payload, and the tags and length prefixes of the payload and of the item
+            # (at most 1 + 10 bytes each).
+            item_size = item.ByteSize() + len(prompt.images[i]) + 22
             if overhead + item_size > self.max_encode_bytes:
                 raise APIError(
                     413,
@@ -401,20 +403,25 @@ class Dispatcher:
                     param="messages",
                     code="images_too_large",
                 )
-            current = batches[-1]
+            current = batches[-1].items
             if current and (
                 len(current) >= self.max_encode_items or size + item_size > self.max_encode_bytes
             ):
-                batches.append([])
+                batches.append(
+                    encoder_pb2.EncodeRequest(fingerprint=self.fingerprint, identity_salt=salt)
+                )
                 size = overhead
-            batches[-1].append(item)
+            # The payload is copied once, straight into the message that sends it.
+            added = batches[-1].items.add()
+            added.item.CopyFrom(item.item)
+            added.image = prompt.images[i]
             size += item_size
         return batches
 
     async def _encode_now(
         self, prompt: PreparedPrompt, indices: Sequence[int], request_id: str
     ) -> None:
-        batches = self._encode_batches(prompt, indices)
+        batches = await asyncio.to_thread(self._encode_batches, prompt, indices)
         metrics.ENCODE_DISPATCHED.inc(len(indices))
         task = asyncio.ensure_future(self._encode_batches_in_turn(batches, prompt.salts.images))
         await asyncio.wait({task})
