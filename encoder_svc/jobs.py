@@ -19,6 +19,7 @@ class EncodeJob:
     token_count: int
     grid: tuple[int, ...]
     image: bytes
+    video: bool = False  # `image` is one packed frame group (iris.multimodal.video)
 
     @property
     def job_key(self) -> JobKey:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from encoder_svc.jobs import EncodeJob, ItemFailure, Prepared
 from iris.multimodal import DecodePolicy, ImageDecodeError, decode_image
+from iris.multimodal.video import unpack_group
 
 
 class Preprocessor:
@@ -32,6 +33,8 @@ class Preprocessor:
         return await loop.run_in_executor(self._pool, self._prepare, job)
 
     def _prepare(self, job: EncodeJob) -> Prepared:
+        if job.video:
+            return self._check(job, self._prepare_group(job))
         try:
             pil = decode_image(job.image, self._policy)
         except ImageDecodeError as err:
@@ -40,6 +43,25 @@ class Preprocessor:
             prepared = self._runner.preprocess(pil)
         except Exception as err:  # a processor error concerns this image alone
             raise ItemFailure("preprocess", f"image preprocessing failed: {err}") from None
+        return self._check(job, prepared)
+
+    def _prepare_group(self, job: EncodeJob):
+        """A frame group: already sampled and resized by the gateway (the identity covers
+        those exact frames), so only the runner's normalise and patchify run here."""
+        preprocess = getattr(self._runner, "preprocess_video_group", None)
+        if preprocess is None:
+            raise ItemFailure("decode", "this model's encoder takes no video frame groups")
+        try:
+            frames = unpack_group(job.image)
+        except ValueError as err:
+            raise ItemFailure("decode", f"frame group unreadable: {err}") from None
+        try:
+            return preprocess(frames)
+        except Exception as err:  # a processor error concerns this group alone
+            raise ItemFailure("preprocess", f"frame group preprocessing failed: {err}") from None
+
+    @staticmethod
+    def _check(job: EncodeJob, prepared) -> Prepared:
         if prepared.token_count != job.token_count:
             raise ItemFailure(
                 "token_count",

@@ -7,12 +7,15 @@ from dataclasses import dataclass
 
 from encoder_svc.jobs import EncodeJob
 from encoder_svc.proto import encoder_pb2
-from iris.multimodal import SALT_BYTES, hash_of_identity, image_identity
+from iris.multimodal import SALT_BYTES, hash_of_identity, image_identity, video_group_identity
 from iris.proto import common_pb2
 
 FINGERPRINT_BYTES = 32
 IDENTITY_BYTES = 32
 IMAGE_MODALITIES = (common_pb2.MODALITY_UNSPECIFIED, common_pb2.IMAGE)
+# A VIDEO item is one frame group: its `image` holds the packed frames
+# (iris.multimodal.video.pack_group), identified by video_group_identity.
+MODALITIES = (*IMAGE_MODALITIES, common_pb2.VIDEO)
 
 
 class InvalidRequest(ValueError):
@@ -73,9 +76,9 @@ def _job(
 ) -> EncodeJob:
     item = entry.item
     where = f"items[{index}]"
-    if item.modality not in IMAGE_MODALITIES:
+    if item.modality not in MODALITIES:
         name = common_pb2.Modality.Name(item.modality)
-        raise InvalidRequest(f"{where}: modality {name} is not supported (IMAGE only)")
+        raise InvalidRequest(f"{where}: modality {name} is not supported (IMAGE, VIDEO)")
     if not entry.image:
         raise InvalidRequest(f"{where}: image is empty")
     if len(entry.image) > limits.max_image_bytes:
@@ -90,12 +93,18 @@ def _job(
             f"{where}: token_count {item.token_count} is over the limit of {limits.max_item_tokens}"
         )
     image = bytes(entry.image)
-    key = _key(where, item, image, fingerprint, salt)
-    return EncodeJob(key, item.token_count, tuple(item.grid), image)
+    video = item.modality == common_pb2.VIDEO
+    key = _key(where, item, image, fingerprint, salt, video)
+    return EncodeJob(key, item.token_count, tuple(item.grid), image, video=video)
 
 
 def _key(
-    where: str, item: common_pb2.MultimodalItem, image: bytes, fingerprint: bytes, salt: bytes
+    where: str,
+    item: common_pb2.MultimodalItem,
+    image: bytes,
+    fingerprint: bytes,
+    salt: bytes,
+    video: bool = False,
 ) -> bytes:
     """The item's identity, once it is checked to be the image's own."""
     if len(item.identity) != IDENTITY_BYTES:
@@ -108,7 +117,8 @@ def _key(
             f"{where}: hash {item.hash:016x} is not the identity's first 8 bytes "
             f"{item.identity[:8].hex()}"
         )
-    computed = image_identity(image, fingerprint, salt or None)
+    identity = video_group_identity if video else image_identity
+    computed = identity(image, fingerprint, salt or None)
     if computed != item.identity:
         raise InvalidRequest(
             f"{where}: identity {item.identity[:8].hex()}... is not the identity of the image "

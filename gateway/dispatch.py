@@ -33,6 +33,7 @@ from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
 from gateway.routing.registry import PodRegistry
 from gateway.routing.router import Decision, Router
+from iris.multimodal import Modality
 from iris.proto import common_pb2
 from iris.telemetry import grpc_metadata, inject_headers, tracer
 from llm_svc.proto import llm_pb2
@@ -56,9 +57,12 @@ _NEXT_POD = {
 _POD_FAILED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 
 
+_MODALITY = {Modality.IMAGE: common_pb2.IMAGE, Modality.VIDEO: common_pb2.VIDEO}
+
+
 def item_to_proto(item) -> common_pb2.MultimodalItem:
     return common_pb2.MultimodalItem(
-        modality=common_pb2.IMAGE,
+        modality=_MODALITY[item.modality],
         identity=item.identity or b"",
         hash=item.hash,
         offsets=[common_pb2.Span(start=start, end=end) for start, end in item.offsets],
@@ -166,6 +170,9 @@ class Dispatcher:
     accept_timeout_s: float
     embedding_reuse: bool = True
     max_encode_bytes: int = MAX_MESSAGE_BYTES
+    # Items per Encode message (the encoder's own max_items_per_request, default 64): a
+    # request with more to encode (a video's frame groups) sends several, one after another.
+    max_encode_items: int = 64
     stream_idle_s: float | None = None  # after acceptance, the longest a pod may be silent
     generate_timeout_s: float | None = None  # the gRPC deadline of every Generate
     # Encode (and Abandon) calls nobody awaits, kept referenced until they end.
@@ -328,7 +335,9 @@ class Dispatcher:
         if not to_encode:
             return None
         try:
-            encode_items = self._encode_items(prompt, to_encode)
+            # Built on a worker thread: the items' payloads (a video's raw frame groups) are
+            # copied into the messages item by item, each copy a short hold of the GIL.
+            batches = await asyncio.to_thread(self._encode_batches, prompt, to_encode)
         except APIError:
             # Our leases would otherwise make every request for these images wait them out.
             keys = [prompt.items[i].key for i in to_encode]
@@ -337,14 +346,23 @@ class Dispatcher:
             abandon.add_done_callback(self._background.discard)
             raise
         metrics.ENCODE_DISPATCHED.inc(len(to_encode))
-        task = asyncio.create_task(
-            self.encoders.encode(encode_items, prompt.salts.images, grpc_metadata())
-        )
+        task = asyncio.create_task(self._encode_batches_in_turn(batches, prompt.salts.images))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         keys = [prompt.items[i].key for i in to_encode]
         task.add_done_callback(lambda done: self._abandon_if_not_encoded(done, keys))
         return task
+
+    async def _encode_batches_in_turn(
+        self, batches: list[encoder_pb2.EncodeRequest], salt: bytes | None
+    ) -> encoder_pb2.EncodeResponse:
+        """Each Encode message in turn (the pod starts on the first items while the later
+        ones encode; no one request fills an encoder's queue); their results together."""
+        merged = encoder_pb2.EncodeResponse()
+        for batch in batches:
+            response = await self.encoders.encode(batch, salt, grpc_metadata())
+            merged.results.extend(response.results)
+        return merged
 
     def _abandon_if_not_encoded(self, task: asyncio.Task, keys: list[bytes]) -> None:
         """An encode that never ran (no encoder, or the call failed other than by refusing
@@ -360,37 +378,52 @@ class Dispatcher:
             self._background.add(abandon)
             abandon.add_done_callback(self._background.discard)
 
-    def _encode_items(
+    def _encode_batches(
         self, prompt: PreparedPrompt, indices: Sequence[int]
-    ) -> list[encoder_pb2.EncodeItem]:
-        """The Encode items for `indices`; a 413 if they cannot go in one gRPC message
-        (sending would fail on the channel's limit, which is no outage to report as 503)."""
-        items = [
-            encoder_pb2.EncodeItem(image=prompt.images[i], item=item_to_proto(prompt.items[i]))
-            for i in indices
-        ]
-        request = encoder_pb2.EncodeRequest(
-            items=items, fingerprint=self.fingerprint, identity_salt=prompt.salts.images or b""
-        )
-        size = request.ByteSize()
-        if size > self.max_encode_bytes:
-            raise APIError(
-                413,
-                f"the images to encode come to {size} bytes in one Encode message, over the "
-                f"limit of {self.max_encode_bytes}; send fewer or smaller images",
-                param="messages",
-                code="images_too_large",
-            )
-        return items
+    ) -> list[encoder_pb2.EncodeRequest]:
+        """The Encode messages for `indices`, each of at most `max_encode_items` items and
+        `max_encode_bytes` bytes; a 413 for an item that cannot go in any message (sending
+        would fail on the channel's limit, which is no outage to report as 503)."""
+        salt = prompt.salts.images or b""
+        overhead = encoder_pb2.EncodeRequest(
+            fingerprint=self.fingerprint, identity_salt=salt
+        ).ByteSize()
+        batches = [encoder_pb2.EncodeRequest(fingerprint=self.fingerprint, identity_salt=salt)]
+        size = overhead
+        for i in indices:
+            item = encoder_pb2.EncodeItem(item=item_to_proto(prompt.items[i]))
+            # Its payload, and the tags and length prefixes of the payload and of the item
+            # (at most 1 + 10 bytes each).
+            item_size = item.ByteSize() + len(prompt.images[i]) + 22
+            if overhead + item_size > self.max_encode_bytes:
+                raise APIError(
+                    413,
+                    f"an image to encode comes to {overhead + item_size} bytes in an Encode "
+                    f"message, over the limit of {self.max_encode_bytes}; send a smaller image",
+                    param="messages",
+                    code="images_too_large",
+                )
+            current = batches[-1].items
+            if current and (
+                len(current) >= self.max_encode_items or size + item_size > self.max_encode_bytes
+            ):
+                batches.append(
+                    encoder_pb2.EncodeRequest(fingerprint=self.fingerprint, identity_salt=salt)
+                )
+                size = overhead
+            # The payload is copied once, straight into the message that sends it.
+            added = batches[-1].items.add()
+            added.item.CopyFrom(item.item)
+            added.image = prompt.images[i]
+            size += item_size
+        return batches
 
     async def _encode_now(
         self, prompt: PreparedPrompt, indices: Sequence[int], request_id: str
     ) -> None:
-        encode_items = self._encode_items(prompt, indices)
+        batches = await asyncio.to_thread(self._encode_batches, prompt, indices)
         metrics.ENCODE_DISPATCHED.inc(len(indices))
-        task = asyncio.ensure_future(
-            self.encoders.encode(encode_items, prompt.salts.images, grpc_metadata())
-        )
+        task = asyncio.ensure_future(self._encode_batches_in_turn(batches, prompt.salts.images))
         await asyncio.wait({task})
         _raise_for_encode(task, request_id)
 

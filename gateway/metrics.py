@@ -35,6 +35,10 @@ EMBEDDING_HITS = Counter(
 )
 ENCODE_DISPATCHED = Counter(names.GATEWAY_ENCODE_DISPATCHED, "images sent to an encoder")
 RETRIES = Counter(names.GATEWAY_RETRIES, "dispatch retries", [names.LABEL_REASON])
+VIDEO_DECODE_SECONDS = Histogram(
+    names.GATEWAY_VIDEO_DECODE_SECONDS, "one video's decode in the pool", buckets=_SLOW
+)
+VIDEO_SECONDS = Counter(names.GATEWAY_VIDEO_SECONDS, "seconds of video decoded")
 MM_HASHES_IGNORED = Counter(
     names.GATEWAY_MM_HASHES_IGNORED,
     "callers' mm_hashes entries ignored: not the identity computed from the image's bytes",

@@ -16,6 +16,7 @@ from gateway.dispatch import Dispatcher
 from gateway.errors import APIError
 from gateway.intake.prompt import PromptBuilder
 from gateway.intake.remote import RemoteImageFetcher
+from gateway.intake.videos import VideoDecoder
 from gateway.key_limits import KeyLimits
 from gateway.parsing.pool import BodyParser
 from gateway.routing.capacity import PodCapacity
@@ -89,6 +90,13 @@ class Gateway:
             max_request_image_bytes=settings.max_request_image_bytes,
             max_request_image_pixels=settings.max_request_image_pixels,
             max_model_len=self.max_model_len,
+            # Videos decode in spawned processes (gateway/intake/videos.py), started at the
+            # first video; a model that takes no video gets no pool.
+            videos=VideoDecoder(
+                settings.video_decode_workers, settings.video_limits(), settings.retry_after_s
+            )
+            if adapter.takes_video
+            else None,
         )
         self.index = KVIndex()
         capacity = PodCapacity(
@@ -149,6 +157,7 @@ class Gateway:
             generate_timeout_s=settings.generate_timeout_s,
             embedding_reuse=settings.embedding_reuse,
             max_encode_bytes=settings.max_encode_message_bytes,
+            max_encode_items=settings.max_encode_items,
         )
         if settings.discovery == "static":
             await self.registry.set_addresses(settings.llm_addresses)
@@ -171,6 +180,8 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.bodies.stop()
+        if self.prompts.videos is not None:
+            await self.prompts.videos.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -80,6 +80,7 @@ class GatewaySettings(GrpcServiceSettings):
     video_max_total_pixels: int = Field(600 * 1920 * 1080, gt=0)  # sampled, before resizing
     video_max_groups: int = Field(300, gt=0)  # frame groups per request
     video_max_decode_s: float = Field(30.0, gt=0)
+    video_decode_workers: int = Field(1, gt=0)  # spawned decode processes
     # Per-route body caps (docs/design.md, "The door"): parsing holds the event loop for the
     # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)
@@ -97,6 +98,9 @@ class GatewaySettings(GrpcServiceSettings):
     max_request_image_pixels: int = Field(100_000_000, gt=0)
     # The largest Encode message sent (images of one request to encode); over it, a 413.
     max_encode_message_bytes: int = Field(MAX_MESSAGE_BYTES, gt=0, le=MAX_MESSAGE_BYTES)
+    # Items per Encode message (at most the encoders' max_items_per_request): a request
+    # with more to encode, a video's frame groups, sends several in turn.
+    max_encode_items: int = Field(64, gt=0)
     # Open connections (counted by gateway/http_protocol.py) and HTTP requests in progress
     # (gateway/middleware.py): past either, a JSON 503 with Retry-After.
     max_connections: int = Field(1024, gt=1)

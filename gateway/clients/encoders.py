@@ -78,20 +78,24 @@ class EncoderPool:
 
     async def encode(
         self,
-        items: Sequence[encoder_pb2.EncodeItem],
+        items: Sequence[encoder_pb2.EncodeItem] | encoder_pb2.EncodeRequest,
         identity_salt: bytes | None = None,
         metadata=None,
     ) -> encoder_pb2.EncodeResponse:
         """Encode on one encoder, moving on to the next while they are UNAVAILABLE or full
         (RESOURCE_EXHAUSTED). EncodersFull when none took it and one was full,
         EncodersUnavailable when all were unavailable. `identity_salt` is the salt that
-        went into the items' identities (the encoder re-computes them)."""
+        went into the items' identities (the encoder re-computes them). `items` may be a
+        whole EncodeRequest already built (off the loop: a video's groups are megabytes)."""
         addresses = self.addresses
         if not addresses:
             raise EncodersUnavailable("no encoder is configured")
-        request = encoder_pb2.EncodeRequest(
-            items=list(items), fingerprint=self.fingerprint, identity_salt=identity_salt or b""
-        )
+        if isinstance(items, encoder_pb2.EncodeRequest):
+            request = items
+        else:
+            request = encoder_pb2.EncodeRequest(
+                items=list(items), fingerprint=self.fingerprint, identity_salt=identity_salt or b""
+            )
         start = next(self._turn)
         errors, hints, full = [], [], False
         for step in range(len(addresses)):

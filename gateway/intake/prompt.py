@@ -24,6 +24,13 @@ from gateway.intake.budget import ImageBudget
 from gateway.intake.images import describe_image
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import image_bytes
+from gateway.intake.videos import (
+    VideoDecoder,
+    VideoGroups,
+    check_group_count,
+    describe_video,
+    video_bytes,
+)
 from gateway.tenancy import NO_SALTS, RequestSalts
 from iris.multimodal import (
     DecodePolicy,
@@ -33,6 +40,7 @@ from iris.multimodal import (
     disagreeing_mm_hashes,
     pad_with_offsets,
 )
+from iris.multimodal.video import SampledVideo
 
 
 @dataclass
@@ -61,11 +69,13 @@ class PreparedPrompt:
 class ImageRef:
     url: str
     param: str  # where the part sits in the request, for error messages
+    kind: str = "image"  # or "video"
 
 
 def split_messages(messages: Sequence[dict]) -> tuple[list[dict], list[ImageRef]]:
-    """Template messages (image parts reduced to their type, URLs dropped) and the images."""
-    template, images = [], []
+    """Template messages (image and video parts reduced to their type, URLs dropped) and
+    the media parts, images and videos in the order they appear."""
+    template, refs = [], []
     for i, message in enumerate(messages):
         content = message.get("content")
         if not isinstance(content, list):
@@ -73,22 +83,15 @@ def split_messages(messages: Sequence[dict]) -> tuple[list[dict], list[ImageRef]
             continue
         parts = []
         for j, part in enumerate(content):
-            if part.get("type") == "video_url":
-                # The pieces exist (gateway/intake/videos.py, the adapters' frame groups) but
-                # the route, dispatch, encoder and pods do not carry VIDEO items yet.
-                raise bad_request(
-                    "video input (video_url) is not yet served by this gateway; "
-                    "send the video's frames as image_url parts",
-                    f"messages[{i}].content[{j}]",
-                    "unsupported_content",
-                )
-            if part.get("type") == "image_url":
-                images.append(ImageRef(part["image_url"]["url"], f"messages[{i}].content[{j}]"))
-                parts.append({"type": "image_url"})
+            kind = part.get("type")
+            if kind in ("image_url", "video_url"):
+                media = "image" if kind == "image_url" else "video"
+                refs.append(ImageRef(part[kind]["url"], f"messages[{i}].content[{j}]", media))
+                parts.append({"type": kind})
             else:
                 parts.append(part)
         template.append({**message, "content": parts})
-    return template, images
+    return template, refs
 
 
 class PromptBuilder:
@@ -104,12 +107,14 @@ class PromptBuilder:
         max_request_image_bytes: int | None = None,
         max_request_image_pixels: int | None = None,
         max_model_len: Callable[[], int] | None = None,
+        videos: VideoDecoder | None = None,
     ) -> None:
         self.adapter = adapter
         self.fingerprint: bytes = adapter.fingerprint
         self.policy = policy
         self.fetcher = fetcher
         self.max_images = max_images
+        self.videos = videos  # the decode pool (None: this gateway takes no video)
         # Across all of one request's images (None: no limit beyond the per-image ones).
         self.max_request_image_bytes = max_request_image_bytes or sys.maxsize
         self.max_request_image_pixels = max_request_image_pixels or sys.maxsize
@@ -136,16 +141,25 @@ class PromptBuilder:
         OpenAI tool objects) are rendered into the prompt, and `template_kwargs` (checked:
         gateway/api/reasoning.py) passed to the chat template."""
         template, refs = split_messages(messages)
-        if refs and not self.adapter.takes_images:
+        image_refs = [ref for ref in refs if ref.kind == "image"]
+        video_refs = [ref for ref in refs if ref.kind == "video"]
+        if image_refs and not self.adapter.takes_images:
             raise bad_request(
-                f"model {self.adapter.architecture} takes no images; {refs[0].param} is an "
-                "image_url part",
-                refs[0].param,
+                f"model {self.adapter.architecture} takes no images; {image_refs[0].param} is "
+                "an image_url part",
+                image_refs[0].param,
                 "images_not_supported",
             )
-        if len(refs) > self.max_images:
+        if video_refs and (not self.adapter.takes_video or self.videos is None):
             raise bad_request(
-                f"request has {len(refs)} images, over the limit of {self.max_images}",
+                f"model {self.adapter.architecture} takes no video; {video_refs[0].param} is "
+                "a video_url part",
+                video_refs[0].param,
+                "videos_not_supported",
+            )
+        if len(image_refs) > self.max_images:
+            raise bad_request(
+                f"request has {len(image_refs)} images, over the limit of {self.max_images}",
                 "messages",
                 "too_many_images",
             )
@@ -154,9 +168,20 @@ class PromptBuilder:
         except MMHashesTypeError as err:
             raise bad_request(str(err), "mm_hashes") from None
         budget = ImageBudget(self.max_request_image_bytes, self.max_request_image_pixels)
-        datas = await self._load(refs, budget)
+        datas, videos = await asyncio.gather(
+            self._load(image_refs, budget), self._load_videos(video_refs, budget)
+        )
         return await asyncio.to_thread(
-            self._chat, template, refs, datas, mm_hashes, salts, budget, tools, template_kwargs
+            self._chat,
+            template,
+            image_refs,
+            datas,
+            list(zip(video_refs, videos, strict=True)),
+            mm_hashes,
+            salts,
+            budget,
+            tools,
+            template_kwargs,
         )
 
     def _chat(
@@ -164,6 +189,7 @@ class PromptBuilder:
         template,
         refs,
         datas,
+        videos,
         mm_hashes,
         salts: RequestSalts,
         budget: ImageBudget,
@@ -187,6 +213,13 @@ class PromptBuilder:
             # possible unsalted. Either way nothing the caller sent becomes a key.
             ignored = disagreeing_mm_hashes(mm_hashes, [item.identity for item in items])
             metrics.MM_HASHES_IGNORED.inc(len(ignored))
+        # Each frame group is an item, identified by its frames (gateway/intake/videos.py).
+        groups = [
+            describe_video(
+                video, adapter=self.adapter, fingerprint=self.fingerprint, salt=salts.images
+            )
+            for _, video in videos
+        ]
         self._check_length_of(template, tools)
         try:
             # Only the template emits control tokens: text is tokenized as text.
@@ -199,7 +232,42 @@ class PromptBuilder:
             raise bad_request(
                 "messages nest too deeply for the chat template to render", "messages"
             ) from None
-        return self._expand(ids, items, datas, "messages", salts)
+        if not groups:
+            return self._expand(ids, items, datas, "messages", salts)
+        return self._expand_with_videos(ids, items, datas, groups, salts)
+
+    def _expand_with_videos(
+        self,
+        ids: list[int],
+        items: list[MultimodalItem],
+        datas: list[bytes],
+        groups: list[VideoGroups],
+        salts: RequestSalts,
+    ) -> PreparedPrompt:
+        """Images and videos expanded together; every item (image or frame group) in the
+        order of its tokens, with its payload (image file or packed frame group)."""
+        videos = [(video.timestamps, video.items[0].grid) for video in groups]
+        try:
+            expanded, image_spans, video_spans = self.adapter.expand_media(
+                ids, [item.grid for item in items], videos
+            )
+        except ValueError as err:
+            raise bad_request(
+                f"image or video placeholders do not match the media: {err}", "messages"
+            ) from None
+        for item, spans in zip(items, image_spans, strict=True):
+            item.offsets = [(int(start), int(end)) for start, end in spans]
+        media = list(zip(items, datas, strict=True))
+        for video, spans in zip(groups, video_spans, strict=True):
+            for item, payload, (start, end) in zip(video.items, video.payloads, spans, strict=True):
+                item.offsets = [(int(start), int(end))]
+                media.append((item, payload))
+        media.sort(key=lambda pair: pair[0].offsets[0][0])
+        for item, _ in media:
+            assert item.span_token_count == item.token_count, (item.offsets, item.token_count)
+        ordered = [item for item, _ in media]
+        padded = pad_with_offsets(expanded, ordered)
+        return PreparedPrompt(padded, ordered, [payload for _, payload in media], salts)
 
     def _check_length_of(self, messages: Sequence[dict], tools) -> None:
         """400 for messages (and tools) whose text cannot fit the context, before the
@@ -261,6 +329,26 @@ class PromptBuilder:
                     param,
                 )
         return self._expand(list(ids), [], [], param, salts)
+
+    async def _load_videos(self, refs: list[ImageRef], budget: ImageBudget) -> list[SampledVideo]:
+        """Each video fetched (or read from its data: URL) and decoded in the decode pool;
+        a 400 when their frame groups together pass `video_max_groups`."""
+        if not refs:
+            return []
+        assert self.videos is not None
+        decoder, sampling = self.videos, self.adapter.video_sampling
+
+        async def one(ref: ImageRef) -> SampledVideo:
+            data = await video_bytes(
+                ref.url, self.fetcher, decoder.limits.max_bytes, ref.param, budget
+            )
+            return await decoder.decode(data, sampling, ref.param)
+
+        videos = list(await asyncio.gather(*(one(ref) for ref in refs)))
+        check_group_count(
+            sum(video.num_groups for video in videos), decoder.limits.max_groups, "messages"
+        )
+        return videos
 
     async def _load(self, refs: list[ImageRef], budget: ImageBudget) -> list[bytes]:
         max_bytes = self.policy.max_bytes

@@ -57,6 +57,10 @@ class ModelAdapter(ABC):
     uses_mrope: ClassVar[bool] = False
     # False for a plain language model (iris.models.text_only): an image part is refused.
     takes_images: ClassVar[bool] = True
+    # Video (docs/design.md §2, "Video"): a family that takes it sets these and implements
+    # `video_sampling`, `video_group_token_count` and `expand_video` (one item per frame group).
+    takes_video: ClassVar[bool] = False
+    video_placeholder_text: ClassVar[str] = ""
 
     @classmethod
     def text_family_of(cls, config: dict) -> str:
@@ -213,7 +217,9 @@ class ModelAdapter(ABC):
         if self.takes_images and prompt.count(self.placeholder_marker) != images:
             # Some templates render only string content: give them the flattened form.
             prompt = tokenizer.apply_chat_template(
-                flatten_content(template_messages, self.image_placeholder_text),
+                flatten_content(
+                    template_messages, self.image_placeholder_text, self.video_placeholder_text
+                ),
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
                 **extra,
@@ -365,6 +371,45 @@ class ModelAdapter(ABC):
     @abstractmethod
     def vision_runner(self, device: Any = "cpu", dtype: Any = None) -> VisionRunner:
         """The vision tower + projector of this checkpoint (imports torch)."""
+
+    def expand_media(
+        self,
+        input_ids: Sequence[int],
+        image_grids: Sequence[Grid],
+        videos: Sequence[tuple[Sequence[float], Grid]] = (),
+    ) -> tuple[list[int], list[list[Span]], list[list[Span]]]:
+        """`expand_prompt` for the images, then each video placeholder (the video token, in
+        order) expanded by `expand_video` with its groups' (timestamps, grid). Returns the
+        ids, each image's spans and each video's per-group spans. ValueError when the
+        placeholders and the media do not match."""
+        expanded, image_spans = self.expand_prompt(input_ids, image_grids)
+        if not videos:
+            if self.takes_video and self.video_token_id in expanded:
+                raise ValueError("prompt has a video placeholder but no video was given")
+            return expanded, image_spans, []
+        if not self.takes_video:
+            raise ValueError(f"model {self.architecture} takes no video")
+        positions = [i for i, token in enumerate(expanded) if token == self.video_token_id]
+        if len(positions) != len(videos):
+            raise ValueError(
+                f"prompt has {len(positions)} video placeholder(s) for {len(videos)} video(s)"
+            )
+        video_spans: list[list[Span]] = [[] for _ in videos]
+        # Last first: an expansion moves only the spans after it.
+        for index in reversed(range(len(videos))):
+            position = positions[index]
+            timestamps, grid = videos[index]
+            before = len(expanded)
+            expanded, spans = self.expand_video(expanded, position, timestamps, grid)
+            shift = len(expanded) - before
+
+            def moved(span: Span, shift: int = shift, position: int = position) -> Span:
+                return (span[0] + shift, span[1] + shift) if span[0] > position else span
+
+            image_spans = [[moved(span) for span in spans_] for spans_ in image_spans]
+            video_spans = [[moved(span) for span in spans_] for spans_ in video_spans]
+            video_spans[index] = list(spans)
+        return expanded, image_spans, video_spans
 
     def mrope_positions(self, input_ids_len: int, items: Sequence[Any]):
         """M-RoPE position ids [3, N] and the delta; only for families with `uses_mrope`."""

@@ -1,8 +1,9 @@
 """OpenAI-style chat messages -> the structured form HF chat templates expect.
 
 An OpenAI message's content is a string or a list of parts; text parts stay text, image
-parts (`image_url`, `input_image`, `image`) become `{"type": "image"}` so the template
-renders the family's image placeholder. Pixels are handled elsewhere (the gateway).
+parts (`image_url`, `input_image`, `image`) become `{"type": "image"}` and video parts
+(`video_url`, `video`) `{"type": "video"}`, so the template renders the family's image or
+video placeholder. Pixels and frames are handled elsewhere (the gateway).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
+VIDEO_PART_TYPES = frozenset({"video_url", "video"})
 TEXT_PART_TYPES = frozenset({"text", "input_text"})
 
 
@@ -22,12 +24,14 @@ def _part(part: Any, where: str) -> dict:
     kind = part["type"]
     if kind in IMAGE_PART_TYPES:
         return {"type": "image"}
+    if kind in VIDEO_PART_TYPES:
+        return {"type": "video"}
     if kind in TEXT_PART_TYPES:
         text = part.get("text")
         if not isinstance(text, str):
             raise ValueError(f"{where}: text part needs a string 'text', got {text!r}")
         return {"type": "text", "text": text}
-    supported = ", ".join(sorted(IMAGE_PART_TYPES | TEXT_PART_TYPES))
+    supported = ", ".join(sorted(IMAGE_PART_TYPES | VIDEO_PART_TYPES | TEXT_PART_TYPES))
     raise ValueError(f"{where}: unsupported content part type {kind!r} (supported: {supported})")
 
 
@@ -50,15 +54,16 @@ def to_template_messages(messages: Sequence[dict]) -> tuple[list[dict], int]:
     return normalised, images
 
 
-def flatten_content(messages: list[dict], image_text: str) -> list[dict]:
-    """Messages with list content joined into one string (images as `image_text`), for
-    templates that only render string content."""
+def flatten_content(messages: list[dict], image_text: str, video_text: str = "") -> list[dict]:
+    """Messages with list content joined into one string (images as `image_text`, videos
+    as `video_text`), for templates that only render string content."""
+    marks = {"image": image_text, "video": video_text}
     flat = []
     for message in messages:
         content = message["content"]
         if isinstance(content, list):
             content = "".join(
-                image_text if part["type"] == "image" else part["text"] for part in content
+                marks[part["type"]] if part["type"] in marks else part["text"] for part in content
             )
         flat.append({**message, "content": content})
     return flat

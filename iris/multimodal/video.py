@@ -74,11 +74,14 @@ class VideoSampling:
     merge_size: int = 2
     min_pixels: int = 128 * 32 * 32  # the video processor's size: over T frames
     max_pixels: int = 768 * 32 * 32
+    # Qwen2-VL / Qwen2.5-VL's video processor bounds one frame (its smart_resize has no
+    # frame count); Qwen3-VL's bounds the T frames of a group together.
+    per_frame_bounds: bool = False
 
     def resized(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) of every frame: the processor's smart_resize for T frames."""
         factor = self.patch_size * self.merge_size
-        frames = self.temporal_patch_size
+        frames = 1 if self.per_frame_bounds else self.temporal_patch_size
         if height < factor or width < factor:
             scale = max(factor / height, factor / width)
             height, width = int(height * scale), int(width * scale)

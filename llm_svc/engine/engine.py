@@ -168,6 +168,9 @@ class LLMEngine:
             full_layers=windows is None or bool(runner.full_layers),
         )  # fmt: skip
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
+        # A video frame group's placeholder (Qwen families' <|video_pad|>) is never text.
+        video = self.adapter.config.get("video_token_id") if self.adapter else None
+        self.video_token_id = int(video) if video is not None else None
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed, self.runner.device)
@@ -281,6 +284,7 @@ class LLMEngine:
             items=items,
             accepts_images=self.fetcher is not None,
             image_token_id=self.image_token_id,
+            video_token_id=self.video_token_id,
         )
         check_cache_salt(cache_salt)
         if items and self.fetcher is not None:

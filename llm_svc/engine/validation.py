@@ -16,12 +16,13 @@ def check_token_ids(
     vocab_size: int,
     items: Sequence[MultimodalItem] = (),
     image_token_id: int | None = None,
+    video_token_id: int | None = None,
 ) -> np.ndarray:
     """The prompt as int64. This is the one place that decides which ids are allowed: ids
     inside an item's spans must be that item's sentinels in rotation (its
     `padding_sequence`); every other id must lie in [0, vocab_size) and must not be the
-    model's image placeholder token (an image without an item). Items are checked first
-    (`check_items`)."""
+    model's image or video placeholder token (an image or frame group without an item).
+    Items are checked first (`check_items`)."""
     ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
     if ids.size == 0:
         raise InvalidRequestError("prompt_token_ids", [], "the prompt must not be empty")
@@ -57,6 +58,15 @@ def check_token_ids(
                 image_token_id,
                 f"image placeholder outside every item's span: the prompt has more images "
                 f"than its {len(items)} item(s)",
+            )
+    if video_token_id is not None:
+        stray = np.flatnonzero(text & (ids == video_token_id))
+        if stray.size:
+            raise InvalidRequestError(
+                f"prompt_token_ids[{int(stray[0])}]",
+                video_token_id,
+                f"video placeholder outside every item's span: the prompt has more video "
+                f"frame groups than its {len(items)} item(s)",
             )
     return ids
 
@@ -98,10 +108,11 @@ def check_request(
     items: Sequence[MultimodalItem] = (),
     accepts_images: bool = False,
     image_token_id: int | None = None,
+    video_token_id: int | None = None,
 ) -> list[int]:
     """Validate one request; returns its prompt ids as a list of ints."""
     check_items(items, len(token_ids), accepts_images=accepts_images)
-    ids = check_token_ids(token_ids, vocab_size, items, image_token_id)
+    ids = check_token_ids(token_ids, vocab_size, items, image_token_id, video_token_id)
     if ids.size >= max_model_len:
         raise InvalidRequestError(
             "prompt length", int(ids.size), f"must be < max_model_len {max_model_len}"

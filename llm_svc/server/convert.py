@@ -31,7 +31,8 @@ _CONSTRAINT_KINDS = {
 }
 # The pod embeds images only: a VIDEO or AUDIO item would be scattered as if it were an
 # image, so the wire's other modalities are refused by name.
-_MODALITIES = {common_pb2.IMAGE: Modality.IMAGE}
+# A VIDEO item is one frame group, read from the cache like an image.
+_MODALITIES = {common_pb2.IMAGE: Modality.IMAGE, common_pb2.VIDEO: Modality.VIDEO}
 
 
 def sampling_params(
@@ -109,7 +110,7 @@ def _item(index: int, proto: common_pb2.MultimodalItem) -> MultimodalItem:
         name = common_pb2.Modality.Name(proto.modality) if _known(proto.modality) else None
         raise RequestError(
             f"{where}.modality={name or proto.modality} is not supported: this pod serves "
-            "IMAGE items only"
+            "IMAGE and VIDEO items only"
         )
     item = MultimodalItem(modality=modality)
     if proto.identity:

@@ -32,8 +32,12 @@ def _cases(qwen):
          "items[1]: hash 0000000000000001 is not the identity's first 8 bytes"),
         ("zero tokens", [encode_item(qwen, image, token_count=0)], INVALID,
          "items[0]: token_count must be > 0"),
+        # A VIDEO item is a frame group, identified by its packed frames: an image's
+        # identity sent as one is not that group's.
         ("video", [encode_item(qwen, image, modality=common_pb2.VIDEO)], INVALID,
-         "items[0]: modality VIDEO is not supported"),
+         "items[0]: identity"),
+        ("audio", [encode_item(qwen, image, modality=common_pb2.AUDIO)], INVALID,
+         "items[0]: modality AUDIO is not supported"),
         ("no image", [_without_image(good)], INVALID, "items[0]: image is empty"),
         ("too many", [good] * 5, INVALID, "request has 5 items, over the limit of 4"),
     ]  # fmt: skip

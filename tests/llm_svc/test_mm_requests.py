@@ -69,6 +69,10 @@ CASES = {
         lambda ids, items: _set(ids, 3, 405),
         ["prompt_token_ids[3]", "image placeholder outside", "1 item(s)"],
     ),
+    "unpadded video placeholder (a frame group without an item)": (
+        lambda ids, items: _set(ids, 3, 406),
+        ["prompt_token_ids[3]", "video placeholder outside", "1 item(s)"],
+    ),
     "item without a key": (
         lambda ids, items: items.append(MultimodalItem(Modality.IMAGE, offsets=[(30, 31)])),
         ["items[1]", "identity or a hash"],

@@ -59,6 +59,10 @@ class QwenVisionRunner(VisionRunner):
         self.tower.load_state_dict(tensors, strict=True)
         self.tower.to(device=self.device, dtype=self.dtype).eval()
 
+    # The video processor's image_mean / image_std (Qwen2VLVideoProcessor: OpenAI CLIP's).
+    video_mean = (0.48145466, 0.4578275, 0.40821073)
+    video_std = (0.26862954, 0.26130258, 0.27577711)
+
     @staticmethod
     def tower_class(model_type: str):
         """The transformers vision-tower class for the checkpoint's `model_type`."""
@@ -70,6 +74,35 @@ class QwenVisionRunner(VisionRunner):
         token_count = grid[0] * grid[1] * grid[2] // self.adapter.merge_size**2
         pixels = torch.from_numpy(np.ascontiguousarray(out["pixel_values"]))
         return PreparedImage(pixel_values=pixels, grid=grid, token_count=token_count)
+
+    def preprocess_video_group(self, frames: np.ndarray) -> PreparedImage:
+        """One frame group (uint8 [T, H, W, 3], already sampled and resized by
+        iris.multimodal.video) as the video processor prepares it: rescaled, normalised
+        with the video processor's mean and std, patchified in its layout; grid (1, h, w).
+        The tower attends within one temporal group, so the group's rows are exactly its
+        rows inside the whole video's."""
+        sampling = self.adapter.video_sampling
+        count, height, width, _ = frames.shape
+        if count != sampling.temporal_patch_size:
+            raise ValueError(
+                f"a frame group has {sampling.temporal_patch_size} frames, got {count}"
+            )
+        patch, merge = sampling.patch_size, sampling.merge_size
+        if height % (patch * merge) or width % (patch * merge):
+            raise ValueError(f"frame size {width}x{height} is not a multiple of {patch * merge}")
+        mean = torch.tensor(self.video_mean, dtype=torch.float32).view(1, 3, 1, 1)
+        std = torch.tensor(self.video_std, dtype=torch.float32).view(1, 3, 1, 1)
+        video = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+        video = (video / 255.0 - mean) / std
+        grid_h, grid_w = height // patch, width // patch
+        patches = video.reshape(
+            1, count, 3, grid_h // merge, merge, patch, grid_w // merge, merge, patch
+        ).permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+        pixels = patches.reshape(grid_h * grid_w, 3 * count * patch * patch).contiguous()
+        grid = (1, grid_h, grid_w)
+        return PreparedImage(
+            pixel_values=pixels, grid=grid, token_count=grid_h * grid_w // merge**2
+        )
 
     @torch.inference_mode()
     def encode(self, prepared: list[PreparedImage]) -> list[torch.Tensor]:

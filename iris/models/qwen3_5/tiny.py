@@ -46,12 +46,13 @@ CHAT_TEMPLATE = (
 )
 
 # The image-text models' template: the same, with a message's content parts rendered
-# (an image as <|vision_start|><|image_pad|><|vision_end|>).
+# (an image as <|vision_start|><|image_pad|><|vision_end|>, a video with <|video_pad|>).
 _RENDER = (
     "{% macro render(content) %}"
     "{% if content is string %}{{ content }}"
     "{% elif content %}{% for part in content %}"
     "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}"
     "{% endmacro %}"

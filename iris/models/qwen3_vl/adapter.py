@@ -3,7 +3,6 @@ deepstack levels in every embedding (no torch here)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -11,7 +10,6 @@ from typing import Any
 from iris.models.base import Grid, Span
 from iris.models.qwen2_vl.adapter import Qwen2VLAdapter
 from iris.models.registry import register
-from iris.multimodal.video import VideoSampling
 
 # Qwen3VLVideoProcessor's defaults, used when the checkpoint has no video processor config.
 _VIDEO_DEFAULTS = {"fps": 2, "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2}
@@ -34,41 +32,14 @@ class Qwen3VLAdapter(Qwen2VLAdapter):
         return len(vision.get("deepstack_visual_indexes") or ())
 
     # -- video: one item per frame group (docs/design.md §2, "Video") ----------------------
+    # Qwen2.5-VL's rules (Qwen2VLAdapter) with Qwen3VLVideoProcessor's defaults, a pixel
+    # budget over a group's T frames, and a timestamp in the text before every group.
 
-    video_token = "<|video_pad|>"
-
-    @property
-    def video_token_id(self) -> int:
-        return int(self.config["video_token_id"])
-
-    @cached_property
-    def video_sampling(self) -> VideoSampling:
-        """The video processor's fps, patching and `size` bounds: video_preprocessor_config.json,
-        or the "video_processor" entry of processor_config.json, else its class defaults."""
-        settings: dict = {}
-        path = self.model_dir / "video_preprocessor_config.json"
-        if path.is_file():
-            settings = json.loads(path.read_text())
-        elif (self.model_dir / "processor_config.json").is_file():
-            processor = json.loads((self.model_dir / "processor_config.json").read_text())
-            settings = processor.get("video_processor") or {}
-        values = {key: settings.get(key) or default for key, default in _VIDEO_DEFAULTS.items()}
-        size = settings.get("size") or _VIDEO_SIZE
-        return VideoSampling(
-            fps=float(values["fps"]),
-            temporal_patch_size=int(values["temporal_patch_size"]),
-            patch_size=int(values["patch_size"]),
-            merge_size=int(values["merge_size"]),
-            min_pixels=int(size["shortest_edge"]),
-            max_pixels=int(size["longest_edge"]),
-        )
-
-    def video_group_token_count(self, width: int, height: int) -> tuple[int, Grid]:
-        """(tokens, grid (1, h, w) in patches) of one frame group of resized frames
-        `width` x `height`: the processor's get_num_of_video_patches for T frames / merge^2."""
-        patch = self.video_sampling.patch_size
-        grid = (1, height // patch, width // patch)
-        return grid[1] * grid[2] // self.merge_size**2, grid
+    takes_video = True
+    video_time_interval = None  # groups are placed as images: their time is in the text
+    _video_defaults = _VIDEO_DEFAULTS
+    _video_size = _VIDEO_SIZE
+    _video_per_frame_bounds = False
 
     def expand_video(
         self, input_ids: Sequence[int], position: int, timestamps: Sequence[float], grid: Grid

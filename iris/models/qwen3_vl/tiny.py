@@ -24,6 +24,7 @@ CHAT_TEMPLATE = (
     "{% if content is string %}{{ content }}"
     "{% elif content %}{% for part in content %}"
     "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}"
     "{% endmacro %}"

@@ -216,9 +216,9 @@ def test_a_well_formed_request_succeeds_on_the_same_gateway(client, model_name):
     assert response.status_code == 200, response.text
 
 
-def test_a_video_part_is_refused_naming_that_video_is_not_yet_served(client, model_name):
-    """Video is decoded and identified (gateway/intake/videos.py) but not carried to the
-    encoder and pods: the route must say so, not fail later or serve it as nothing."""
+def test_a_video_part_to_a_model_without_video_is_refused_by_name(client, model_name):
+    """Qwen2-VL here takes images only: a video part is a 400 naming the part, not served
+    as nothing."""
     part = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
     text = {"type": "text", "text": "what happens?"}
     body = chat(messages=[{"role": "user", "content": [text, part]}])
@@ -226,4 +226,5 @@ def test_a_video_part_is_refused_naming_that_video_is_not_yet_served(client, mod
     assert_openai_error(response, 400)
     error = response.json()["error"]
     assert error["param"] == "messages[0].content[1]"
-    assert "video input (video_url) is not yet served" in error["message"]
+    assert "takes no video" in error["message"]
+    assert error["code"] == "videos_not_supported"

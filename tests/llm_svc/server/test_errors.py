@@ -80,9 +80,6 @@ BAD_REQUESTS = {
     "overlapping items": (
         _with(items=[_item(), _item(identity=b"\2" * 32)]), ["overlaps"]
     ),
-    "a video item": (
-        _with(items=[_item(modality=common_pb2.VIDEO)]), ["items[0].modality=VIDEO", "IMAGE"]
-    ),
     "an audio item": (
         _with(items=[_item(modality=common_pb2.AUDIO)]), ["items[0].modality=AUDIO", "IMAGE"]
     ),
