@@ -203,10 +203,11 @@ def test_prompt_tokens_are_charged_to_the_key(door):
     assert "prompt tokens per second" in openai_error(refused.json())["message"]
 
 
-def noise_png(seed: int) -> str:
+def noise_png(seed: int, height: int = 48, width: int = 64) -> str:
     rng = np.random.default_rng(seed)
     buffer = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(buffer, "PNG")
+    noise = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(buffer, "PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
@@ -237,12 +238,16 @@ def test_the_images_of_a_request_share_a_pixel_budget(door):
     assert f"per-request limit of {3 * 64 * 48}" in openai_error(refused.json())["message"]
 
 
-def test_an_encode_too_large_for_one_message_is_413(door):
-    one, two, three = (noise_png(seed) for seed in fresh_seeds(3))
-    assert chat(door, "encode", with_images(one)).status_code == 200  # one fits
-    refused = chat(door, "encode", with_images(two, three))  # two new ones do not
+def test_an_image_too_large_for_any_encode_message_is_413(door):
+    one, two, big = fresh_seeds(3)
+    # Two new images (~9.2 KB each) do not fit one 14,000-byte Encode message together:
+    # they go in two.
+    assert chat(door, "encode", with_images(noise_png(one), noise_png(two))).status_code == 200
+    # One of ~20.7 KB (within the request's 25,000 image bytes and its pixels) fits none.
+    refused = chat(door, "encode", with_images(noise_png(big, 72, 96)))
     assert refused.status_code == 413
-    assert "over the limit of 14000" in openai_error(refused.json())["message"]
+    message = openai_error(refused.json())["message"]
+    assert "an image to encode" in message and "over the limit of 14000" in message
 
 
 def closed_by_the_server(sock: socket.socket) -> bool:
