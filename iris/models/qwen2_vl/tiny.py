@@ -76,7 +76,6 @@ def _vision_config(qwen2_5: bool) -> dict:
 
 
 def _build(out_dir: Path, seed: int, qwen2_5: bool) -> None:
-    import torch
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
@@ -86,9 +85,6 @@ def _build(out_dir: Path, seed: int, qwen2_5: bool) -> None:
 
     config_cls = Qwen2_5_VLConfig if qwen2_5 else Qwen2VLConfig
     model_cls = Qwen2_5_VLForConditionalGeneration if qwen2_5 else Qwen2VLForConditionalGeneration
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
 
     tokenizer = build_tokenizer(SPECIAL_TOKENS)
     ids, vocab_size = tiny_vocab(tokenizer, SPECIAL_TOKENS)
@@ -105,10 +101,34 @@ def _build(out_dir: Path, seed: int, qwen2_5: bool) -> None:
         "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": ids["<|endoftext|>"],
     }
-    vision_config = _vision_config(qwen2_5)
+    save_tiny_qwen_vl(
+        out_dir, model_cls, config_cls, tokenizer, ids, seed, CHAT_TEMPLATE, PREPROCESSOR,
+        text_config=text_config, vision_config=_vision_config(qwen2_5),
+    )  # fmt: skip
+
+
+def save_tiny_qwen_vl(
+    out_dir: Path,
+    model_cls,
+    config_cls,
+    tokenizer,
+    ids: dict,
+    seed: int,
+    chat_template: str,
+    preprocessor: dict,
+    **config_parts,
+) -> None:
+    """What every tiny Qwen VLM writes (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5): the model
+    built from `config_parts` (text and vision configs) and Qwen's vision token ids, with
+    weights from `seed`; the fast tokenizer with `chat_template`; the image processor's
+    `preprocessor` settings."""
+    import torch
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
     config = config_cls(
-        text_config=text_config,
-        vision_config=vision_config,
+        **config_parts,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -125,9 +145,9 @@ def _build(out_dir: Path, seed: int, qwen2_5: bool) -> None:
         bos="<|endoftext|>",
         eos="<|im_end|>",
         pad="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
     )
-    Qwen2VLImageProcessorPil(**PREPROCESSOR).save_pretrained(str(out_dir))
+    Qwen2VLImageProcessorPil(**preprocessor).save_pretrained(str(out_dir))
     _normalise_preprocessor(out_dir)
 
 

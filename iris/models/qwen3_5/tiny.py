@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from iris.models.qwen2_vl.tiny import SPECIAL_TOKENS as VL_SPECIAL_TOKENS
-from iris.models.qwen2_vl.tiny import _normalise_preprocessor
+from iris.models.qwen2_vl.tiny import save_tiny_qwen_vl
 from iris.models.tokenizer_build import (
     TINY_TEXT_SHAPE,
     build_tokenizer,
@@ -158,11 +158,6 @@ def build_vl_moe(out_dir: Path, seed: int = 0) -> None:
 
 
 def _build_vl(out_dir: Path, seed: int, moe: bool) -> None:
-    import torch
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
-
     from iris.models.qwen3_vl.tiny import PREPROCESSOR, _vision_config
 
     if moe:
@@ -176,26 +171,8 @@ def _build_vl(out_dir: Path, seed: int, moe: bool) -> None:
     ids, vocab_size = tiny_vocab(tokenizer, VL_SPECIAL_TOKENS)
     vision = _vision_config()
     del vision["deepstack_visual_indexes"]  # Qwen3.5's tower has none
-    config = Config(
+    save_tiny_qwen_vl(
+        out_dir, Model, Config, tokenizer, ids, seed, VL_CHAT_TEMPLATE, PREPROCESSOR,
         text_config=_text_config(ids, vocab_size, moe) | {"rope_parameters": VL_ROPE},
         vision_config=vision,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
-    config.architectures = [Model.__name__]
-    torch.manual_seed(seed)
-    model = Model(config).eval()
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    save_fast_tokenizer(
-        tokenizer,
-        out_dir,
-        bos="<|endoftext|>",
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        chat_template=VL_CHAT_TEMPLATE,
-    )
-    Qwen2VLImageProcessorPil(**PREPROCESSOR).save_pretrained(str(out_dir))
-    _normalise_preprocessor(out_dir)
+    )  # fmt: skip

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iris.models.qwen2_vl.tiny import SPECIAL_TOKENS, _normalise_preprocessor
+from iris.models.qwen2_vl.tiny import SPECIAL_TOKENS, save_tiny_qwen_vl
 from iris.models.tokenizer_build import (
     TINY_TEXT_SHAPE,
     build_tokenizer,
-    save_fast_tokenizer,
     tiny_vocab,
 )
 
@@ -127,11 +126,6 @@ def _vision_config() -> dict:
 
 
 def _build(out_dir: Path, seed: int, moe: bool) -> None:
-    import torch
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
-
     if moe:
         from transformers import Qwen3VLMoeConfig as Config
         from transformers import Qwen3VLMoeForConditionalGeneration as Model
@@ -141,26 +135,7 @@ def _build(out_dir: Path, seed: int, moe: bool) -> None:
 
     tokenizer = build_tokenizer(SPECIAL_TOKENS)
     ids, vocab_size = tiny_vocab(tokenizer, SPECIAL_TOKENS)
-    config = Config(
-        text_config=_text_config(ids, vocab_size, moe),
-        vision_config=_vision_config(),
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
-    config.architectures = [Model.__name__]
-    torch.manual_seed(seed)
-    model = Model(config).eval()
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    save_fast_tokenizer(
-        tokenizer,
-        out_dir,
-        bos="<|endoftext|>",
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE,
-    )
-    Qwen2VLImageProcessorPil(**PREPROCESSOR).save_pretrained(str(out_dir))
-    _normalise_preprocessor(out_dir)
+    save_tiny_qwen_vl(
+        out_dir, Model, Config, tokenizer, ids, seed, CHAT_TEMPLATE, PREPROCESSOR,
+        text_config=_text_config(ids, vocab_size, moe), vision_config=_vision_config(),
+    )  # fmt: skip
