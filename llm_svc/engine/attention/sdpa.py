@@ -31,7 +31,9 @@ class _Chunk:
     windowed: dict  # window → its mask, built on first use in the step
 
     def mask_for(self, window: int | None) -> torch.Tensor | None:
-        if window is None:
+        # Every key lies inside the window of every query while the context fits in it:
+        # then the window changes nothing, and SDPA keeps its causal fast path.
+        if window is None or self.context <= window:
             return self.mask
         if window not in self.windowed:
             keys = torch.arange(self.context, device=self.rows.device)[None, :]
@@ -50,7 +52,7 @@ class _DecodeBatch:
     windowed: dict  # window → its mask, built on first use in the step
 
     def mask_for(self, window: int | None) -> torch.Tensor:
-        if window is None:
+        if window is None or self.width <= window:
             return self.mask
         if window not in self.windowed:
             keys = torch.arange(self.width, device=self.lengths.device)[None, :]
