@@ -807,8 +807,9 @@ def main() -> None:
         help="shared library images (Zipf popularity)",
     )  # fmt: skip
     parser.add_argument(
-        "--upload-share", type=float, default=DEFAULT_SHAPE.upload_share,
-        help="of the images attached, the share that are the user's own upload (unique)",
+        "--upload-share", type=float, default=None,
+        help="of the images attached, the share that are the user's own upload (unique); "
+        f"default {DEFAULT_SHAPE.upload_share}, with --goodput 0.15 (see bench/goodput.py)",
     )  # fmt: skip
     parser.add_argument(
         "--later-image", type=float, default=DEFAULT_SHAPE.later_image,
@@ -883,6 +884,10 @@ def main() -> None:
         parser.error(f"--seeds must be >= 1, got {args.seeds}")
     if args.users < 1 or args.turns < 1 or args.library < 1:
         parser.error("--users, --turns and --library must be >= 1")
+    if args.upload_share is None:
+        from bench.goodput import GOODPUT_UPLOAD_SHARE
+
+        args.upload_share = GOODPUT_UPLOAD_SHARE if args.goodput else DEFAULT_SHAPE.upload_share
     for name in ("upload_share", "later_image"):
         if not 0 <= getattr(args, name) <= 1:
             parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
