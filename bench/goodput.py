@@ -71,9 +71,9 @@ GOODPUT_MODES = [
 # (a)'s goodput over the other mode's: the issue's targets.
 TARGETS = [("b", 2.0), ("c", 1.3)]
 QUICK = {"point_turns": 24, "bisections": 1, "wall_cap_min": 12.0, "calibration_users": 3}
+FULL = {"point_turns": 100, "bisections": 4, "wall_cap_min": 60.0, "calibration_users": 6}
 # Uploads, as a share of attached images, when --upload-share is not given (see above).
 GOODPUT_UPLOAD_SHARE = 0.15
-FULL = {"point_turns": 100, "bisections": 4, "wall_cap_min": 60.0, "calibration_users": 6}
 
 
 @dataclass
@@ -123,14 +123,15 @@ def calibrate(platform, args: Namespace, workload) -> tuple[float, float, float,
     result = asyncio.run(workload.drive(platform, plan, images, run_args, "calibration", 0))
     ok = [t for t in result.turns if t.ok]
     first = [t.ttft_s for t in ok if t.turn == 0]
-    tpots = [t.tpot_s for t in timings(result) if t.ok and t.tpot_s is not None]
+    turns = timings(result)
+    tpots = [t.tpot_s for t in turns if t.ok and t.tpot_s is not None]
     if not first or not tpots:
         raise RuntimeError(f"calibration answered no usable turn ({len(result.turns)} sent)")
     return (
         statistics.median(first),
         statistics.median(tpots),
         statistics.fmean(t.total_s for t in ok),
-        timings(result),
+        turns,
     )
 
 
