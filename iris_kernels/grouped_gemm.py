@@ -40,6 +40,7 @@ def _grouped_gemm_kernel(
     x_row_stride,
     w_expert_stride,
     w_row_stride,
+    w_col_stride,
     out_row_stride,
     HAS_SCALE: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -69,9 +70,10 @@ def _grouped_gemm_kernel(
             mask=row_ok[:, None] & k_ok[None, :],
             other=0.0,
         )
-        # The weight tile read transposed: [BLOCK_K, BLOCK_N] of weight[e] [N, K].
+        # The weight tile read transposed: [BLOCK_K, BLOCK_N] of weight[e] [N, K] (row- or
+        # column-major: the CPU lays experts out column-major, models/cpu_layout.py).
         b = tl.load(
-            w_base + cols[None, :] * w_row_stride + ks[:, None],
+            w_base + cols[None, :] * w_row_stride + ks[:, None] * w_col_stride,
             mask=k_ok[:, None] & col_ok[None, :],
             other=0.0,
         )
@@ -110,7 +112,8 @@ def expert_tiles(counts: torch.Tensor, rows: int, block_m: int = BLOCK_M):
 
 def check_gemm_operands(x, weight, counts, row_scale) -> None:
     """ValueError unless x [M, K], weight [E, N, K] and counts [E] (and row_scale [M]) fit:
-    same device, x and weight of one float dtype, rows of x and weight contiguous."""
+    same device, x and weight of one float dtype, rows of x contiguous (weight may have any
+    strides)."""
     if x.dim() != 2 or weight.dim() != 3:
         raise ValueError(
             f"x must be [M, K] and weight [E, N, K], got {tuple(x.shape)} and {tuple(weight.shape)}"
@@ -126,8 +129,8 @@ def check_gemm_operands(x, weight, counts, row_scale) -> None:
     for name, tensor in (("weight", weight), ("counts", counts), ("row_scale", row_scale)):
         if tensor is not None and tensor.device != x.device:
             raise ValueError(f"{name} is on {tensor.device}, x on {x.device}")
-    if x.shape[1] > 1 and (x.stride(1) != 1 or weight.stride(2) != 1):
-        raise ValueError(f"rows must be contiguous: x {x.stride()}, weight {weight.stride()}")
+    if x.shape[1] > 1 and x.stride(1) != 1:
+        raise ValueError(f"rows of x must be contiguous, got strides {x.stride()}")
 
 
 def grouped_gemm(
@@ -165,6 +168,7 @@ def grouped_gemm(
         x.stride(0),
         weight.stride(0),
         weight.stride(1),
+        weight.stride(2),
         out.stride(0),
         HAS_SCALE=row_scale is not None,
         PRECISION=dot_precision(x.dtype),

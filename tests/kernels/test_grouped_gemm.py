@@ -47,6 +47,22 @@ def test_triton_equals_twin_on_ragged_expert_loads(runs_on, counts, n, k, scaled
     torch.testing.assert_close(got, twin, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize(("counts", "n", "k"), [LOADS[0], LOADS[2]])
+def test_column_major_experts_equal_row_major(runs_on, counts, n, k):
+    """The CPU lays experts out column-major (llm_svc/engine/models/cpu_layout.py): the
+    kernel reads the weight by its strides, so both layouts give the same product."""
+    generator = torch.Generator().manual_seed(n * k)
+    x = torch.randn(sum(counts), k, generator=generator)
+    weight = torch.randn(len(counts), n, k, generator=generator)
+    columns = weight.transpose(1, 2).contiguous().transpose(1, 2)
+    assert columns.stride() == (n * k, 1, n)
+    with runs_on("grouped_gemm", "triton"):
+        got = grouped_gemm(x, columns, torch.tensor(counts), backend="triton")
+    with runs_on("grouped_gemm", "torch"):
+        twin = grouped_gemm(x, weight, torch.tensor(counts), backend="torch")
+    torch.testing.assert_close(got, twin, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_triton_equals_twin_in_half_precision(runs_on, dtype):
     counts, n, k = LOADS[0]

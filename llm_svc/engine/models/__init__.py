@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
+from llm_svc.engine.models.cpu_layout import lay_out_for_cpu
 from llm_svc.engine.models.decoder import DecoderLM, DeepstackRows
 from llm_svc.engine.models.loader import (
     building_in,
@@ -43,6 +44,8 @@ def load_model(
 
             shards = shard_decoder(model, config, group)
         swap_quantized_layers(model, model_dir, dtype, device)
+        if device.type == "cpu" and dtype == torch.float32:
+            lay_out_for_cpu(model)  # MKL's fast operand layout (cpu_layout.py)
     # RoPE tables are computed on first use, in float32 (layers.RotaryEmbedding): nothing
     # computed needs rebuilding after the allocation.
     model = materialize(model, device)
