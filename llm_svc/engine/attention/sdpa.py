@@ -1,6 +1,7 @@
 """Attention with torch's scaled_dot_product_attention: works on CPU and GPU.
 
-Single-token queries (decode) of all sequences run as one padded batch per layer; longer
+Single-token queries (decode) run as padded batches per layer: one batch, or two when
+splitting the rows by context length saves enough of the padding (`decode_groups`); longer
 queries (prefill chunks) run one sequence at a time with a causal mask offset by the
 cached prefix (and, on a sliding-window layer, by the window: q - k < W), opened up to
 `attend_until` inside an image span that attends both ways. Context is
@@ -62,6 +63,28 @@ class _DecodeBatch:
         return self.windowed[window]
 
 
+# Split the decode rows in two batches only when that cuts the padded key slots gathered
+# and attended by at least this share: a second batch costs one more gather and SDPA call
+# per layer.
+SPLIT_SAVING = 0.25
+
+
+def decode_groups(contexts: list[int]) -> list[list[int]]:
+    """The decode rows (indices into `contexts`) as one group, or as two (shorter and
+    longer contexts) when the split leaves at most 1 - SPLIT_SAVING of one batch's padded
+    width x rows. A batch pads every row to its longest context."""
+    order = sorted(range(len(contexts)), key=contexts.__getitem__)
+    longest, count = contexts[order[-1]], len(order)
+    best, cut = count * longest, 0
+    for split in range(1, count):
+        area = split * contexts[order[split - 1]] + (count - split) * longest
+        if area < best:
+            best, cut = area, split
+    if cut and best <= (1 - SPLIT_SAVING) * count * longest:
+        return [sorted(order[:cut]), sorted(order[cut:])]
+    return [list(range(count))]
+
+
 class SdpaBackend(AttentionBackend):
     name = "sdpa"
 
@@ -70,23 +93,11 @@ class SdpaBackend(AttentionBackend):
         device = meta.slot_mapping.device
         self._slot_mapping = meta.slot_mapping
         self._chunks: list[_Chunk] = []
-        self._decode = None
-        decode_rows = [i for i, n in enumerate(meta.query_lens) if n == 1]
-        if decode_rows:
-            # Sizes come from the host lists, never from a device tensor (no sync); the
-            # rows, lengths and starts travel in one host→device copy.
-            count = len(decode_rows)
-            contexts = [meta.context_lens[i] for i in decode_rows]
-            starts = [meta.query_starts[i] for i in decode_rows]
-            host = np.asarray([*decode_rows, *contexts, *starts], dtype=np.int64)
-            index = to_device(host, device)
-            rows, lengths, token_index = index[:count], index[count : 2 * count], index[2 * count :]
-            max_pages = -(-max(contexts) // page_size)
-            tables = meta.block_tables.index_select(0, rows)[:, :max_pages]
-            width = max_pages * page_size
-            positions = torch.arange(width, device=device)
-            mask = (positions[None, :] < lengths[:, None])[:, None, None, :]
-            self._decode = _DecodeBatch(token_index, tables.reshape(-1), width, mask, lengths, {})
+        self._decode: list[_DecodeBatch] = []
+        decode = [i for i, n in enumerate(meta.query_lens) if n == 1]
+        if decode:
+            for group in decode_groups([meta.context_lens[i] for i in decode]):
+                self._decode.append(self._decode_batch(meta, [decode[j] for j in group]))
         for i, query_len in enumerate(meta.query_lens):
             if query_len == 1:
                 continue
@@ -102,6 +113,23 @@ class SdpaBackend(AttentionBackend):
             if context > query_len or meta.attend_until is not None:
                 mask = torch.arange(context, device=device)[None, :] <= until
             self._chunks.append(_Chunk(tokens, pages, context, mask, rows, until, {}))
+
+    def _decode_batch(self, meta: AttentionMetadata, decode_rows: list[int]) -> _DecodeBatch:
+        # Sizes come from the host lists, never from a device tensor (no sync); the rows,
+        # lengths and starts travel in one host→device copy.
+        page_size, device = self.kv_cache.page_size, meta.slot_mapping.device
+        count = len(decode_rows)
+        contexts = [meta.context_lens[i] for i in decode_rows]
+        starts = [meta.query_starts[i] for i in decode_rows]
+        host = np.asarray([*decode_rows, *contexts, *starts], dtype=np.int64)
+        index = to_device(host, device)
+        rows, lengths, token_index = index[:count], index[count : 2 * count], index[2 * count :]
+        max_pages = -(-max(contexts) // page_size)
+        tables = meta.block_tables.index_select(0, rows)[:, :max_pages]
+        width = max_pages * page_size
+        positions = torch.arange(width, device=device)
+        mask = (positions[None, :] < lengths[:, None])[:, None, None, :]
+        return _DecodeBatch(token_index, tables.reshape(-1), width, mask, lengths, {})
 
     def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
         """[slots, kv_heads, d] cache → [len(pages) * page_size, kv_heads, d]."""
@@ -121,8 +149,7 @@ class SdpaBackend(AttentionBackend):
     ) -> torch.Tensor:
         k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
         out = torch.empty_like(q)
-        if self._decode is not None:
-            batch = self._decode
+        for batch in self._decode:
             rows = batch.token_index.shape[0]
             query = q[batch.token_index].unsqueeze(2)  # [Bd, heads, 1, d]
             keys = self._gather(k_cache, batch.pages).view(rows, batch.width, *k.shape[1:])
