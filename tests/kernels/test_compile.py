@@ -109,7 +109,8 @@ def grouped_gemm_case(dtype: str, has_scale: bool):
         "x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
         "scale_ptr": f"*{dtype}", "tile_expert_ptr": "*i64", "tile_start_ptr": "*i64",
         "tile_end_ptr": "*i64", "N": "i32", "K": "i32", "x_row_stride": "i32",
-        "w_expert_stride": "i32", "w_row_stride": "i32", "out_row_stride": "i32",
+        "w_expert_stride": "i32", "w_row_stride": "i32", "w_col_stride": "i32",
+        "out_row_stride": "i32",
     }  # fmt: skip
     constants = {
         "HAS_SCALE": has_scale, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
