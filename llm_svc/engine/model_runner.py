@@ -51,9 +51,6 @@ class ModelRunner:
     (`num_window_pages`, page 0 the null page) for the sliding ones (docs/design.md §3
     "Pages per layer kind"); `window` is then their window, else None."""
 
-    # Tensor parallelism keeps one pool for every layer (its channel ships one table).
-    pages_per_kind = True
-
     def __init__(self, config: EngineConfig, group=None) -> None:
         self.config = config
         self.device = torch.device(config.device)
@@ -71,7 +68,7 @@ class ModelRunner:
         self.window: int | None = None
         self.num_window_pages = 0
         self.window_cache: KVCache | None = None
-        if self.sliding_layers and self.pages_per_kind and not mc.is_hybrid:
+        if self.sliding_layers and not mc.is_hybrid:
             self.window = mc.sliding_window
             self.num_pages, self.num_window_pages = self._kind_sizing(config)
             self._allocate_kinds(config)

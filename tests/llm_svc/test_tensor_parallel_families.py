@@ -1,7 +1,8 @@
 """Tensor parallelism (gloo, two CPU ranks) for the MoE families and Gemma 3: TP 2 gives
 TP 1's greedy tokens and log-probs, through chunked prefill, a prefix-cache hit,
-preemption and a JSON-constrained request; router decisions (recorded on rank 0, whose
-router input is the all-reduced hidden state every rank shares) may differ only at
+preemption and a JSON-constrained request, with the sliding layers' pages in their window
+pool on every rank, freed as they leave the window; router decisions (recorded on rank 0,
+whose router input is the all-reduced hidden state every rank shares) may differ only at
 near-ties of the top-k boundary, counted and printed (tp_compare.py)."""
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def runs(request):
                 decisions.clear()
                 first = _run(engine, batch)
                 again = _run(engine, batch[:1])
-                results[size] = (first, again, list(decisions), engine.stats())
+                windows = engine.blocks.windows
+                pool = (windows.num_pages, windows.peak_held, len(ids[0]))
+                results[size] = (first, again, list(decisions), engine.stats(), pool)
             finally:
                 engine.close()
     finally:
@@ -81,11 +84,17 @@ def runs(request):
 
 def test_tp2_equals_tp1(runs):
     arch, results = runs
-    (first1, again1, routers1, stats1), (first2, again2, routers2, stats2) = results[1], results[2]
+    first1, again1, routers1, stats1, pool1 = results[1]
+    first2, again2, routers2, stats2, pool2 = results[2]
     flips = compare_runs(first1, first2, arch) + compare_runs(again1, again2, f"{arch} again")
     router_flips = compare_routers(routers1, routers2, arch)
     print(f"\n{arch}: {len(flips)} near-tie flip(s), {len(router_flips)} router flip(s)")
     assert stats1.preemptions > 0 and stats2.preemptions > 0
     assert again1[0].cached > 0 and again2[0].cached > 0
+    # Both runs kept the sliding layers' KV in the window pool, and pages left it: the
+    # most one sequence held is below the long prompt's pages (the window is 8 tokens).
+    window_pages, peak, long_tokens = pool2
+    assert pool1 == pool2 and window_pages == 21  # num_pages + the null page
+    assert 0 < peak < -(-long_tokens // PAGE), pool2
     if arch != "gemma3_text":
         assert routers1

@@ -9,7 +9,8 @@ What crosses per step (every rank runs the same forward from it):
   any, rank 0's state-pool journal since the last step (J resets and copies, which the
   other ranks replay before the step: llm_svc/engine/state_pool.py);
 - device, int64: input ids [T], positions [P, T], KV slots [T], block tables [B, W],
-  sampled rows [N], image destination rows [R];
+  sampled rows [N], image destination rows [R]; for a model with a window pool (sliding
+  layers' pages of their own) also its slots [T] and tables [B, V];
 - device, the model dtype: image embedding rows [R, hidden].
 """
 
@@ -23,7 +24,8 @@ from llm_svc.engine.attention import AttentionMetadata
 from llm_svc.engine.parallel.group import RankGroup
 
 STEP, STOP, PING = 1, 2, 3
-_FIELDS = 10  # kind, T, B, W, N, R, P, U (attend_until sent), S (state slots sent), J
+# kind, T, B, W, N, R, P, U (attend_until sent), S (state slots sent), J, V (window width)
+_FIELDS = 11
 
 
 @dataclass
@@ -64,7 +66,9 @@ class StepChannel:
         header = self._header()
         sizes = [STEP, count, batch, meta.block_tables.shape[1], step.sample_rows.shape[0]]
         until, slots = meta.attend_until, step.state_slots
+        windows = meta.window_block_tables
         flags = [until is not None, slots is not None, len(step.journal)]
+        flags.append(0 if windows is None else windows.shape[1])
         header[:_FIELDS] = torch.tensor([*sizes, rows, positions.shape[0], *flags])
         lists = [*meta.query_starts, *meta.query_lens, *meta.context_lens, *(slots or [])]
         header[_FIELDS : _FIELDS + len(lists)] = torch.tensor(lists)
@@ -75,6 +79,8 @@ class StepChannel:
         parts += [meta.block_tables.reshape(-1), step.sample_rows]
         if until is not None:
             parts.append(until)
+        if windows is not None:
+            parts += [meta.window_slot_mapping, windows.reshape(-1)]
         if rows:
             parts.append(step.image_dest.to(self.group.device))
         self.group.broadcast(torch.cat(parts))
@@ -84,9 +90,9 @@ class StepChannel:
     def recv(self) -> tuple[int, StepMessage | None]:
         """(kind, the step for STEP else None)."""
         header = self.group.broadcast_host(self._header())
-        kind, count, batch, width, sampled, rows, pos_rows, has_until, has_slots, entries = header[
-            :_FIELDS
-        ].tolist()
+        fields = header[:_FIELDS].tolist()
+        kind, count, batch, width, sampled, rows, pos_rows, has_until, has_slots = fields[:9]
+        entries, window_width = fields[9:]
         if kind != STEP:
             return kind, None
         lists = header[_FIELDS : _FIELDS + (3 + has_slots) * batch].tolist()
@@ -94,11 +100,12 @@ class StepChannel:
         if entries:
             journal = self.group.broadcast_host(torch.empty(entries, 3, dtype=torch.int64))
             journal = [tuple(entry) for entry in journal.tolist()]
-        sizes = [count, pos_rows * count, count, batch * width, sampled, count * has_until, rows]
+        windowed = count if window_width else 0
+        sizes = [count, pos_rows * count, count, batch * width, sampled, count * has_until]
+        sizes += [windowed, batch * window_width, rows]
         packed = torch.empty(sum(sizes), dtype=torch.int64, device=self.group.device)
-        ids, positions, slots, tables, sample_rows, until, dest = self.group.broadcast(
-            packed
-        ).split(sizes)
+        parts = self.group.broadcast(packed).split(sizes)
+        ids, positions, slots, tables, sample_rows, until, window_slots, windows, dest = parts
         source = None
         if rows:
             source = torch.empty(rows, self.hidden, dtype=self.dtype, device=self.group.device)
@@ -107,10 +114,13 @@ class StepChannel:
             slot_mapping=slots,
             query_starts=lists[:batch],
             query_lens=lists[batch : 2 * batch],
-            context_lens=lists[2 * batch :],
+            context_lens=lists[2 * batch : 3 * batch],
             block_tables=tables.view(batch, width),
             attend_until=until if has_until else None,
         )
+        if window_width:
+            meta.window_slot_mapping = window_slots
+            meta.window_block_tables = windows.view(batch, window_width)
         positions = positions.view(pos_rows, count) if pos_rows > 1 else positions
         slots = lists[3 * batch :] if has_slots else None
         step = StepMessage(ids, positions, meta, sample_rows, dest if rows else None, source)

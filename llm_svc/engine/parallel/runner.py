@@ -29,11 +29,9 @@ log = logging.getLogger(__name__)
 
 
 class ShardRunner(ModelRunner):
-    """One rank's runner; `forward(message)` is a step as every rank runs it. Sliding
-    layers keep their pages in the one pool here (their windows masked, nothing freed):
-    the step channel carries one set of block tables."""
-
-    pages_per_kind = False
+    """One rank's runner; `forward(message)` is a step as every rank runs it. A model with
+    sliding layers has its window pool here too, each rank its heads' share of the same
+    pages: the step channel carries both pools' slots and tables."""
 
     def __init__(self, config: EngineConfig, group: RankGroup) -> None:
         self.group = group
@@ -46,6 +44,12 @@ class ShardRunner(ModelRunner):
 
     def _num_pages(self, config: EngineConfig) -> int:
         return self.group.min_host(super()._num_pages(config))
+
+    def _kind_sizing(self, config: EngineConfig) -> tuple[int, int]:
+        # One set of pages per pool: each the least any rank can hold (every rank's own
+        # split already fits it, so the pairwise minimum does too).
+        full, window = super()._kind_sizing(config)
+        return self.group.min_host(full), self.group.min_host(window)
 
     def _hybrid_sizing(self, config: EngineConfig) -> HybridSizing:
         # One set of slots: the pages and snapshot slots every rank can hold.
