@@ -23,6 +23,8 @@ from gateway.errors import APIError, bad_request
 from gateway.intake.budget import ImageBudget
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import decode_base64_image
+from gateway.intake.video_frames import SharedFrames, SharedVideo, receive
+from gateway.intake.video_frames import remove as remove_frames
 from gateway.intake.video_memory import VideoMemory
 from iris.multimodal import Modality, MultimodalItem, video_group_identity
 from iris.multimodal.video import (
@@ -39,12 +41,19 @@ from iris.multimodal.video import (
 log = logging.getLogger(__name__)
 
 
-def _decode(data: bytes, limits: VideoLimits, sampling: VideoSampling) -> SampledVideo | str:
-    """In a worker: the sampled video, or "setting\0message" for a refusal."""
+def _decode(data: bytes, limits: VideoLimits, sampling: VideoSampling) -> SharedVideo | str:
+    """In a worker: the sampled video, its frames in shared memory (video_frames.py), or
+    "setting\0message" for a refusal."""
+    store = SharedFrames(limits)
     try:
-        return sample_video(data, limits, sampling)
+        video = sample_video(data, limits, sampling, store)
     except VideoDecodeError as err:
+        store.remove()
         return f"{err.setting}\0{err}"
+    except BaseException:
+        store.remove()
+        raise
+    return store.hand_over(video)
 
 
 def _probe(data: bytes, limits: VideoLimits) -> VideoHeader | str:
@@ -99,8 +108,8 @@ class VideoDecoder:
         video's (the request's remaining groups, the bytes reserved for it)."""
         metrics.VIDEO_DECODES.inc()
         started = time.monotonic()
-        outcome = await self._run(_decode, data, limits or self.limits, sampling)
-        outcome = _refused_or(outcome, param)
+        shared = await self._run(_decode, data, limits or self.limits, sampling)
+        outcome = receive(_refused_or(shared, param))
         metrics.VIDEO_DECODE_SECONDS.observe(time.monotonic() - started)
         metrics.VIDEO_FRAMES_DECODED.inc(outcome.source_frames)
         metrics.VIDEO_SECONDS.inc(outcome.duration_s)
@@ -112,6 +121,9 @@ class VideoDecoder:
         future = self._pool.submit(fn, *args)
         try:
             return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(_remove_unread)  # the request is gone: so are its frames
+            raise
         except BrokenProcessPool:
             log.warning("a video decoder process died; starting the pool again")
             self._pool = None
@@ -121,6 +133,11 @@ class VideoDecoder:
                 code="overloaded",
                 retry_after=self.retry_after_s,
             ) from None
+
+
+def _remove_unread(future) -> None:
+    if not future.cancelled() and isinstance(future.exception() or future.result(), SharedVideo):
+        remove_frames(future.result().name)
 
 
 def _refused_or(outcome, param: str):

@@ -256,8 +256,19 @@ def probe_video(data: bytes | memoryview, limits: VideoLimits) -> VideoHeader:
         container.close()
 
 
+class FrameStore:
+    """Where the kept frames live: `keep` returns the array the video refers to (here the
+    frame itself; the gateway's decode workers put frames in shared memory instead)."""
+
+    def keep(self, frame: np.ndarray) -> np.ndarray:
+        return frame
+
+
 def sample_video(
-    data: bytes | memoryview, limits: VideoLimits, sampling: VideoSampling
+    data: bytes | memoryview,
+    limits: VideoLimits,
+    sampling: VideoSampling,
+    store: FrameStore | None = None,
 ) -> SampledVideo:
     """Decode `data` and take Iris's grid of frames (module docstring), under `limits`.
 
@@ -272,7 +283,7 @@ def sample_video(
 
     container = _open(data, limits)
     try:
-        return _sample(container, limits, sampling, started)
+        return _sample(container, limits, sampling, started, store or FrameStore())
     except av.FFmpegError:
         raise VideoDecodeError("video data is corrupt: decoding failed") from None
     finally:
@@ -283,7 +294,8 @@ class _Grid:
     """The grid's slots as they are taken: each decoded frame is resized once, when the grid
     first takes it, and every later slot that shows it refers to the same array."""
 
-    def __init__(self, limits: VideoLimits, sampling: VideoSampling) -> None:
+    def __init__(self, limits: VideoLimits, sampling: VideoSampling, store: FrameStore) -> None:
+        self.store = store
         self.limits = limits
         self.sampling = sampling
         self.distinct: list[np.ndarray] = []
@@ -326,7 +338,7 @@ class _Grid:
         rgb = frame.to_ndarray(format="rgb24")
         image = Image.fromarray(rgb).resize(self.size, Image.Resampling.BICUBIC)
         del rgb
-        self.distinct.append(np.asarray(image, dtype=np.uint8))
+        self.distinct.append(self.store.keep(np.asarray(image, dtype=np.uint8)))
         self._last = frame
 
     def pad(self) -> None:
@@ -335,7 +347,7 @@ class _Grid:
             self.slots.append(self.slots[-1])
 
 
-def _sample(container, limits: VideoLimits, sampling: VideoSampling, started: float):
+def _sample(container, limits, sampling: VideoSampling, started: float, store: FrameStore):
     stream = _video_stream(container)
     declared = _declared_duration(container, stream)
     if declared is not None and declared > limits.max_duration_s:
@@ -343,7 +355,7 @@ def _sample(container, limits: VideoLimits, sampling: VideoSampling, started: fl
             f"video lasts {declared:.1f} s, over the limit of {limits.max_duration_s} s",
             "video_max_duration_s",
         )
-    grid = _Grid(limits, sampling)
+    grid = _Grid(limits, sampling, store)
     source: tuple[int, int] | None = None
     first_t: float | None = None
     previous = None  # (t, frame) of the last decoded frame not yet passed by the grid
