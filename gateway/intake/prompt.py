@@ -175,6 +175,7 @@ class PromptBuilder:
                 f"request has {len(video_refs)} videos, over the limit of {self.max_videos}",
                 "messages",
                 "max_videos_per_request",
+                "too_many_videos",
             )
         if len(image_refs) > self.max_images:
             raise bad_request(

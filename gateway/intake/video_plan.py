@@ -95,6 +95,7 @@ def check_plans(plans: list[VideoPlan], limits: VideoLimits, tokens_left: int | 
             "text and images",
             "messages",
             "max_model_len",
+            "context_length_exceeded",
         )
 
 

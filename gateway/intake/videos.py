@@ -147,10 +147,10 @@ def _refused_or(outcome, param: str):
     return outcome
 
 
-def refused(message: str, param: str, setting: str) -> APIError:
+def refused(message: str, param: str, setting: str, code: str = "invalid_video") -> APIError:
     """A 400 for a video, its message naming `setting` (counted by setting)."""
     metrics.VIDEO_REFUSALS.labels(setting).inc()
-    return bad_request(f"{message} ({setting})", param, "invalid_video")
+    return bad_request(f"{message} ({setting})", param, code)
 
 
 async def video_bytes(
