@@ -41,24 +41,52 @@ class SharedVideo:
 
 class SharedFrames(FrameStore):
     """In a worker: frames kept in one segment, created at the first frame with room for
-    what `limits` allow (`max_decoded_bytes`, at most `max_frames` frames of its size)."""
+    what `limits` allow (`max_decoded_bytes`, at most `max_frames` frames of its size).
+    Each frame's pages are reserved before it is written (a full /dev/shm is an OSError
+    there, never a SIGBUS later); when they cannot be, the frames move to the worker's own
+    memory and the video goes back pickled, as any result does."""
 
     def __init__(self, limits: VideoLimits) -> None:
+        super().__init__()
         self.limits = limits
         self.segment: SharedMemory | None = None
+        self.shared = True
         self.used = 0
 
-    def keep(self, frame: np.ndarray) -> np.ndarray:
-        if self.segment is None:
-            most = self.limits.max_frames * frame.nbytes
-            self.segment = SharedMemory(create=True, size=min(self.limits.max_decoded_bytes, most))
+    def keep(self, frame: np.ndarray) -> None:
+        if self.shared and not self._reserve(frame.nbytes):
+            self._leave_shared_memory()
+        if not self.shared:
+            self.frames.append(frame)
+            return
+        assert self.segment is not None
         kept = np.ndarray(frame.shape, np.uint8, buffer=self.segment.buf, offset=self.used)
         kept[...] = frame
         self.used += frame.nbytes
-        return kept
+        self.frames.append(kept)
 
-    def hand_over(self, video: SampledVideo) -> SharedVideo:
-        """The video's layout for the gateway; this process's mapping is closed."""
+    def _reserve(self, nbytes: int) -> bool:
+        try:
+            if self.segment is None:
+                most = self.limits.max_frames * nbytes
+                size = min(self.limits.max_decoded_bytes, most)
+                self.segment = SharedMemory(create=True, size=max(size, nbytes))
+            os.posix_fallocate(self.segment._fd, self.used, nbytes)
+        except OSError:
+            return False
+        return True
+
+    def _leave_shared_memory(self) -> None:
+        for index, frame in enumerate(self.frames):
+            self.frames[index] = frame.copy()
+        self.shared = False
+        self.remove()
+
+    def hand_over(self, video: SampledVideo) -> SharedVideo | SampledVideo:
+        """The video's layout for the gateway (this process's mapping closed), or the video
+        itself when its frames left shared memory."""
+        if not self.shared:
+            return video
         assert self.segment is not None
         shared = SharedVideo(
             self.segment.name,
@@ -75,16 +103,19 @@ class SharedFrames(FrameStore):
         return shared
 
     def remove(self) -> None:
-        """The decode failed: the segment goes."""
+        """The decode failed (or its frames moved out): the segment goes."""
         if self.segment is not None:
             with contextlib.suppress(BufferError):
                 self.segment.close()
             remove(self.segment.name)
+            self.segment = None
 
 
-def receive(shared: SharedVideo) -> SampledVideo:
+def receive(shared: SharedVideo | SampledVideo) -> SampledVideo:
     """In the gateway: the video over the segment, mapped read-only; its name is removed
     now, its memory when the last frame is dropped."""
+    if isinstance(shared, SampledVideo):  # it came pickled: /dev/shm had no room
+        return shared
     frame = shared.height * shared.width * 3
     fd = os.open(os.path.join(_SHM_DIR, shared.name), os.O_RDONLY)
     try:

@@ -257,11 +257,15 @@ def probe_video(data: bytes | memoryview, limits: VideoLimits) -> VideoHeader:
 
 
 class FrameStore:
-    """Where the kept frames live: `keep` returns the array the video refers to (here the
-    frame itself; the gateway's decode workers put frames in shared memory instead)."""
+    """Where the kept frames live: `keep` appends a frame to `frames`, the list the sampled
+    video refers to (here the frame itself; the gateway's decode workers put frames in
+    shared memory instead, and may move them back)."""
 
-    def keep(self, frame: np.ndarray) -> np.ndarray:
-        return frame
+    def __init__(self) -> None:
+        self.frames: list[np.ndarray] = []
+
+    def keep(self, frame: np.ndarray) -> None:
+        self.frames.append(frame)
 
 
 def sample_video(
@@ -298,7 +302,7 @@ class _Grid:
         self.store = store
         self.limits = limits
         self.sampling = sampling
-        self.distinct: list[np.ndarray] = []
+        self.distinct: list[np.ndarray] = store.frames
         self.slots: list[int] = []
         self.size: tuple[int, int] | None = None  # (width, height) every frame is resized to
         self.pixels = 0
@@ -338,7 +342,7 @@ class _Grid:
         rgb = frame.to_ndarray(format="rgb24")
         image = Image.fromarray(rgb).resize(self.size, Image.Resampling.BICUBIC)
         del rgb
-        self.distinct.append(self.store.keep(np.asarray(image, dtype=np.uint8)))
+        self.store.keep(np.asarray(image, dtype=np.uint8))
         self._last = frame
 
     def pad(self) -> None:
