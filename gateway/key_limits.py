@@ -137,5 +137,7 @@ class KeyLimits:
         self._charge(key_id, "completion tokens", tokens)
 
     def _charge(self, key_id: str | None, kind: str, tokens: int) -> None:
+        # Negative when a charge taken ahead (a video's planned tokens) is settled lower.
         if self.rates[kind] > 0:
-            self._bucket(key_id, kind, self.clock()).level -= tokens
+            bucket = self._bucket(key_id, kind, self.clock())
+            bucket.level = min(self.bursts[kind], bucket.level - tokens)
