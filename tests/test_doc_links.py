@@ -84,7 +84,8 @@ def broken_links(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(path: Path):
-    assert broken_links(path) == []
+    problems = broken_links(path)
+    assert not problems, "broken links:\n" + "\n".join(problems)
 
 
 def test_slug_is_githubs():
