@@ -39,7 +39,7 @@ class BodyLimit:
     client that trickles its body cannot hold a slot for long), counting its JSON values
     and objects as it arrives (413 over the route's bounds, before any parse), then replay
     it. These caps bound what a parse may cost; bodies past a size are parsed in a worker
-    process, not on the loop (gateway/parsing/, docs/design.md, "The door").
+    process, not on the loop (gateway/parsing/, docs/design/door.md).
 
     A path that takes no body (probes, /v1/models, docs, unknown paths) answers any method
     but GET / HEAD with a 405, and a GET carrying a body with a 413, without reading it."""

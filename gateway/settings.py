@@ -69,7 +69,7 @@ class GatewaySettings(GrpcServiceSettings):
     max_image_bytes: int = Field(20 * 1024 * 1024, gt=0)
     max_image_pixels: int = Field(40_000_000, gt=0)
     max_images_per_request: int = Field(16, gt=0)
-    # Video intake (docs/design.md §2, "Video"): the work the gateway's decode pool may spend
+    # Video intake (docs/design/multimodal.md): the work the gateway's decode pool may spend
     # on one video; each refusal is a 400 naming its setting. `video_max_groups` bounds a
     # request's frame groups over all its videos (not `max_images_per_request`). A `data:`
     # video is also bounded by `max_body_bytes`.
@@ -81,7 +81,7 @@ class GatewaySettings(GrpcServiceSettings):
     video_max_groups: int = Field(300, gt=0)  # frame groups per request
     video_max_decode_s: float = Field(30.0, gt=0)
     video_decode_workers: int = Field(1, gt=0)  # spawned decode processes
-    # Per-route body caps (docs/design.md, "The door"): parsing holds the event loop for the
+    # Per-route body caps (docs/design/door.md): parsing holds the event loop for the
     # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)
     max_completions_body_bytes: int = Field(4 * 1024 * 1024, gt=0)  # /v1/completions

@@ -1,4 +1,5 @@
-"""Which tenant a request belongs to, as the salts that keep tenants apart (docs/design.md §2).
+"""Which tenant a request belongs to, as the salts that keep tenants apart
+(docs/design/security.md).
 
 A salt is 32 bytes derived (BLAKE3 key derivation) from what names the tenant; the raw
 string or API key never leaves the gateway. The gateway's `tenancy` setting decides:

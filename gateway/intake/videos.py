@@ -1,4 +1,4 @@
-"""`video_url` parts → frame-group items (docs/design.md §2, "Video").
+"""`video_url` parts → frame-group items (docs/design/multimodal.md).
 
 A video is decoded, sampled and resized in a pool of worker processes (spawned, as the body
 parser's are: FFmpeg and the resize hold the GIL or a core for the whole file, so neither
@@ -106,7 +106,7 @@ async def video_bytes(
         if mime and not mime.startswith("video/"):
             raise bad_request(f"video data URL has media type {mime!r}, not video/*", param)
         try:
-            # On a worker thread, in windows, as inline images are (design §3.6).
+            # On a worker thread, in windows, as inline images are (docs/design/door.md).
             data = await asyncio.to_thread(decode_base64_image, url, max_bytes, param, comma + 1)
         except APIError as err:  # the image helper's words: say video, name the setting
             raise bad_request(

@@ -6,7 +6,7 @@ a worker thread would not free the loop; a process does. A large body reaches th
 shared memory (written chunk by chunk as it arrived: gateway/parsing/shared_body.py), and a
 large outcome comes back in a segment the worker leaves, unpickled on a worker thread frame
 by frame, each a bounded copy and C call (gateway/parsing/transport.py). Only names and
-sizes cross the pool's pipe. docs/design.md §3.6.
+sizes cross the pool's pipe. docs/design/door.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A large request body kept in shared memory as it arrives, for a parse worker process to
-read without the gateway's process ever holding it as one `bytes` (docs/design.md §3.6).
+read without the gateway's process ever holding it as one `bytes` (docs/design/door.md).
 
 Joining a 16 MB body's chunks, or pickling it to a worker, is one copy of the whole under
 the GIL (and, on fresh memory, a page fault per 4 KiB): the event loop would wait for it.

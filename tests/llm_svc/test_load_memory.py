@@ -1,5 +1,5 @@
 """Loading builds each layer in its target dtype and layout and allocates it once
-(docs/design.md §3 "Loading"; issue 43).
+(docs/design/engine.md, "Loading"; issue 43).
 
 Two measures, both on checkpoints of a realistic size (tests/llm_svc/big_checkpoints.py):
 - the process's anonymous memory (RssAnon in /proc/PID/status), sampled from outside while a
