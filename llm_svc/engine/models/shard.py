@@ -38,9 +38,9 @@ class Shard:
         return Shard(dim, self.blocks, self.pad)
 
     def cut(self, source, out: torch.Tensor | None = None) -> torch.Tensor:
-        """This part of `source`: one range is returned as `source` gives it (a view of a
-        tensor, nothing copied); several, or padding, are copied into `out` (allocated when
-        not given)."""
+        """This part of `source`, copied into `out` when given. Otherwise one range is
+        returned as `source` gives it (of a tensor, a view: nothing copied), and several, or
+        padding, are copied into a tensor allocated here."""
         lead = (slice(None),) * self.dim
         parts = [source[(*lead, slice(start, stop))] for start, stop in self.blocks]
         for part, (start, stop) in zip(parts, self.blocks, strict=True):
