@@ -8,13 +8,16 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import httpx
 import pytest
 
 from iris.up.processes import free_port
-from tests.gateway.fake_services import PodScript, serve_pod
+from llm_svc.proto import llm_pb2_grpc
+from tests.gateway.fake_services import FakePod, PodScript
 from tests.gateway.gateway_process import start_gateway
 from tests.gateway.helpers import eventually
 
@@ -23,7 +26,12 @@ HELD = 16
 
 @pytest.fixture(scope="module")
 def gateway(qwen_gateway_parts, tmp_path_factory):
-    server, address, pod = serve_pod(PodScript(qwen_gateway_parts["adapter"].fingerprint))
+    # Room for every held request's Generate (and the gateway's event stream) at once.
+    pod = FakePod(PodScript(qwen_gateway_parts["adapter"].fingerprint))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * HELD))
+    llm_pb2_grpc.add_LLMServicer_to_server(pod, server)
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
     port = free_port()
     env = {
         "IRIS_GATEWAY_MODEL": str(qwen_gateway_parts["model_dir"]),
@@ -51,15 +59,17 @@ def padded_body(model: str, size: int) -> bytes:
 
 
 def shared_memory_held(pid: int) -> int:
-    """Bytes of /dev/shm segments that process `pid` has open."""
-    held = 0
+    """Bytes of the /dev/shm segments that process `pid` has open (each counted once: a
+    mapped segment holds two descriptors)."""
+    sizes = {}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
-                held += os.stat(f"/proc/{pid}/fd/{fd}").st_size
+                found = os.stat(f"/proc/{pid}/fd/{fd}")
+                sizes[found.st_ino] = found.st_size
         except OSError:  # closed meanwhile
             continue
-    return held
+    return sum(sizes.values())
 
 
 def post(url: str, content, headers=None) -> httpx.Response:
@@ -75,8 +85,7 @@ def test_requests_held_open_hold_no_body_segment(gateway):
     with ThreadPoolExecutor(HELD) as senders:
         try:
             replies = [senders.submit(post, url, body) for _ in range(HELD)]
-            # The fake pod serves 8 calls at once: 8 parsed, routed and held at the pod.
-            eventually(lambda: len(pod.requests) >= 8)
+            eventually(lambda: len(pod.requests) == HELD)  # all parsed, routed and held
             assert shared_memory_held(child.pid) <= 2 * 1024 * 1024
         finally:
             gate.set()
