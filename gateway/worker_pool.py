@@ -121,7 +121,14 @@ class WorkerPool:
         pool = None
         try:
             pool = self._new_pool()
-            await asyncio.wrap_future(pool.submit(self.warm_up))
+            started = asyncio.wrap_future(pool.submit(self.warm_up))
+            try:
+                await asyncio.shield(started)
+            except asyncio.CancelledError:
+                # This request went away: the pool stays for the next ones, which find it
+                # broken if its start fails after all.
+                self._pool = pool
+                raise
         except (BrokenProcessPool, OSError) as err:
             log.error("the %s processes could not be started: %s", self.name, err)
             if pool is not None:

@@ -90,3 +90,15 @@ def test_readyz_fails_while_a_pool_cannot_start(qwen_gateway_parts, tmp_path):
         flag.unlink()
         assert client.get("/readyz").status_code == 200
         client.portal.call(gateway.bodies.pool.stop)
+
+
+async def test_a_replacement_outlives_the_request_that_started_it(pool):
+    await asyncio.to_thread(kill_and_wait, await pool.run(os.getpid))
+    finder = asyncio.create_task(pool.run(os.getpid))
+    async with asyncio.timeout(60):
+        while pool.starts < 2:  # the finder has begun the replacement
+            await asyncio.sleep(0.01)
+    finder.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await finder
+    assert await pool.run(os.getpid) > 0 and pool.starts == 2 and pool.usable
