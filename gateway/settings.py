@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gateway.clients.channels import MAX_MESSAGE_BYTES
@@ -55,8 +55,9 @@ class GatewaySettings(GrpcServiceSettings):
     embedding_reuse: bool = True  # skip Reserve/Encode for images the pod's prefix covers
 
     # Tenant isolation (gateway/tenancy.py): `shared` salts only requests that send a
-    # cache_salt; `per-key` gives every API key its own salt by default.
-    tenancy: Literal["shared", "per-key"] = "shared"
+    # cache_salt; `per-key` gives every API key its own salt by default. Unset: per-key
+    # whenever API keys are required, shared when the gateway is open (as the chart does).
+    tenancy: Literal["shared", "per-key"] | None = None
     max_cache_salt_chars: int = Field(256, gt=0)
     # Debugging only: name the LLM pod(s) that served a request in an X-Iris-Pod header
     # (off by default: clients should not learn internal addresses).
@@ -151,6 +152,12 @@ class GatewaySettings(GrpcServiceSettings):
     # On SIGTERM, requests may finish for this long; streams still open a second before it
     # ends close with a `shutting_down` error event (gateway/serving.py).
     shutdown_grace_s: float = Field(5.0, ge=2)
+
+    @model_validator(mode="after")
+    def _default_tenancy(self):
+        if self.tenancy is None:
+            self.tenancy = "per-key" if self.api_keys else "shared"
+        return self
 
     def video_limits(self) -> VideoLimits:
         """The `video_*` settings as the decoder's bounds."""

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from gateway import metrics
@@ -23,6 +20,7 @@ from gateway.errors import APIError, bad_request
 from gateway.intake.budget import ImageBudget
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import decode_base64_image
+from gateway.worker_pool import WorkerPool
 from iris.multimodal import Modality, MultimodalItem, video_group_identity
 from iris.multimodal.video import (
     SampledVideo,
@@ -53,37 +51,19 @@ class VideoDecoder:
     def __init__(self, workers: int, limits: VideoLimits, retry_after_s: int = 1) -> None:
         self.workers = max(1, workers)
         self.limits = limits
-        self.retry_after_s = retry_after_s
-        self._pool: ProcessPoolExecutor | None = None
+        # A worker that dies is replaced (gateway/worker_pool.py).
+        self.pool = WorkerPool("video decoder", self.workers, retry_after_s, _ready)
 
     def start(self) -> None:
-        if self._pool is None:
-            context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
-            self._pool.submit(_ready)
+        self.pool.start()
 
     async def stop(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        await self.pool.stop()
 
     async def decode(self, data: bytes, sampling: VideoSampling, param: str) -> SampledVideo:
         """The sampled video, or a 400 naming the setting that refused it."""
-        self.start()
-        assert self._pool is not None
         started = time.monotonic()
-        future = self._pool.submit(_decode, data, self.limits, sampling)
-        try:
-            outcome = await asyncio.wrap_future(future)
-        except BrokenProcessPool:
-            log.warning("a video decoder process died; starting the pool again")
-            self._pool = None
-            raise APIError(
-                503,
-                "the video decoder stopped; send the request again",
-                code="overloaded",
-                retry_after=self.retry_after_s,
-            ) from None
+        outcome = await self.pool.run(_decode, data, self.limits, sampling)
         metrics.VIDEO_DECODE_SECONDS.observe(time.monotonic() - started)
         if isinstance(outcome, str):
             setting, message = outcome.split("\0", 1)
