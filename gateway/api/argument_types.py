@@ -1,5 +1,5 @@
 """One argument of a text-format tool call (a Qwen XML `<parameter=P>` block, whose value is
-bare text) as the value the tool's schema gives it (docs/design/gateway.md, structured output and tools).
+bare text) as the value the tool's schema gives it (docs/design/gateway.md, tools).
 
 The rule, for every text-format parser: a `$ref` is resolved within the tool schema's
 `$defs`; the text is parsed as JSON only when the parameter's schema allows a type other
