@@ -116,7 +116,7 @@ class EchoFloor:
 
 
 def entry_name(key: bytes) -> bytes:
-    """The Redis key of an item (docs/design.md, cache protocol)."""
+    """The Redis key of an item (docs/design/cache.md)."""
     return PREFIX + b"e:{" + (FINGERPRINT + key).hex().encode() + b"}"
 
 

@@ -1,7 +1,7 @@
 """Device check of the FP8 W8A8 path (`torch._scaled_mm`) on an sm_89+ GPU.
 
 The path is tested on the CPU (tests/llm_svc/test_fp8.py), where torch's `_scaled_mm` runs;
-on CUDA it has NOT yet run (docs/design.md §2.1). This script is what would show it does:
+on CUDA it has NOT yet run (docs/design/parallelism.md). This script is what would show it does:
 
 1. `_scaled_mm` with row-wise scales and bf16 output runs on the device (the load-time probe
    says so, and the GPU is sm_89 or newer);

@@ -5,12 +5,12 @@ the pod holds its whole embedding allowance?
     .venv/bin/python bench/gpu_memory_check.py [--model DIR] [--tokens 8192] [--seqs 256]
         [--utilisation 0.9] [--held-mib 1024]
 
-Not yet run on a GPU (docs/design.md §3 "Memory budget"). Default model: the tiny Qwen2-VL
+Not yet run on a GPU (docs/design/engine.md, "Memory budget"). Default model: the tiny Qwen2-VL
 test checkpoint (built locally, no network), a VLM, so the held-embedding term counts.
 
 0. Loads the model alone and reads the allocator's peak during the load
    (`torch.cuda.max_memory_allocated`) against the loaded weights' bytes: each layer is
-   built in its target dtype and allocated once (docs/design.md §3 "Loading"), so the
+   built in its target dtype and allocated once (docs/design/engine.md, "Loading"), so the
    ratio should be 1.00 (FAIL above 1.15).
 1. Loads the model, sizes the budget as the pod does (kv_sizing.kv_budget: the profiling
    step at `--tokens` batched tokens, all image rows, sampler at `--seqs` rows) and prints

@@ -85,7 +85,7 @@ async def main(rounds: int) -> None:
 
         async def via_shared(body=heavy.body, model=model):
             # As the gateway does: each chunk into shared memory as it arrives.
-            buffer = BodyBuffer(0, len(body))
+            buffer = BodyBuffer(0, len(body), expected=len(body))
             try:
                 for i in range(0, len(body), CHUNK):
                     await buffer.add(body[i : i + CHUNK])

@@ -63,7 +63,7 @@ class Header:
     def mismatch(self, token_count: int, hidden: int) -> str | None:
         """Why this entry may not answer a request expecting these values (None: it may).
 
-        A zero expectation is not checked. The dtype is no mismatch (DESIGN.md §2): the
+        A zero expectation is not checked. The dtype is no mismatch (docs/design/multimodal.md): the
         entry is sent as stored and the consumer converts on read."""
         if token_count and self.token_count != token_count:
             return "token_count"

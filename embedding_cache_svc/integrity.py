@@ -1,4 +1,4 @@
-"""The cache's own check of a stored entry, for ReportCorrupt (docs/design.md §3).
+"""The cache's own check of a stored entry, for ReportCorrupt (docs/design/cache.md).
 
 A reader that finds an entry damaged cannot delete it (Delete is admin-only): it reports
 it, and the cache decides. The check is the readers' own, recomputed here without torch:

@@ -1,4 +1,4 @@
-"""From a prepared prompt to an accepted generation on one pod (docs/design.md §3 steps 2-3).
+"""From a prepared prompt to an accepted generation on one pod (docs/design/gateway.md).
 
 Route; Reserve in the cache the images the chosen pod's prefix does not cover; send Encode
 for the RESERVED ones without awaiting it; call Generate and wait for `accepted`. Before

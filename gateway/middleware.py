@@ -39,7 +39,7 @@ class BodyLimit:
     client that trickles its body cannot hold a slot for long), counting its JSON values
     and objects as it arrives (413 over the route's bounds, before any parse), then replay
     it. These caps bound what a parse may cost; bodies past a size are parsed in a worker
-    process, not on the loop (gateway/parsing/, docs/design.md, "The door").
+    process, not on the loop (gateway/parsing/, docs/design/door.md).
 
     A path that takes no body (probes, /v1/models, docs, unknown paths) answers any method
     but GET / HEAD with a 405, and a GET carrying a body with a 413, without reading it."""
@@ -53,7 +53,8 @@ class BodyLimit:
     ) -> None:
         """`spill_over_bytes`: a body past this many bytes is kept in shared memory as it
         arrives, never joined, and handed on as `scope[SHARED_BODY]` (an empty body is
-        replayed): the parse pool reads it there (gateway/parsing/). None: always joined."""
+        replayed): the parse pool reads it there, and the route frees it once parsed
+        (gateway/parsing/). None: always joined."""
         self.app = app
         self.caps = caps
         self.timeout_s = timeout_s
@@ -79,7 +80,8 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > caps.max_bytes:
             await too_large.response()(scope, receive, send)
             return
-        buffer = BodyBuffer(self.spill_over_bytes, caps.max_bytes)
+        expected = int(length) if length is not None and length.isdigit() else None
+        buffer = BodyBuffer(self.spill_over_bytes, caps.max_bytes, expected)
         try:
             await self._answer(scope, receive, send, caps, buffer, too_large)
         finally:

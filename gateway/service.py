@@ -35,6 +35,7 @@ from gateway.tenancy import (
     request_salts,
     tenant_salt,
 )
+from gateway.worker_pool import WorkerPool
 from iris.multimodal import DecodePolicy, check_vocab_size
 
 log = logging.getLogger(__name__)
@@ -248,3 +249,10 @@ class Gateway:
 
     def ready(self) -> bool:
         return any(pod.usable for pod in self.pods())
+
+    def worker_pools(self) -> list[WorkerPool]:
+        """The process pools a request may need: the body parser's and the video decoder's."""
+        pools = [self.bodies.pool] if self.bodies.workers > 0 else []
+        if self.prompts.videos is not None:
+            pools.append(self.prompts.videos.pool)
+        return pools

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gateway.clients.channels import MAX_MESSAGE_BYTES
@@ -55,8 +55,9 @@ class GatewaySettings(GrpcServiceSettings):
     embedding_reuse: bool = True  # skip Reserve/Encode for images the pod's prefix covers
 
     # Tenant isolation (gateway/tenancy.py): `shared` salts only requests that send a
-    # cache_salt; `per-key` gives every API key its own salt by default.
-    tenancy: Literal["shared", "per-key"] = "shared"
+    # cache_salt; `per-key` gives every API key its own salt by default. Unset: per-key
+    # whenever API keys are required, shared when the gateway is open (as the chart does).
+    tenancy: Literal["shared", "per-key"] | None = None
     max_cache_salt_chars: int = Field(256, gt=0)
     # Debugging only: name the LLM pod(s) that served a request in an X-Iris-Pod header
     # (off by default: clients should not learn internal addresses).
@@ -69,7 +70,7 @@ class GatewaySettings(GrpcServiceSettings):
     max_image_bytes: int = Field(20 * 1024 * 1024, gt=0)
     max_image_pixels: int = Field(40_000_000, gt=0)
     max_images_per_request: int = Field(16, gt=0)
-    # Video intake (docs/design.md §2, "Video"): the work the gateway's decode pool may spend
+    # Video intake (docs/design/multimodal.md): the work the gateway's decode pool may spend
     # on one video; each refusal is a 400 naming its setting. `video_max_groups` bounds a
     # request's frame groups over all its videos (not `max_images_per_request`). A `data:`
     # video is also bounded by `max_body_bytes`.
@@ -86,7 +87,7 @@ class GatewaySettings(GrpcServiceSettings):
     # a video that would pass it waits up to the timeout, then gets a 503 with Retry-After.
     video_max_inflight_bytes: int = Field(512 * 1024 * 1024, gt=0)
     video_queue_timeout_s: float = Field(10.0, ge=0)
-    # Per-route body caps (docs/design.md, "The door"): parsing holds the event loop for the
+    # Per-route body caps (docs/design/door.md): parsing holds the event loop for the
     # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)
     max_completions_body_bytes: int = Field(4 * 1024 * 1024, gt=0)  # /v1/completions
@@ -156,6 +157,12 @@ class GatewaySettings(GrpcServiceSettings):
     # On SIGTERM, requests may finish for this long; streams still open a second before it
     # ends close with a `shutting_down` error event (gateway/serving.py).
     shutdown_grace_s: float = Field(5.0, ge=2)
+
+    @model_validator(mode="after")
+    def _default_tenancy(self):
+        if self.tenancy is None:
+            self.tenancy = "per-key" if self.api_keys else "shared"
+        return self
 
     def video_limits(self) -> VideoLimits:
         """The `video_*` settings as the decoder's bounds."""

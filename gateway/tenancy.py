@@ -1,9 +1,11 @@
-"""Which tenant a request belongs to, as the salts that keep tenants apart (docs/design.md §2).
+"""Which tenant a request belongs to, as the salts that keep tenants apart
+(docs/design/security.md).
 
 A salt is 32 bytes derived (BLAKE3 key derivation) from what names the tenant; the raw
-string or API key never leaves the gateway. The gateway's `tenancy` setting decides:
+string or API key never leaves the gateway. The gateway's `tenancy` setting decides
+(unset: `per-key` whenever API keys are required, `shared` when the gateway is open):
 
-- `shared` (default): a request's `cache_salt` (vLLM's field), if it sends one, is its
+- `shared`: a request's `cache_salt` (vLLM's field), if it sends one, is its
   tenant; requests without one share images and prefixes with each other.
 - `per-key`: the request's API key (`Authorization: Bearer`) is its tenant; a `cache_salt`
   it adds splits that key's space further. The key goes into the derivation, so no client

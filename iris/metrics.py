@@ -110,7 +110,7 @@ GATEWAY_RETRIES = "iris_gateway_retries_total"  # counter, label reason
 # Callers' mm_hashes entries that were not the images' computed identities (ignored).
 GATEWAY_MM_HASHES_IGNORED = "iris_gateway_mm_hashes_ignored_total"  # counter
 # Videos decoded by the gateway's decode pool: each one's wall time (queueing for a worker
-# included) and the decoded seconds of video (docs/design.md §2, "Video").
+# included) and the decoded seconds of video (docs/design/multimodal.md, "Video").
 GATEWAY_VIDEO_DECODE_SECONDS = "iris_gateway_video_decode_seconds"  # histogram
 GATEWAY_VIDEO_SECONDS = "iris_gateway_video_seconds_total"  # counter
 # counters: decode jobs sent to the pool, frames they decoded, and videos refused before or
@@ -122,7 +122,7 @@ GATEWAY_VIDEO_REFUSALS = "iris_gateway_video_refusals_total"
 # gauge: bytes of decoded video frames the gateway holds or has reserved
 GATEWAY_VIDEO_INFLIGHT_BYTES = "iris_gateway_video_inflight_bytes"
 # counter, label where: loop | process (request bodies parsed on the event loop or in a
-# parse worker process, docs/design.md §3.6)
+# parse worker process, docs/design/door.md)
 GATEWAY_BODY_PARSES = "iris_gateway_body_parses_total"
 # This gateway's placements per LLM pod (routing's own count; label llm_pod = address).
 GATEWAY_POD_REQUESTS_IN_FLIGHT = "iris_gateway_pod_requests_in_flight"  # gauge

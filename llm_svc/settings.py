@@ -16,7 +16,7 @@ class LLMSettings(GrpcServiceSettings):
     """Everything `iris llm` reads from the environment.
 
     KV cache size: `kv_num_pages` if set, else as many pages as fit in `kv_cache_bytes`,
-    else what the memory budget leaves (docs/design.md §3 "Memory budget"): on CUDA
+    else what the memory budget leaves (docs/design/engine.md): on CUDA
     `gpu_memory_utilization` × the GPU's memory − weights − a profiled step's peak −
     `max_held_embedding_bytes`; on CPU the same against `memory_budget_bytes` (unset: the
     KV cache gets 512 MiB). Image embeddings held by running requests stay under
@@ -62,18 +62,18 @@ class LLMSettings(GrpcServiceSettings):
     max_held_embedding_bytes: int = Field(1 << 30, gt=0)
     enable_prefix_caching: bool = True
     # Hybrid (linear-attention) models: a state snapshot every this many pages of a cached
-    # prefix; larger costs less memory per page and resumes less deep (docs/design.md §3).
+    # prefix; larger costs less memory per page and resumes less deep (docs/design/engine.md).
     state_snapshot_interval: int = Field(16, gt=0)
     # Their gated delta rule: fla-core's Triton kernels on CUDA when installed (the `cuda`
     # extra), else torch; "torch" or "fla" forces one.
     linear_attention_kernels: Literal["auto", "torch", "fla"] = "auto"
     # Schedule step k+1 while step k runs on the device; unset: on for CUDA, off for CPU
-    # (the host's own cores run the model there, so nothing overlaps: docs/design.md §3).
+    # (the host's own cores run the model there, so nothing overlaps: docs/design/engine.md).
     overlap_scheduling: bool | None = None
     seed: int = 0
     torch_threads: int = Field(0, ge=0)  # 0: leave torch's default
     # Tensor parallelism: ranks (one process and device each) that split the model, and how
-    # long a collective may wait for a rank before the pod ends (docs/design.md §3).
+    # long a collective may wait for a rank before the pod ends (docs/design/parallelism.md).
     tensor_parallel_size: int = Field(1, ge=1)
     tensor_parallel_timeout_s: float = Field(60.0, gt=0)
 

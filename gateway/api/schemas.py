@@ -86,8 +86,8 @@ class VideoURL(_Lenient):
 
 
 class VideoPart(_Lenient):
-    """vLLM's `video_url` part: parsed so that the prompt builder can refuse it by name
-    (docs/status.md: video is decoded and identified, not yet served)."""
+    """vLLM's `video_url` part: one video, served as frame groups on the families that take
+    video (docs/design/multimodal.md); on the others the prompt builder refuses it by name."""
 
     type: Literal["video_url"]
     video_url: VideoURL
@@ -138,7 +138,8 @@ class _SamplingFields(_Lenient):
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
     user: Text | None = None
-    # vLLM's tenant salt (docs/design.md §2): checked by gateway/tenancy.py (a bad value → 400).
+    # vLLM's tenant salt (docs/design/security.md): checked by gateway/tenancy.py (a bad value
+    # → 400).
     cache_salt: Any = None
     logit_bias: Any = None
     response_format: Any = None  # on /v1/completions an extension
@@ -169,7 +170,8 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
-    # Caller-supplied image hashes (docs/design.md §2): checked by the intake (a wrong type → 400).
+    # Caller-supplied image hashes (docs/design/multimodal.md): checked by the intake (a wrong
+    # type → 400).
     mm_hashes: Any = None
     tools: Any = None
     tool_choice: Any = None

@@ -1,6 +1,7 @@
 """`response_format`, `logit_bias` and JSON schemas: checked here (a clear 400 naming the
-field), carried to the pod as a Constraint that it compiles (docs/design.md, "Structured
-output"). Nothing here compiles a grammar: the pod does, once per distinct schema."""
+field), carried to the pod as a Constraint that it compiles (docs/design/gateway.md,
+"Structured output and tools"). Nothing here compiles a grammar: the pod does, once per
+distinct schema."""
 
 from __future__ import annotations
 

@@ -6,16 +6,18 @@ tag arrives, a list format's calls (Mistral's `[TOOL_CALLS][...]`) when the list
 block that is not a valid call (bad JSON, an unknown function) stays content. Both paths
 run this one parser, so they agree.
 
-A Qwen XML body (`<function=NAME>` + `<parameter=P>` blocks) gives each argument as the
-text written when the tool's schema declares it a string, else as the JSON it holds (the
-text itself when it is not JSON)."""
+A Qwen XML body (`<function=NAME>` + `<parameter=P>` blocks) gives each argument as bare
+text, typed by the tool's schema as every text-format argument is
+(gateway/api/argument_types.py: JSON only where the schema allows a non-string type and the
+JSON validates; else the text)."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from iris.models.tool_format import ToolCallFormat, parsed_arguments
+from gateway.api.argument_types import argument_value
+from iris.models.tool_format import ToolCallFormat
 
 _XML_FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*)</function>\s*", re.DOTALL)
 _XML_PARAMETER = re.compile(r"\s*<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
@@ -134,23 +136,20 @@ class ToolCallStream(_MarkedCallStream):
         if function is None:
             return None
         name, inner = function.group(1), function.group(2)
-        properties = (self.parameters.get(name) or {}).get("properties") or {}
+        root = self.parameters.get(name)
+        root = root if isinstance(root, dict) else {}
+        properties = root.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
         arguments, cursor = {}, 0
         for parameter in _XML_PARAMETER.finditer(inner):
             if parameter.start() != cursor:
                 return None  # text between parameters: not a call
             key, text = parameter.group(1), parameter.group(2)
-            declared = properties.get(key) if isinstance(properties, dict) else None
-            arguments[key] = text if _is_string(declared) else parsed_arguments(text)
+            arguments[key] = argument_value(text, properties.get(key), root)
             cursor = parameter.end()
         if inner[cursor:].strip():
             return None
         return {"name": name, "arguments": arguments}
-
-
-def _is_string(schema) -> bool:
-    """Whether a parameter's schema declares a string (then its text is the value)."""
-    return isinstance(schema, dict) and schema.get("type") == "string"
 
 
 class ListCallStream(_MarkedCallStream):

@@ -1,4 +1,4 @@
-"""The cache calls the gateway makes: a batched Reserve (docs/design.md §3 step 2), and Abandon
+"""The cache calls the gateway makes: a batched Reserve (docs/design/gateway.md), and Abandon
 of the leases whose encode never ran."""
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
-"""Request intake (docs/design.md §3 step 1): image bytes, headers, identities, template,
+"""Request intake (docs/design/gateway.md): image bytes, headers, identities, template,
 tokens, expansion and sentinel padding — everything before routing, with no torch."""

@@ -28,7 +28,7 @@ def describe_image(
     """The item for one image (offsets are set later, once the prompt is expanded).
 
     Its identity is always computed here from the bytes, the fingerprint and the request's
-    image salt (docs/design.md §2), never taken from the caller. A policy refusal is a 400
+    image salt (docs/design/multimodal.md), never taken from the caller. A policy refusal is a 400
     naming the value and the limit; the image's decoded pixels are charged to the
     request's `budget` (413 when over).
     """

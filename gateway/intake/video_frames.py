@@ -1,5 +1,5 @@
 """A sampled video's frames carried from a decode worker to the gateway's process without a
-copy of the whole (docs/design.md §2, "Video", memory).
+copy of the whole (docs/design/multimodal.md, "Video", memory).
 
 The worker keeps each distinct frame, resized, straight into one shared-memory segment
 (`SharedFrames`, sized at the video's reserved bytes: tmpfs holds only the pages written),

@@ -1,5 +1,5 @@
 """What a request's videos will cost, from their headers, before any frame is decoded
-(docs/design.md §2, "Video", refusals before decoding).
+(docs/design/multimodal.md, "Video", refused before decoding).
 
 A header gives each video's frame size and declared duration; Iris's time grid turns them
 into grid frames, frame groups, tokens (groups x the adapter's tokens per group: a lower

@@ -1,4 +1,4 @@
-"""`video_url` parts → frame-group items (docs/design.md §2, "Video").
+"""`video_url` parts → frame-group items (docs/design/multimodal.md).
 
 A video is decoded, sampled and resized in a pool of worker processes (spawned, as the body
 parser's are: FFmpeg and the resize hold the GIL or a core for the whole file, so neither
@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from gateway import metrics
@@ -26,6 +23,7 @@ from gateway.intake.sources import decode_base64_image
 from gateway.intake.video_frames import SharedFrames, SharedVideo, receive
 from gateway.intake.video_frames import remove as remove_frames
 from gateway.intake.video_memory import VideoMemory
+from gateway.worker_pool import WorkerPool
 from iris.multimodal import Modality, MultimodalItem, video_group_identity
 from iris.multimodal.video import (
     GROUP_HEADER,
@@ -81,25 +79,20 @@ class VideoDecoder:
     ) -> None:
         self.workers = max(1, workers)
         self.limits = limits
-        self.retry_after_s = retry_after_s
         self.memory = memory or VideoMemory(1 << 62, 0.0, retry_after_s)
-        self._pool: ProcessPoolExecutor | None = None
+        # A worker that dies is replaced (gateway/worker_pool.py).
+        self.pool = WorkerPool("video decoder", self.workers, retry_after_s, _ready)
 
     def start(self) -> None:
-        if self._pool is None:
-            context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
-            self._pool.submit(_ready)
+        self.pool.start()
 
     async def stop(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        await self.pool.stop()
 
     async def probe(self, data: bytes, param: str) -> VideoHeader:
         """The video's header, read in the pool with no frame decoded; a 400 naming the
         setting for a file that is not a video in an allowed container and codec."""
-        return _refused_or(await self._run(_probe, data, self.limits), param)
+        return _refused_or(await self.pool.run(_probe, data, self.limits), param)
 
     async def decode(
         self, data: bytes, sampling: VideoSampling, param: str, limits: VideoLimits | None = None
@@ -108,36 +101,22 @@ class VideoDecoder:
         video's (the request's remaining groups, the bytes reserved for it)."""
         metrics.VIDEO_DECODES.inc()
         started = time.monotonic()
-        shared = await self._run(_decode, data, limits or self.limits, sampling)
+        shared = await self.pool.run(
+            _decode, data, limits or self.limits, sampling, abandoned=_remove_unread
+        )
         outcome = receive(_refused_or(shared, param))
         metrics.VIDEO_DECODE_SECONDS.observe(time.monotonic() - started)
         metrics.VIDEO_FRAMES_DECODED.inc(outcome.source_frames)
         metrics.VIDEO_SECONDS.inc(outcome.duration_s)
         return outcome
 
-    async def _run(self, fn, *args):
-        self.start()
-        assert self._pool is not None
-        future = self._pool.submit(fn, *args)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            future.add_done_callback(_remove_unread)  # the request is gone: so are its frames
-            raise
-        except BrokenProcessPool:
-            log.warning("a video decoder process died; starting the pool again")
-            self._pool = None
-            raise APIError(
-                503,
-                "the video decoder stopped; send the request again",
-                code="overloaded",
-                retry_after=self.retry_after_s,
-            ) from None
-
 
 def _remove_unread(future) -> None:
-    if not future.cancelled() and isinstance(future.exception() or future.result(), SharedVideo):
-        remove_frames(future.result().name)
+    """The request went away while its video decoded: its frames' segment goes."""
+    if not future.cancelled() and future.exception() is None:
+        outcome = future.result()
+        if isinstance(outcome, SharedVideo):
+            remove_frames(outcome.name)
 
 
 def _refused_or(outcome, param: str):
@@ -168,7 +147,7 @@ async def video_bytes(
         if mime and not mime.startswith("video/"):
             raise bad_request(f"video data URL has media type {mime!r}, not video/*", param)
         try:
-            # On a worker thread, in windows, as inline images are (design §3.6).
+            # On a worker thread, in windows, as inline images are (docs/design/door.md).
             data = await asyncio.to_thread(decode_base64_image, url, max_bytes, param, comma + 1)
         except APIError as err:  # the image helper's words: say video, name the setting
             raise bad_request(
@@ -186,7 +165,7 @@ async def video_bytes(
 class GroupPayload:
     """Frame group g of a sampled video as the encoder receives it (`pack_group`), packed
     only when asked: `len` costs nothing, `bytes()` copies the group's T frames. The frames
-    themselves stay in the video, once (docs/design.md §2, "Video", memory)."""
+    themselves stay in the video, once (docs/design/multimodal.md, "Video", memory)."""
 
     def __init__(self, video: SampledVideo, group: int) -> None:
         self.video = video

@@ -1,1 +1,1 @@
-"""Request bodies parsed off the event loop: a pool of worker processes (docs/design.md §3.6)."""
+"""Request bodies parsed off the event loop: a pool of worker processes (docs/design/door.md)."""

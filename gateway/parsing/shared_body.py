@@ -1,17 +1,32 @@
 """A large request body kept in shared memory as it arrives, for a parse worker process to
-read without the gateway's process ever holding it as one `bytes` (docs/design.md §3.6).
+read without the gateway's process ever holding it as one `bytes` (docs/design/door.md).
 
 Joining a 16 MB body's chunks, or pickling it to a worker, is one copy of the whole under
 the GIL (and, on fresh memory, a page fault per 4 KiB): the event loop would wait for it.
 Here each chunk is copied into the segment as it arrives, a bounded copy per chunk.
+
+A segment holds /dev/shm only as long as its body needs it (docs/design/door.md): it is
+sized from the request's Content-Length rounded up to a page; without one it starts at
+1 MiB and is re-allocated at twice the size (what arrived copied over) up to the body
+limit; and the route frees it as soon as the parse returns, before the request is routed
+(gateway/parsing/route.py), not when a stream ends minutes later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import mmap
 import os
 from multiprocessing.shared_memory import SharedMemory
+
+FIRST_SEGMENT_BYTES = 1024 * 1024  # a body of unknown size (chunked) starts here
+COPY_WINDOW_BYTES = 1024 * 1024  # a re-allocation copies this much per turn of the loop
+
+
+def page_rounded(size: int) -> int:
+    """`size` rounded up to a whole number of pages."""
+    return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 class SharedBody:
@@ -22,6 +37,7 @@ class SharedBody:
     def __init__(self, segment: SharedMemory) -> None:
         self.segment = segment
         self.size = 0
+        self._released = False
 
     @classmethod
     async def create(cls, capacity: int) -> SharedBody | None:
@@ -55,13 +71,31 @@ class SharedBody:
         self.size = end
         return True
 
+    async def grown(self, capacity: int) -> SharedBody | None:
+        """This body in a new segment of `capacity` bytes, copied a window at a time (the
+        loop runs between windows), this one released; None when /dev/shm has no room
+        (this one is kept)."""
+        bigger = await SharedBody.create(capacity)
+        if bigger is None:
+            return None
+        for start in range(0, self.size, COPY_WINDOW_BYTES):
+            end = min(start + COPY_WINDOW_BYTES, self.size)
+            bigger.segment.buf[start:end] = self.segment.buf[start:end]
+            await asyncio.sleep(0)
+        bigger.size = self.size
+        self.release()
+        return bigger
+
     def to_bytes(self) -> bytes:
         """The body as one `bytes`: a copy of the whole, for the rare body the parse pool
         does not take (not JSON)."""
         return bytes(self.segment.buf[: self.size])
 
     def release(self) -> None:
-        _remove(self.segment)
+        """Unmap and remove the segment (once: the route and the door both release it)."""
+        if not self._released:
+            self._released = True
+            _remove(self.segment)
 
 
 def _remove(segment: SharedMemory) -> None:
@@ -73,20 +107,27 @@ def _remove(segment: SharedMemory) -> None:
 
 class BodyBuffer:
     """A body's chunks as they arrive: kept in a list up to `spill_over` bytes (None: no
-    limit), then in a SharedBody of `capacity` bytes (the first chunks copied in). `body`
-    is then the joined small body, or the SharedBody."""
+    limit), then in a SharedBody (the first chunks copied in) sized from `expected` (the
+    Content-Length, when the request sent one) or FIRST_SEGMENT_BYTES, grown by doubling up
+    to `max_bytes` (the route's body limit). `body` is then the joined small body, or the
+    SharedBody. With no room in /dev/shm the body stays in memory."""
 
-    def __init__(self, spill_over: int | None, capacity: int) -> None:
+    def __init__(self, spill_over: int | None, max_bytes: int, expected: int | None = None):
         self.spill_over = spill_over
-        self.capacity = capacity
+        self.limit = page_rounded(max(max_bytes, 1))
+        self.expected = expected
         self.chunks: list[bytes] = []
         self.kept = 0
         self.shared: SharedBody | None = None
         self._no_room = False
 
     async def add(self, chunk: bytes) -> None:
-        if self.shared is not None and self.shared.write(chunk):
-            return
+        if self.shared is not None:
+            if self.shared.write(chunk):
+                return
+            if await self._grow(self.shared.size + len(chunk)) and self.shared.write(chunk):
+                return
+            self._to_memory()
         self.chunks.append(chunk)
         self.kept += len(chunk)
         if (
@@ -95,16 +136,42 @@ class BodyBuffer:
             and self.spill_over is not None
             and self.kept > self.spill_over
         ):
-            shared = await SharedBody.create(self.capacity)
-            if shared is None:
-                self._no_room = True  # kept in memory, as without a pool
+            await self._spill()
+
+    async def _spill(self) -> None:
+        first = page_rounded(self.expected) if self.expected else FIRST_SEGMENT_BYTES
+        shared = await SharedBody.create(min(max(first, page_rounded(self.kept)), self.limit))
+        if shared is None:
+            self._no_room = True  # kept in memory, as without a pool
+            return
+        for kept in self.chunks:
+            if not shared.write(kept):  # over the limit: refused by size anyway
+                shared.release()
+                self._no_room = True
                 return
-            for kept in self.chunks:
-                if not shared.write(kept):  # over the capacity: refused by size anyway
-                    shared.release()
-                    self._no_room = True
-                    return
-            self.shared, self.chunks = shared, []
+        self.shared, self.chunks = shared, []
+
+    async def _grow(self, needed: int) -> bool:
+        """Re-allocate the segment at twice its size (repeatedly) to hold `needed` bytes,
+        up to the limit; False when it cannot."""
+        assert self.shared is not None
+        capacity = self.shared.capacity
+        while capacity < needed and capacity < self.limit:
+            capacity = min(capacity * 2, self.limit)
+        if capacity < needed:
+            return False
+        grown = await self.shared.grown(capacity)
+        if grown is None:
+            return False
+        self.shared = grown
+        return True
+
+    def _to_memory(self) -> None:
+        """Move what the segment holds back into memory (no room to grow it)."""
+        assert self.shared is not None
+        self.chunks, self.kept = [self.shared.to_bytes()], self.shared.size
+        self.release()
+        self._no_room = True
 
     def drop(self) -> None:
         """Forget what was kept (a body refused before its end)."""

@@ -1,4 +1,4 @@
-"""Which pod holds which prefix blocks (docs/design.md §4).
+"""Which pod holds which prefix blocks (docs/design/gateway.md).
 
 Per pod, a set of chained block hashes, and (a hybrid model) those of them that carry a
 linear-state snapshot: only there can the pod resume (`has_snapshot`), and (a model with

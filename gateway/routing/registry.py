@@ -56,7 +56,7 @@ class PodRegistry:
             await self._remove(address)
         for address in sorted(wanted - set(self._connections)):
             # `pod-N` until the pod's handshake tells its own name (metrics never show an
-            # address: docs/design.md §3.6).
+            # address: docs/design/door.md).
             pod = Pod(address, name=f"pod-{self._added}")
             self._added += 1
             channel = open_channel(address, self.tls, "llm")

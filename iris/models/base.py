@@ -57,7 +57,7 @@ class ModelAdapter(ABC):
     uses_mrope: ClassVar[bool] = False
     # False for a plain language model (iris.models.text_only): an image part is refused.
     takes_images: ClassVar[bool] = True
-    # Video (docs/design.md §2, "Video"): a family that takes it sets these and implements
+    # Video (docs/design/multimodal.md): a family that takes it sets these and implements
     # `video_sampling`, `video_group_token_count` and `expand_video` (one item per frame group).
     takes_video: ClassVar[bool] = False
     video_placeholder_text: ClassVar[str] = ""

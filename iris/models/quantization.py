@@ -1,5 +1,5 @@
 """A checkpoint's `quantization_config`, read without torch: the one check the gateway, the
-encoder and the engine make before loading a model (docs/design.md, "Quantized checkpoints").
+encoder and the engine make before loading a model (docs/design/parallelism.md).
 
 Iris serves FP8 weights in two layouts; every other method is refused by name:
 - compressed-tensors `float-quantized`: `weight_scale` per tensor or per output channel,

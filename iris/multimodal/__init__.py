@@ -1,4 +1,4 @@
-"""The multimodal contract (docs/design.md §2): every part of Iris imports it from here."""
+"""The multimodal contract (docs/design/multimodal.md): every part of Iris imports it from here."""
 
 from iris.multimodal.blocks import (
     BLOCK_HASH_BYTES,

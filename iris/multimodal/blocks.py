@@ -1,4 +1,5 @@
-"""Chained block hashes over padded input_ids (docs/design.md §4), shared by pods and gateway."""
+"""Chained block hashes over padded input_ids, shared by pods and gateway
+(docs/design/gateway.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Processor fingerprint, image identity and callers' `mm_hashes` (docs/design.md §2)."""
+"""Processor fingerprint, image identity and callers' `mm_hashes` (docs/design/multimodal.md)."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def check_mm_hashes_type(mm_hashes: Any) -> None:
 def disagreeing_mm_hashes(mm_hashes: Any, identities: Sequence[bytes]) -> list[int]:
     """Indices of the caller's `mm_hashes` entries that are not the computed identity.
 
-    Identity is never taken on a caller's word (docs/design.md §2): the field is kept for
+    Identity is never taken on a caller's word (docs/design/multimodal.md): the field is kept for
     SGLang clients, and an entry agrees when it is the image's identity (64 hex digits) or
     its 64-bit hash (16). Every other entry — another image's identity, a malformed string,
     one of a list whose length is not the number of images — is reported here so the

@@ -1,4 +1,4 @@
-"""The multimodal item and its sentinel pad values (docs/design.md §2)."""
+"""The multimodal item and its sentinel pad values (docs/design/multimodal.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one rule for how much of a cached prefix a pod resumes (docs/design.md §4).
+"""The one rule for how much of a cached prefix a pod resumes (docs/design/gateway.md).
 
 A pod and the gateway must give the same answer: the pod takes exactly that many leading
 blocks from its prefix cache, and the gateway counts exactly that many as covered (for the

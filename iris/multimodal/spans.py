@@ -1,4 +1,4 @@
-"""Span checks, padding and interval arithmetic on input_ids (docs/design.md §2).
+"""Span checks, padding and interval arithmetic on input_ids (docs/design/multimodal.md).
 
 Offsets are inclusive (start, end) pairs. Padding never changes the sequence length and
 never mutates its input; ids are int64 from here on.

@@ -1,4 +1,4 @@
-"""Video decode and Iris's sampling rule (docs/design.md §2, "Video"): one set of rules for
+"""Video decode and Iris's sampling rule (docs/design/multimodal.md, "Video"): one set of rules for
 the gateway (count, hash) and the encoder (the frames it is sent are the ones hashed).
 
 The rule is chosen so that frame groups can be shared between clips:

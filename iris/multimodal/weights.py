@@ -1,4 +1,4 @@
-"""The identity of a model's weights, for the fingerprint (docs/design.md §2).
+"""The identity of a model's weights, for the fingerprint (docs/design/multimodal.md).
 
 Two fine-tunes of one base share config.json, preprocessor config, headers and file
 sizes, so none of those tells them apart: only the weights' bytes do. The deployer may

@@ -40,7 +40,8 @@ def command(
         list[str] | None,
         typer.Option(
             "--api-key",
-            help="Require this API key (Authorization: Bearer); repeatable. Default: open",
+            help="Require this API key (Authorization: Bearer); repeatable; each key then gets"
+            " its own cache (per-key tenancy). Default: open",
         ),
     ] = None,
     log_dir: Annotated[Path | None, typer.Option(help="Where service logs go")] = None,

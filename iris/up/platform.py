@@ -36,7 +36,7 @@ class UpConfig:
     tensor_parallel_size: int = 1  # ranks per LLM pod (IRIS_LLM_TENSOR_PARALLEL_SIZE)
     encoders: int = 1
     # Gateways, each its own process and port ("gateway", then "gateway-1", ...), all over
-    # the same pods: each keeps its own routing state (docs/design.md §4).
+    # the same pods: each keeps its own routing state (docs/design/gateway.md).
     gateways: int = 1
     cache: str = "memory"  # memory | redis | redis-cluster (3 local masters)
     router: str = "prefix"  # prefix | round-robin

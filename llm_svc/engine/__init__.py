@@ -1,5 +1,5 @@
 """The LLM engine: scheduler, radix prefix cache over paged KV, chunked prefill with image
-embeddings scattered in, sampling, incremental detokenization (docs/design.md §3 walks one)."""
+embeddings scattered in, sampling, incremental detokenization (docs/design/engine.md walks one)."""
 
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.embeddings import (

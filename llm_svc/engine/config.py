@@ -58,7 +58,7 @@ class EngineConfig:
     Hybrid models (linear attention, Qwen3.5): the prefix cache keeps a snapshot of the
     linear layers' states every `state_snapshot_interval` pages (k); a hit resumes from the
     deepest snapshot, so a larger k costs less memory per cached page and resumes less deep
-    (docs/design.md §3 "Hybrid models"). `linear_attention_kernels` runs their gated delta
+    (docs/design/engine.md). `linear_attention_kernels` runs their gated delta
     rule: "auto" fla-core's Triton kernels on CUDA when installed (the `cuda` extra), else
     torch; "torch" or "fla" forces one (fla on CUDA only, and an error without fla-core)."""
 

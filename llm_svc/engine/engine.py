@@ -270,7 +270,7 @@ class LLMEngine:
         are derived from their grids when the model needs them and none are given.
 
         `cache_salt` (empty, or 32 bytes) picks the prefix cache's namespace: requests with
-        different salts share no cached page (docs/design.md §2)."""
+        different salts share no cached page (docs/design/security.md)."""
         if request_id in self.requests:
             raise InvalidRequestError("request_id", request_id, "already in use")
         items = list(items or [])

@@ -2,7 +2,7 @@
 
 `block_hash` = iris.multimodal.next_block_hash(parent_hash, page tokens) with the chain
 rooted at the model's fingerprint, so an index built by replaying the events holds exactly
-the pages the pod's radix cache holds (docs/design.md §4).
+the pages the pod's radix cache holds (docs/design/gateway.md).
 """
 
 from __future__ import annotations

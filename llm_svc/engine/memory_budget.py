@@ -1,5 +1,5 @@
-"""The memory budget of one rank and the KV pages it leaves (docs/design.md §3 "Memory
-budget").
+"""The memory budget of one rank and the KV pages it leaves (docs/design/engine.md,
+"Memory budget").
 
     KV bytes = utilisation × total − weights − step peak − held embeddings − other
 

@@ -48,7 +48,7 @@ class ModelRunner:
 
     A model with sliding-window layers (not hybrid) gets two pools of pages, same page
     size: `kv_cache` (`num_pages`) for the full-attention layers and `window_cache`
-    (`num_window_pages`, page 0 the null page) for the sliding ones (docs/design.md §3
+    (`num_window_pages`, page 0 the null page) for the sliding ones (docs/design/engine.md,
     "Pages per layer kind"); `window` is then their window, else None."""
 
     def __init__(self, config: EngineConfig, group=None) -> None:
@@ -159,7 +159,7 @@ class ModelRunner:
     def _budget_bytes(self, config: EngineConfig) -> int:
         if config.kv_cache_bytes is not None:
             return config.kv_cache_bytes
-        # the memory budget: docs/design.md §3, llm_svc/engine/kv_sizing.py
+        # the memory budget: docs/design/engine.md, llm_svc/engine/kv_sizing.py
         return kv_budget(self, config, self.rank).kv_bytes
 
     def _hybrid_sizing(self, config: EngineConfig) -> HybridSizing:
@@ -179,7 +179,7 @@ class ModelRunner:
             return config.num_pages
         per_page = self.kv_bytes_per_page()
         budget = config.kv_cache_bytes
-        if budget is None:  # the memory budget: docs/design.md §3, llm_svc/engine/kv_sizing.py
+        if budget is None:  # the memory budget: docs/design/engine.md, engine/kv_sizing.py
             return kv_budget(self, config, self.rank).num_pages(per_page)
         pages = budget // per_page
         if pages < 1:

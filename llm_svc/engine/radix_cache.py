@@ -27,7 +27,7 @@ Cost: every operation touches only the nodes it is given or returns. The evictab
 (unreferenced, childless) sit in a doubly linked list threaded through the nodes
 themselves (`prev` / `next`), which each change of a node's reference count or children
 updates in O(1), as vLLM's free-block queue does, so
-`evict(k)` pops k of them in O(k) whatever the cache's size (docs/design.md §3 "Prefix
+`evict(k)` pops k of them in O(k) whatever the cache's size (docs/design/engine.md, "Prefix
 cache eviction order"). `visited` counts the nodes each operation touches, so a test can
 show that no step-path operation walks the tree.
 """

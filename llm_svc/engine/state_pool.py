@@ -5,7 +5,7 @@ recurrent state [value_heads, key_dim, value_dim], both fp32: the reference comp
 recurrence in fp32, and a bf16 state would round at every token of a long prompt.
 Slots [0, running_slots) belong to running sequences (one each, so admission, bounded by
 `max_num_seqs`, always finds one); the rest hold prefix-cache snapshots, the state as it
-was after the first `depth` pages of a cached prefix (docs/design.md §3 "Hybrid models").
+was after the first `depth` pages of a cached prefix (docs/design/engine.md).
 
 Under tensor parallelism every rank holds a pool of its own heads' states, with the same
 slots: rank 0's pool keeps a journal of its resets and copies (`record`), which the step

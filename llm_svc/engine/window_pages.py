@@ -1,4 +1,4 @@
-"""The sliding-window layers' own KV pages (docs/design.md §3 "Pages per layer kind").
+"""The sliding-window layers' own KV pages (docs/design/engine.md).
 
 A model with sliding layers (window W) keeps their KV in a pool of its own, same page size
 as the full-attention layers' pool. A sequence's `window_table` maps its positions to pages

@@ -1,4 +1,4 @@
-"""The LLM pod's gRPC server (docs/design.md §3 step 5): the engine on its own thread, streaming
+"""The LLM pod's gRPC server (docs/design/engine.md): the engine on its own thread, streaming
 Generate, Abort, model info, KV events with snapshots, load, health and /metrics.
 
 `LLMServer(settings).start()` in a running event loop, or `serve(settings)` to run one until

@@ -39,7 +39,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         attention_backend=settings.attention_backend,
         overlap_scheduling=settings.overlap_scheduling,
         seed=settings.seed,
-        # The pod's embeddings come from the cache service (docs/design.md §3 step 5).
+        # The pod's embeddings come from the cache service (docs/design/engine.md).
         cache_address=settings.cache_address,
         cache_tls=settings.tls(),
         embedding_wait_s=settings.embedding_wait_s,

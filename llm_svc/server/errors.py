@@ -1,4 +1,4 @@
-"""Request errors before acceptance, and the gRPC status each one maps to (docs/design.md §3).
+"""Request errors before acceptance, and the gRPC status each one maps to (docs/design/engine.md).
 
 The server's own errors carry their code; the engine's errors (llm_svc.engine.errors) are
 mapped by class, the first match along the error's MRO. Anything unknown is INTERNAL.

@@ -1,4 +1,4 @@
-"""Embedding dtype is part of the contract, not a cache miss (DESIGN.md §2): an encoder
+"""Embedding dtype is part of the contract, not a cache miss (docs/design/multimodal.md): an encoder
 that stores bfloat16 embeddings (as one on a GPU does) serves a float32 pod, and a float32
 encoder a bfloat16 pod, by converting on read — the request is answered on its first try,
 with no "embedding missing" retry and no entry discarded. Real processes throughout."""

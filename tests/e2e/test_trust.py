@@ -163,3 +163,32 @@ def test_tenants_share_neither_embeddings_nor_prefixes(platform):
     assert encoded_images(platform) == before + 2
     usage = again_a.json()["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] > usage["prompt_tokens"] // 2
+
+
+def test_under_iris_up_with_two_keys_no_key_reads_the_others_cache(tmp_path, tiny_qwen2_vl_dir):
+    """`iris up --api-key A --api-key B` (the same Platform): B's request gets no cached
+    tokens of A's identical prompt (per-key tenancy, the default when keys are required);
+    A's second request does."""
+    import openai
+
+    from tests.fixtures.platform import start_platform
+
+    up = start_platform(tiny_qwen2_vl_dir, tmp_path, api_keys=("key-a", "key-b"))
+    try:
+        clients = {
+            key: openai.OpenAI(base_url=f"{up.gateway_url}/v1", api_key=key)
+            for key in ("key-a", "key-b")
+        }
+        messages = image_message(image_png(seed=4041), "Tenant check: describe it.")
+
+        def usage(key: str):
+            reply = clients[key].chat.completions.create(
+                model=up.model_name, messages=messages, max_tokens=3, temperature=0
+            )
+            return reply.usage
+
+        assert usage("key-a").prompt_tokens_details.cached_tokens == 0
+        assert usage("key-b").prompt_tokens_details.cached_tokens == 0
+        assert usage("key-a").prompt_tokens_details.cached_tokens > 0  # its own prefix
+    finally:
+        up.stop()

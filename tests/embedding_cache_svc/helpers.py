@@ -85,7 +85,7 @@ def raw_redis(settings: CacheSettings):
 
 
 def entry_name(settings: CacheSettings, key: bytes) -> bytes:
-    """The Redis key of an entry (the layout in docs/design.md)."""
+    """The Redis key of an entry (the layout in docs/design/cache.md)."""
     return settings.redis_key_prefix.encode() + b"e:{" + key.hex().encode() + b"}"
 
 

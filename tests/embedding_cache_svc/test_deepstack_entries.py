@@ -1,5 +1,5 @@
 """Deepstack entries (Qwen3-VL): one entry per item holds the main embedding and every
-level, row r = main_r ‖ level0_r ‖ … (docs/design.md §3.2). Round trips through memory,
+level, row r = main_r ‖ level0_r ‖ … (docs/design/cache.md). Round trips through memory,
 Redis and Redis Cluster keep every level bit for bit; a reader expecting another width or
 token count misses and the entry stays; a corrupt byte in any level fails the checksum."""
 

@@ -64,3 +64,12 @@ def test_admission_refuses_beyond_the_limit_with_retry_after():
     assert caught.value.status == 429 and caught.value.retry_after == 3
     admission.leave()
     admission.enter()
+
+
+def test_tenancy_is_per_key_when_keys_are_required_and_shared_when_open(monkeypatch):
+    assert GatewaySettings.load(model="/m").tenancy == "shared"
+    assert GatewaySettings.load(model="/m", api_keys=["k1", "k2"]).tenancy == "per-key"
+    monkeypatch.setenv("IRIS_GATEWAY_API_KEYS", "k1")
+    assert GatewaySettings.load(model="/m").tenancy == "per-key"
+    monkeypatch.setenv("IRIS_GATEWAY_TENANCY", "shared")  # sharing between keys, on purpose
+    assert GatewaySettings.load(model="/m").tenancy == "shared"

@@ -6,7 +6,7 @@ from its header, before any frame is decoded: no decode job runs, no frame is pr
 neither the gateway nor its workers grow by 100 MB. Two of them in one request likewise; a
 third video in a request is refused before anything is read. A 60 s 720p clip is served,
 and the gateway's and its workers' peak growth together stays within the bound that
-docs/design.md §2 ("Video", memory) states, plus 50 MB. Times are printed, never asserted.
+docs/design/multimodal.md ("Video", memory) states, plus 50 MB. Times are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def test_a_60s_720p_clip_stays_within_the_stated_bound(door):
     growth, response = peak_growth(pids, served)
     elapsed = time.monotonic() - started
     assert response.status_code == 200, response.text
-    # docs/design.md §2, "Video", memory: D distinct frames of W x H x 3 bytes.
+    # docs/design/multimodal.md, "Video", memory: D distinct frames of W x H x 3 bytes.
     bound = video_bound(120, 832 * 448 * 3, ENCODE_MESSAGE) + 50 * MB
     total = sum(growth.values())
     print(
@@ -213,7 +213,7 @@ def test_a_60s_720p_clip_stays_within_the_stated_bound(door):
 
 
 def video_bound(distinct: int, frame_bytes: int, encode_message: int) -> int:
-    """docs/design.md's bound on one video's peak growth, gateway and decode worker
+    """docs/design/multimodal.md's bound on one video's peak growth, gateway and decode worker
     together: its distinct frames once in each, and one Encode message and its serialized
     copy in the gateway."""
     return 2 * distinct * frame_bytes + 2 * encode_message

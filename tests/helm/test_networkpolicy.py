@@ -1,4 +1,4 @@
-"""The NetworkPolicies, evaluated (tests/helm/netpol.py) on the flows docs/design.md §3 needs and
+"""The NetworkPolicies, evaluated (tests/helm/netpol.py) on the flows docs/design/index.md needs and
 on the ones it must refuse: from outside the release only the gateway (and, from the
 monitoring namespace, the metrics ports) is reachable; Redis only from the cache service."""
 

@@ -168,8 +168,9 @@ def test_generated_redis_password_is_random_and_strong(render):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_gateway_has_a_memory_backed_dev_shm(render, scenario):
-    """Large request bodies cross to the gateway's parse workers through /dev/shm (design
-    §3.6); the runtime's default 64 MB would push concurrent 16 MB bodies to the piped path."""
+    """Large request bodies cross to the gateway's parse workers through /dev/shm
+    (docs/design/door.md); the runtime's default 64 MB would push concurrent 16 MB bodies to
+    the piped path."""
     workload = workloads(render(scenario))["gateway"]
     (container,) = containers(workload, init=False)
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}

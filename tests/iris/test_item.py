@@ -1,4 +1,4 @@
-"""The item, its identity and its sentinels, exactly as docs/design.md §2 writes them."""
+"""The item, its identity and its sentinels, exactly as docs/design/multimodal.md writes them."""
 
 import hashlib
 
@@ -10,7 +10,7 @@ from iris.multimodal import PAD_BASE, Modality, MultimodalItem, pad_values_for
 
 
 def reference_pad_values(key: bytes) -> list[int]:
-    # Written out independently of the implementation, from docs/design.md's formula.
+    # Written out independently of the implementation, from docs/design/multimodal.md's formula.
     d = hashlib.sha256(b"iris-mm-pad-v1" + key).digest()
     return [
         1_000_000 + (int.from_bytes(d[8 * i : 8 * i + 8], "big") & (2**62 - 1)) for i in range(4)

@@ -76,7 +76,7 @@ def read_all(model_dir: Path, hidden: int, intermediate: int) -> dict[str, torch
                 name,
                 expert_shape(name, E, hidden, intermediate),
                 names,
-                handle.get_tensor,
+                handle.get_slice,
                 shape_of,
             )
             for name in names

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import jsonschema
 import pytest
@@ -421,6 +422,24 @@ def test_one_deadline_covers_queue_and_compile_and_dead_jobs_never_take_a_slot(
     )
     assert outputs["next"][-1].finish_reason == "stop"
     assert outputs["queued"][-1].finish_reason == "stop"
+
+
+def test_a_request_that_joins_a_running_compile_waits_its_own_limit(deadline_engine):
+    """ "first" starts a compile that never ends (the stalling worker) and may wait 5 s;
+    "joined" asks for the same constraint once that compile runs, and may wait 10 s. The
+    compile keeps the later deadline: it is cut short only once "joined" has waited its
+    whole limit (a slow machine can only delay that), never at the first one's."""
+    pool = deadline_engine.grammars
+    stall = Constraint(ConstraintKind.REGEX, STALL + "joined")
+    future = pool.submit(stall, wait_s=5.0)
+    while not future.done() and not future.running():
+        time.sleep(0.01)
+    assert future.running(), "the slot took the compile"
+    joined_at = time.monotonic()
+    assert pool.submit(stall, wait_s=10.0) is future
+    error = future.exception(timeout=60)
+    assert time.monotonic() >= joined_at + 10.0, "cut short at the first request's deadline"
+    assert "was not compiled within the limit of 10 s (waiting and compiling;" in str(error)
 
 
 def test_a_grammar_that_ends_before_min_tokens_ends_the_request_with_stop(engine):

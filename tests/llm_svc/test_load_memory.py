@@ -1,5 +1,5 @@
 """Loading builds each layer in its target dtype and layout and allocates it once
-(docs/design.md §3 "Loading"; issue 43).
+(docs/design/engine.md, "Loading"; issue 43).
 
 Two measures, both on checkpoints of a realistic size (tests/llm_svc/big_checkpoints.py):
 - the process's anonymous memory (RssAnon in /proc/PID/status), sampled from outside while a
@@ -14,6 +14,8 @@ Two measures, both on checkpoints of a realistic size (tests/llm_svc/big_checkpo
   with a dispatch mode: the CPU stand-in for CUDA's allocator statistics (no GPU here),
   which sees an allocation whether or not it is written (bench/gpu_memory_check.py reads
   the real `torch.cuda.max_memory_allocated` on a GPU).
+Under tensor parallelism each rank reads only its share of each tensor (issue 63): the bytes
+the checkpoint reader hands out, and the peak of what torch ops hold while a rank loads.
 """
 
 from __future__ import annotations
@@ -22,18 +24,24 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from llm_svc.engine.memory_budget import module_bytes
-from llm_svc.engine.models import load_model
+from llm_svc.engine.models import load_model, loader
 from llm_svc.engine.models.quantization import Fp8Linear
+from llm_svc.engine.models.registry import build_decoder
+from llm_svc.engine.parallel.group import RankLayout
+from llm_svc.engine.parallel.sharding import shard_decoder
 from tests.llm_svc.big_checkpoints import FP8, big_llama, fp8_copy
 from tests.llm_svc.checkpoints import tiny_checkpoint
+from tests.llm_svc.family_checkpoints import family_checkpoint, stacked_experts_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("load_child.py")
@@ -157,3 +165,129 @@ def test_loading_creates_each_weight_once_in_its_dtype(request, checkpoint):
     assert inv_freq.dtype == torch.float32
     # No float32 copy of any weight is ever made: only scales and RoPE frequencies are.
     assert created.largest_float32 <= 64 << 10
+
+
+class LiveBytes(TorchDispatchMode):
+    """The bytes held by the storages torch ops create (as CreatedBytes counts them) while
+    they live, and the peak of that sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+
+    def _freed(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor) and t.device.type != "meta"
+        }
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            storage = t.untyped_storage()
+            if storage.nbytes() and storage.data_ptr() not in inputs:
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(storage, self._freed, storage.nbytes())
+        return out
+
+
+class CountedReads:
+    """`safe_open` whose handles count the bytes of every tensor they hand out, whole
+    (`get_tensor`) or sliced (`get_slice(name)[...]`), into `bytes`."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def __call__(self, *args, **kwargs):
+        return _CountedHandle(safe_open(*args, **kwargs), self)
+
+    def handed(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.bytes += tensor.nbytes
+        return tensor
+
+
+class _CountedHandle:
+    def __init__(self, handle, reads: CountedReads) -> None:
+        self.handle, self.reads = handle, reads
+
+    def __enter__(self):
+        self.handle.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.handle.__exit__(*exc)
+
+    def keys(self):
+        return self.handle.keys()  # noqa: SIM118
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        return self.reads.handed(self.handle.get_tensor(name))
+
+    def get_slice(self, name: str):
+        return _CountedSlice(self.handle.get_slice(name), self.reads)
+
+
+class _CountedSlice:
+    def __init__(self, part, reads: CountedReads) -> None:
+        self.part, self.reads = part, reads
+
+    def get_shape(self):
+        return self.part.get_shape()
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self.reads.handed(self.part[index])
+
+
+def _tp_checkpoint(name: str, tmp_path_factory) -> Path:
+    if name == "qwen3_moe, stacked":  # the published Qwen3-VL-MoE layout
+        out = tmp_path_factory.mktemp("stacked") / "model"
+        return stacked_experts_copy(family_checkpoint("qwen3_moe"), out)
+    if name == "qwen3_moe, stacked as held":  # what transformers 5.24 writes
+        out = tmp_path_factory.mktemp("held") / "model"
+        return stacked_experts_copy(family_checkpoint("qwen3_moe"), out, transposed=False)
+    if name in ("qwen3_moe", "qwen2_moe"):  # experts stored one by one
+        return family_checkpoint(name)
+    return tiny_checkpoint(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["llama", "qwen2_moe", "qwen3_moe", "qwen3_moe, stacked", "qwen3_moe, stacked as held",
+     "qwen3_5"],
+)  # fmt: skip
+def test_each_tensor_parallel_rank_reads_and_holds_its_share_alone(
+    name, tmp_path_factory, monkeypatch
+):
+    """Each of 2 ranks reads no more than its parameters' bytes from the checkpoint, and
+    holds at most those plus one parameter's worth at any time of its load; what it reads
+    is its shard of the whole model's tensors (in every expert layout)."""
+    model_dir = _tp_checkpoint(name, tmp_path_factory)
+    cpu = torch.device("cpu")
+    whole, config = load_model(model_dir, torch.float32, cpu)
+    whole_params = dict(whole.named_parameters())
+    for rank in range(2):
+        reads = CountedReads()
+        monkeypatch.setattr(loader, "safe_open", reads)
+        with LiveBytes() as held:
+            model, _ = load_model(model_dir, torch.float32, cpu, RankLayout(rank, 2))
+        monkeypatch.undo()
+        share = module_bytes(model)
+        largest = max(param.nbytes for param in model.parameters())
+        assert share < 0.75 * module_bytes(whole), "the rank holds a share, not the whole"
+        assert reads.bytes <= share, f"rank {rank} read {reads.bytes / share:.2f}x its share"
+        assert held.peak <= share + largest, (
+            f"rank {rank} held {(held.peak - share) / largest:.2f} parameters' worth "
+            "beyond its share"
+        )
+        with loader.building_in(torch.float32):
+            shards = shard_decoder(build_decoder(config), config, RankLayout(rank, 2))
+        for param_name, param in model.named_parameters():
+            expected = whole_params[param_name]
+            if param_name in shards:
+                expected = shards[param_name].cut(expected)
+            assert torch.equal(param, expected), f"rank {rank}: {param_name}"

@@ -88,8 +88,9 @@ def test_budget_is_utilisation_times_total_less_weights_peak_held_and_other():
 
 def test_the_profiles_own_kv_cache_and_image_rows_are_counted_once():
     """The profiling step allocates a KV cache for its tokens and the embeddings its image
-    rows come from; the KV term and held embeddings count those, so the budget is design
-    §3's sum with the step peak net of both (the old code subtracted them twice)."""
+    rows come from; the KV term and held embeddings count those, so the budget is the design's
+    sum (docs/design/engine.md) with the step peak net of both (the old code subtracted them
+    twice)."""
     total, weights, other, held = 80 * GIB, 10 * GIB, GIB // 2, 2 * GIB
     kv, images, activations, sampler = 6 * GIB, GIB, 3 * GIB, GIB
     probe = FakeProbe(total, weights, other)
@@ -103,7 +104,7 @@ def test_the_profiles_own_kv_cache_and_image_rows_are_counted_once():
         return ProfiledStep(8192, 8192, 256, kv_bytes=kv, image_bytes=images)
 
     budget = measured_budget(probe, 0.9, held_embeddings=held, profile=profile)
-    # docs/design.md §3: KV = utilisation x total - weights - step peak - held - other,
+    # docs/design/engine.md: KV = utilisation x total - weights - step peak - held - other,
     # step peak = allocator peak - weights - the profile's KV - its image rows.
     step_peak = (weights + kv + images + activations + sampler) - weights - kv - images
     expected = 0.9 * total - weights - step_peak - held - other

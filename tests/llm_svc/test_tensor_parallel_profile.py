@@ -1,7 +1,7 @@
 """Under tensor parallelism the memory budget's profiling step runs its collectives on the
 start group (START_TIMEOUT_S, 300 s), not on the step groups (the step timeout, 60 s by
 default): one rank may reach the profile while another still loads its weights
-(docs/design.md §3 "Memory budget"; issue 43).
+(docs/design/engine.md, "Memory budget"; issue 43).
 
 The profile runs only on CUDA, where the step group is NCCL; no GPU here, so the process
 groups are recording fakes of one rank (a real gloo group cannot tell which of two groups

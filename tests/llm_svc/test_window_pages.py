@@ -1,4 +1,4 @@
-"""Pages per layer kind (docs/design.md §3 "Pages per layer kind"): a model's sliding layers
+"""Pages per layer kind (docs/design/engine.md): a model's sliding layers
 keep their KV in a pool of their own and give back what leaves the window, during prefill
 and decode; a prefix hit needs the window before it; the capacity figure shows the saving.
 Tiny Gemma 3 text checkpoints built by transformers."""

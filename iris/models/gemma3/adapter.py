@@ -77,7 +77,7 @@ class Gemma3Adapter(ModelAdapter):
 
     def _expansion(self, grid: Grid, base: int) -> tuple[list[int], list[Span]]:
         """The ids one image expands to and its spans from `base`. Each piece sits between
-        special tokens or newlines, so it is tokenized alone (see docs/design.md §2 on
+        special tokens or newlines, so it is tokenized alone (see docs/design/families.md on
         newlines that touch the placeholder)."""
         if len(grid) != 1 or int(grid[0]) < 0:
             raise ValueError(f"Gemma 3 grid must be (crops,) with crops >= 0, got {grid!r}")

@@ -77,7 +77,7 @@ class Qwen2VLAdapter(ModelAdapter):
         HF's get_rope_index for the same prompt. Decoded token i (i >= N) sits at i + delta."""
         return mrope_positions(input_ids_len, items, self.merge_size, self.video_time_interval)
 
-    # -- video: one item per frame group (docs/design.md §2, "Video") ----------------------
+    # -- video: one item per frame group (docs/design/multimodal.md) ----------------------
     # Qwen2.5-VL: a video is one <|vision_start|> ... <|vision_end|> holding every group's
     # tokens, and a group's temporal M-RoPE position is its absolute time (group index x
     # second_per_grid_t x tokens_per_second). Qwen2-VL takes no video here.

@@ -31,7 +31,7 @@ class Qwen3VLAdapter(Qwen2VLAdapter):
         vision = self.config.get("vision_config") or {}
         return len(vision.get("deepstack_visual_indexes") or ())
 
-    # -- video: one item per frame group (docs/design.md §2, "Video") ----------------------
+    # -- video: one item per frame group (docs/design/multimodal.md) ----------------------
     # Qwen2.5-VL's rules (Qwen2VLAdapter) with Qwen3VLVideoProcessor's defaults, a pixel
     # budget over a group's T frames, and a timestamp in the text before every group.
 

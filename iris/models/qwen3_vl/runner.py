@@ -32,7 +32,7 @@ class Qwen3VisionRunner(QwenVisionRunner):
     tower call over a batch's patches gives every image's main embedding and each deepstack
     level at once. Per image the runner returns one [token_count, (1 + levels) x hidden]
     tensor: row r is the main row r, then row r of level 0, 1, ... (the cache entry's
-    layout, docs/design.md §3.2)."""
+    layout, docs/design/cache.md)."""
 
     def __init__(self, adapter: Qwen3VLAdapter, device: Any = "cpu", dtype: Any = None) -> None:
         super().__init__(adapter, device, dtype)

@@ -1,5 +1,5 @@
 """Attention over one pool of pages per layer kind: full-attention layers read one KV cache,
-sliding-window layers another (docs/design.md §3 "Pages per layer kind").
+sliding-window layers another (docs/design/engine.md).
 
 `KindsBackend` holds one backend per pool and sends each layer to its kind's, with the
 layer's index inside that pool. Both pools see the same step (same queries, lengths and

@@ -1,4 +1,4 @@
-"""Embeddings from the embedding cache service (docs/design.md §3 step 5)."""
+"""Embeddings from the embedding cache service (docs/design/engine.md)."""
 
 from __future__ import annotations
 

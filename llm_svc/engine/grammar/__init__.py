@@ -1,4 +1,4 @@
-"""Grammar-constrained decoding with xgrammar (docs/design.md, "Structured output").
+"""Grammar-constrained decoding with xgrammar (docs/design/engine.md, "Grammar").
 
 `Constraint` (kind + text) rides in SamplingParams; `GrammarCompilerPool` checks it and
 compiles it off the engine thread, once per distinct constraint; `RequestGrammar` is one

@@ -9,9 +9,11 @@ again within the timeout whatever the constraint.
 
 A request waits for its grammar at most `queue_timeout_s`, in the queue and compiling
 together. A job whose requests have all gone (aborted, or past that deadline) is dropped
-before it takes a slot, and a running compile is killed at its last request's deadline. A
-failed compile is remembered for `failure_ttl_s` (failures.py): a plain error by its exact
-text, a compile that used up `compile_timeout_s` also by its shape.
+before it takes a slot, and a running compile is killed at its last request's deadline: a
+request that asks for a constraint already compiling joins that compile and moves its
+deadline to its own, so each request waits its whole limit. A failed compile is remembered
+for `failure_ttl_s` (failures.py): a plain error by its exact text, a compile that used up
+`compile_timeout_s` also by its shape.
 """
 
 from __future__ import annotations
@@ -110,14 +112,23 @@ def check_constraint(constraint: Constraint, limits: GrammarLimits) -> None:
 
 @dataclass(eq=False)
 class _Job:
-    """A queued compile and the requests waiting for it: `waiters` of them, the latest of
-    which came at `submitted` and waits `wait_s` (None: no deadline)."""
+    """A compile and the requests waiting for it, the latest of which came at `submitted`
+    and waits `wait_s` (None: no deadline): `waiters` of them while it is queued. `started`
+    is when a worker began compiling it."""
 
     constraint: Constraint
     future: cf.Future
     submitted: float
     wait_s: float | None
     waiters: int = 1
+    started: float | None = None
+
+    def join(self, now: float, wait_s: float | None) -> None:
+        """One more request waits from `now` for at most `wait_s`: the job's deadline
+        moves to cover it (and every earlier one: the longest wait, from now)."""
+        self.waiters += 1
+        self.submitted = now
+        self.wait_s = None if None in (self.wait_s, wait_s) else max(self.wait_s, wait_s)
 
 
 class GrammarCompilerPool:
@@ -148,6 +159,7 @@ class GrammarCompilerPool:
         # Compiled grammars and compiles under way; failed ones leave it for `failures`.
         self._cache: OrderedDict[str, cf.Future] = OrderedDict()
         self._waiting: dict[str, _Job] = {}  # jobs no slot has taken yet, by key
+        self._running: dict[str, _Job] = {}  # jobs a slot compiles, by key, until it ends
         self.failures = FailureCache(cache_entries, limits.failure_ttl_s)
         self._lock = threading.Lock()  # the caches (the engine thread takes it too)
         self._info_lock = threading.Lock()
@@ -203,11 +215,9 @@ class GrammarCompilerPool:
             future = self._cache.get(key)
             if future is not None:
                 self._cache.move_to_end(key)
-                job = self._waiting.get(key)
+                job = self._waiting.get(key) or self._running.get(key)
                 if job is not None:
-                    job.waiters += 1
-                    job.submitted = now
-                    job.wait_s = None if None in (job.wait_s, wait_s) else max(job.wait_s, wait_s)
+                    job.join(now, wait_s)
                 return future
             future = cf.Future()
             failed = self.failures.lookup(constraint)
@@ -249,22 +259,48 @@ class GrammarCompilerPool:
             return None
         return max(job.submitted, self.ready_since or job.submitted) + job.wait_s
 
-    def _take(self, job: _Job) -> float | None:
-        """Start `job` on a slot: the seconds its compile may take, or None if it was
-        dropped (nobody waits for it any more)."""
-        left = None
+    def _take(self, job: _Job) -> bool:
+        """Start `job` on a slot; False if it was dropped (nobody waits for it any more)."""
+        key = job.constraint.key
         with self._lock:
-            if self._waiting.get(job.constraint.key) is job:
+            if self._waiting.get(key) is job:
                 deadline = self._deadline(job)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:  # its last request's deadline passed
-                    self._drop(job)
-                    return None
-                del self._waiting[job.constraint.key]
+                if deadline is not None and deadline <= time.monotonic():
+                    self._drop(job)  # its last request's deadline passed in the queue
+                    return False
+                del self._waiting[key]
             if not job.future.set_running_or_notify_cancel():
-                return None
-        limit = self.limits.compile_timeout_s
-        return limit if left is None else min(limit, left)
+                return False
+            self._running[key] = job
+        return True
+
+    def _cut_short(self, job: _Job) -> bool:
+        """Whether the running `job`'s requests' deadline comes before its compile limit."""
+        deadline = self._deadline(job)
+        if deadline is None or job.started is None:
+            return False
+        return deadline < job.started + self.limits.compile_timeout_s
+
+    def _compile_deadline(self, job: _Job) -> float:
+        """When the running `job` must end: at its compile limit, or at its latest
+        request's deadline if sooner (asked again when it comes: a request may have joined
+        since). Once it has come, nobody joins the job any more; a compile cut short by its
+        requests' deadline also leaves the cache, so a later request compiles anew."""
+        with self._lock:
+            key = job.constraint.key
+            end = job.started + self.limits.compile_timeout_s
+            if self._cut_short(job):
+                end = self._deadline(job)
+            if time.monotonic() >= end and self._running.get(key) is job:
+                del self._running[key]
+                if self._cut_short(job) and self._cache.get(key) is job.future:
+                    del self._cache[key]
+            return end
+
+    def _finished(self, job: _Job) -> None:
+        with self._lock:
+            if self._running.get(job.constraint.key) is job:
+                del self._running[job.constraint.key]
 
     def _failed(self, job: _Job, error: Exception, *, remember: bool, by_shape: bool) -> None:
         """A compile failed: its future ends with `error`, and it leaves the cache (a
@@ -306,11 +342,10 @@ class GrammarCompilerPool:
             job = self._jobs.get()
             if job is None or self._closed:
                 return
-            timeout_s = self._take(job)
-            if timeout_s is None:
+            if not self._take(job):
                 continue
             try:
-                job.future.set_result(self._compile(slot, job, timeout_s))
+                job.future.set_result(self._compile(slot, job))
             except _CutShort as err:
                 self._failed(job, err.error, remember=False, by_shape=False)
             except _TimedOut as err:
@@ -319,8 +354,10 @@ class GrammarCompilerPool:
                 self._failed(job, err, remember=True, by_shape=False)
             except Exception as err:  # noqa: BLE001 - the request must end, not hang
                 self._failed(job, err, remember=False, by_shape=False)
+            finally:
+                self._finished(job)
 
-    def _compile(self, slot: int, job: _Job, timeout_s: float):
+    def _compile(self, slot: int, job: _Job):
         import xgrammar
 
         worker = self.workers[slot]
@@ -334,18 +371,23 @@ class GrammarCompilerPool:
             if not worker.ready:
                 worker.wait_ready()
                 self._worker_ready()
-            reply = worker.compile(constraint.kind.value, constraint.value, timeout_s)
+            job.started = time.monotonic()  # its compile limit counts from here
+            reply = worker.compile(
+                constraint.kind.value, constraint.value, lambda: self._compile_deadline(job)
+            )
         except WorkerTimeout:
+            cut_short = self._cut_short(job)  # its requests' deadline came first
             self.num_timed_out += 1
             self.killed_pids.append(worker.pid)
+            limit = self.limits.compile_timeout_s
             log.warning(
-                "grammar compile worker %d killed: %s did not compile within %g s",
+                "grammar compile worker %d killed: %s %s",
                 worker.pid,
                 name,
-                timeout_s,
+                "reached its requests' deadline" if cut_short else f"took over {limit:g} s",
             )
             self.workers[slot] = None if self._closed else self._replacement()
-            if timeout_s < self.limits.compile_timeout_s:  # its requests' deadline came first
+            if cut_short:
                 raise _CutShort(
                     InvalidRequestError(
                         FIELD,

@@ -3,8 +3,8 @@
 A compile cannot be interrupted inside xgrammar, so it runs in a process of its own, and a
 compile that outlives its timeout is ended by killing that process; the slot then gets a
 fresh worker. Workers are forked by multiprocessing's fork server, which imports xgrammar
-(and torch, which xgrammar imports) once, so a new worker is ready in milliseconds. The
-timeout counts from when the job is sent to a ready worker."""
+(and torch, which xgrammar imports) once, so a new worker is ready in milliseconds. A
+compile's deadline is the caller's to move: it is asked again whenever it comes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import logging
 import multiprocessing
 import multiprocessing.forkserver
 import threading
+import time
+from collections.abc import Callable
 
 from llm_svc.engine.grammar.priority import lower_priority
 
@@ -70,14 +72,17 @@ class CompileWorker:
     def wait_ready(self) -> None:
         """Wait for the worker's start (the fork server's first start imports torch)."""
         if not self.ready:
-            self._receive(START_TIMEOUT_S)
+            started = time.monotonic()
+            self._receive(lambda: started + START_TIMEOUT_S)
             self.ready = True
 
-    def compile(self, kind: str, value: str, timeout_s: float) -> dict:
-        """The worker's reply to one job; WorkerTimeout / WorkerDied (worker killed)."""
+    def compile(self, kind: str, value: str, deadline: Callable[[], float]) -> dict:
+        """The worker's reply to one job; WorkerTimeout / WorkerDied (worker killed). The
+        job may run until `deadline()` (time.monotonic()), read again each time it comes,
+        so the caller may move it later while the worker compiles."""
         self.wait_ready()
         self._send((kind, value))
-        return self._receive(timeout_s)
+        return self._receive(deadline)
 
     def kill(self) -> None:
         """End the worker and close its pipe (once, whichever thread asks first)."""
@@ -97,11 +102,12 @@ class CompileWorker:
             self.kill()
             raise WorkerDied(f"compile worker {self.pid} exited ({err})") from None
 
-    def _receive(self, timeout_s: float) -> dict:
+    def _receive(self, deadline: Callable[[], float]) -> dict:
         try:
-            if not self._conn.poll(timeout_s):
-                self.kill()
-                raise WorkerTimeout(f"no answer within {timeout_s:g} s")
+            while not self._conn.poll(max(0.0, deadline() - time.monotonic())):
+                if time.monotonic() >= deadline():
+                    self.kill()
+                    raise WorkerTimeout("no answer before the deadline")
             reply = self._conn.recv()
         except (EOFError, OSError) as err:
             self.kill()

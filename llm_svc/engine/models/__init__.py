@@ -30,7 +30,7 @@ def load_model(
 
     Every layer is built in its final dtype and layout (this rank's shard, FP8 layers as
     FP8) before anything is allocated, so loading needs the weights' own bytes and no more
-    (docs/design.md §3 "Loading")."""
+    (docs/design/engine.md, "Loading")."""
     config = TextModelConfig.from_model_dir(model_dir)
     shards = None
     if config.is_hybrid and config.quantization is not None:

@@ -16,15 +16,20 @@ layer (down_proj for gate_up_proj and back): a checkpoint writes both projection
 and the two are never ambiguous together (that would need H == 2I and H == I). This is
 sounder than provenance (transformers' own loader keeps an ambiguous tensor as stored,
 which reads a published-layout checkpoint wrongly).
+
+Under tensor parallelism a rank reads only its columns of every expert's intermediate
+dimension (`expert_shard`), in any layout: each expert's slices, or the stacked tensor's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container
+from typing import Any
 
 import torch
 
 from llm_svc.engine.models.config import UnsupportedModelError
+from llm_svc.engine.models.shard import Concatenated, Shard
 
 GATE_UP, DOWN = "experts.gate_up_proj", "experts.down_proj"
 STACKED = (GATE_UP, DOWN)
@@ -33,6 +38,7 @@ SCALE = "_scale_inv"
 STACKED_SCALES = (GATE_UP + SCALE, DOWN + SCALE)
 
 Shape = tuple[int, ...]
+Sliceable = Any  # a tensor, a safetensors slice, or a Concatenated of them
 
 
 def is_stacked_expert(name: str) -> bool:
@@ -59,6 +65,17 @@ def read_expert_scales(
             for e in range(num_experts)
         ]
     )
+
+
+def expert_shard(name: str, span: tuple[int, int], intermediate: int) -> Shard:
+    """Columns `span` of every expert's intermediate dimension (of `intermediate`) as a
+    Shard of stacked parameter `name` in the internal layout: the span's rows of the gate
+    half and of the up half of gate_up_proj [E, 2I, H] (dim 1), its columns of down_proj
+    [E, H, I] (dim 2). The span (0, I) is the whole tensor."""
+    start, stop = span
+    if name.endswith("gate_up_proj"):
+        return Shard.of(span, (intermediate + start, intermediate + stop), dim=1)
+    return Shard.of(span, dim=2)
 
 
 def expert_shape(name: str, num_experts: int, hidden: int, intermediate: int) -> Shape:
@@ -115,29 +132,29 @@ def read_experts(
     stored: str,
     expected: Shape,
     available: Container[str],
-    read: Callable[[str], torch.Tensor],
+    open_slice: Callable[[str], Sliceable],
     shape_of: Callable[[str], Shape],
+    shard: Shard | None = None,
 ) -> torch.Tensor:
-    """The whole internal-layout tensor of `expected` shape ([E, 2I, H] or [E, H, I]) for
+    """The internal-layout tensor of `expected` shape ([E, 2I, H] or [E, H, I]) for
     checkpoint name `stored` (the model's parameter name with the checkpoint prefix), from
-    whichever layout is `available`."""
+    whichever layout is `available`, or only its `shard` (`expert_shard`; None: the whole).
+    `open_slice(name)` is a safetensors slice (`get_slice`): only the ranges asked for are
+    read, and the result is allocated once (a stacked checkpoint's single range not at all:
+    a view of what the reader gives)."""
     if stored in available:
-        tensor = read(stored)
-        if stored_transposed(stored, expected, available, shape_of):
-            return tensor.transpose(1, 2)
-        return tensor
+        transposed = stored_transposed(stored, expected, available, shape_of)
+        if shard is None:
+            tensor = open_slice(stored)[(slice(None),)]
+        else:  # its dims 1 and 2 swapped when stored transposed
+            tensor = shard.along(3 - shard.dim if transposed else shard.dim).cut(open_slice(stored))
+        return tensor.transpose(1, 2) if transposed else tensor
+    is_gate_up = stored.endswith(GATE_UP)
+    intermediate = expected[1] // 2 if is_gate_up else expected[2]
+    if shard is None:
+        shard = expert_shard(stored, (0, intermediate), intermediate)
     num_experts = expected[0]
     base = stored.rpartition("experts.")[0] + "experts."
-    if stored.endswith(GATE_UP):
-
-        def one(e: int) -> torch.Tensor:
-            gate = read(f"{base}{e}.gate_proj.weight")
-            return torch.cat([gate, read(f"{base}{e}.up_proj.weight")])
-    else:
-
-        def one(e: int) -> torch.Tensor:
-            return read(f"{base}{e}.down_proj.weight")
-
     missing = [
         name
         for e in range(num_experts)
@@ -149,4 +166,24 @@ def read_experts(
             f"expert weights for {stored} are in neither layout: no {stored} and no "
             f"{missing[0]} (and {len(missing) - 1} more)"
         )
-    return torch.stack([one(e) for e in range(num_experts)])
+    parts = ("gate_proj", "up_proj") if is_gate_up else ("down_proj",)
+    part_shape = (intermediate, expected[2]) if is_gate_up else tuple(expected[1:])
+
+    def expert(e: int) -> Sliceable:
+        """Expert `e`'s [2I, H] or [H, I], sliced as one tensor."""
+        names = [f"{base}{e}.{part}.weight" for part in parts]
+        for name in names:
+            if tuple(shape_of(name)) != part_shape:
+                raise ValueError(f"{name} has shape {tuple(shape_of(name))}, not {part_shape}")
+        slices = [open_slice(name) for name in names]
+        return slices[0] if len(slices) == 1 else Concatenated(slices, [intermediate] * 2)
+
+    one = shard.along(shard.dim - 1)  # of one expert: its dims are the stack's after the first
+    shape = list(expected)
+    shape[shard.dim] = shard.size
+    # An empty read tells the dtype, so the stack is allocated before anything is read.
+    dtype = open_slice(f"{base}0.{parts[0]}.weight")[(slice(0, 0),)].dtype
+    out = torch.empty(shape, dtype=dtype)
+    for e in range(num_experts):
+        one.cut(expert(e), out=out[e])
+    return out

@@ -2,7 +2,8 @@
 
 The LM's prefix is found from where `embed_tokens.weight` sits (`model.` for a plain LM,
 `model.text_model.` for Idefics3, `model.language_model.` for Qwen2-VL in transformers 5);
-`lm_head.weight` is looked up at the top level and beside that prefix.
+`lm_head.weight` is looked up at the top level and beside that prefix. Under tensor
+parallelism each rank reads only its shard of each tensor (safetensors' `get_slice`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from llm_svc.engine.models.expert_weights import (
     read_experts,
 )
 from llm_svc.engine.models.quantization import swap_fp8_experts, swap_fp8_linears
+from llm_svc.engine.models.shard import Shard
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +103,9 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
     An FP8 layer of `model` (llm_svc/engine/models/quantization.py) takes the FP8 weight and
     its scales as stored; a plain parameter stored in FP8 with a scale (an lm_head, say) is
     dequantized to the model's dtype; an FP8 tensor with no scale is an error.
-    `shards[name]`, when given, cuts a tensor-parallel rank's slice of parameter `name`
-    (tensor parallelism refuses quantized checkpoints, so the two never meet)."""
+    `shards[name]`, when given, is a tensor-parallel rank's Shard of parameter `name`
+    (models/shard.py): only that part of the checkpoint's tensor is read, and allocated at
+    most once (tensor parallelism refuses quantized checkpoints, so the two never meet)."""
     model_dir = Path(model_dir)
     files = _tensor_files(model_dir)
     where: dict[str, Path] = {}
@@ -139,25 +142,32 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
         def read(name: str) -> torch.Tensor:
             return handles[where[name]].get_tensor(name)
 
-        def shape_of(name: str) -> tuple[int, ...]:
-            return tuple(handles[where[name]].get_slice(name).get_shape())
+        def open_slice(name: str):
+            return handles[where[name]].get_slice(name)
 
-        def read_param(stored: str, target: torch.Tensor) -> torch.Tensor:
+        def shape_of(name: str) -> tuple[int, ...]:
+            return tuple(open_slice(name).get_shape())
+
+        def read_param(stored: str, shard: Shard | None) -> torch.Tensor:
+            """The checkpoint's tensor `stored`, or only its `shard` (only that is read)."""
             if stored.endswith(STACKED_SCALES):
                 return read_expert_scales(stored, model.config.moe.num_experts, where, read)
             if is_stacked_expert(stored):
-                # The whole shape: under tensor parallelism `target` is one rank's shard.
+                # The whole shape: under tensor parallelism the parameter is one rank's.
                 moe, hidden = model.config.moe, model.config.hidden_size
                 whole = expert_shape(stored, moe.num_experts, hidden, moe.intermediate_size)
-                return read_experts(stored, whole, where, read, shape_of)
-            return read(stored)
+                return read_experts(stored, whole, where, open_slice, shape_of, shard)
+            if shard is None:
+                return read(stored)
+            try:
+                return shard.cut(open_slice(stored))
+            except ValueError as err:
+                raise ValueError(f"{stored}: {err}") from None
 
         with torch.no_grad():
             for stored, target_name in wanted.items():
                 target = params[target_name]
-                tensor = read_param(stored, target)
-                if shards and target_name in shards:
-                    tensor = shards[target_name](tensor)
+                tensor = read_param(stored, (shards or {}).get(target_name))
                 if tensor.dtype == FP8 and target.dtype != FP8:
                     tensor = _dequantized(stored, tensor, scheme, where, read)
                 elif target.dtype == FP8 and tensor.dtype != FP8:
@@ -174,7 +184,8 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
                         f"{stored}: shape {tuple(tensor.shape)} in checkpoint, "
                         f"model expects {tuple(target.shape)}"
                     )
-                target.copy_(tensor.to(target.dtype))
+                target.copy_(tensor)  # casts to the parameter's dtype, no copy in between
+                del tensor  # before the next is read: one tensor's worth at a time
 
 
 def _is_scale(name: str) -> bool:

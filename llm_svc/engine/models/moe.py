@@ -83,13 +83,21 @@ class Experts(nn.Module):
             return self.forward_fused(x, weights, experts)
         return self.forward_grouped(x, weights, experts)
 
-    def forward_fused(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor):
-        """The fused path: the rows sorted by expert, then two grouped GEMM launches."""
-        top_k = experts.shape[1]
+    def sort_by_expert(self, experts: torch.Tensor):
+        """The (token, expert) pairs of `experts` [T, k] sorted by expert: (order [T·k], the
+        pairs' flat indices; tokens [T·k], their tokens; counts [E], pairs per expert).
+
+        Device ops whose output sizes the host knows, so the fused path never waits for the
+        device: `torch.bincount`'s size depends on the largest id, which CUDA reads back."""
         flat = experts.reshape(-1)
         order = flat.argsort(stable=True)
-        tokens = order // top_k
-        counts = torch.bincount(flat, minlength=self.num_experts)
+        counts = torch.zeros(self.num_experts, dtype=torch.int64, device=flat.device)
+        counts.index_add_(0, flat, torch.ones_like(flat))
+        return order, order // experts.shape[1], counts
+
+    def forward_fused(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor):
+        """The fused path: the rows sorted by expert, then two grouped GEMM launches."""
+        order, tokens, counts = self.sort_by_expert(experts)
         rows = x.index_select(0, tokens)
         backend = "triton"  # forced: the CPU reaches here only under the interpreter
         gate, up = grouped_gemm(rows, self.gate_up_proj, counts, backend=backend).chunk(2, -1)
@@ -100,15 +108,11 @@ class Experts(nn.Module):
 
     def forward_grouped(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor):
         """The grouped path: one `run_expert` per expert that has rows (a host loop)."""
-        top_k = experts.shape[1]
-        flat = experts.reshape(-1)
-        order = flat.argsort(stable=True)
-        tokens = order // top_k
-        # One host read of the per-expert counts: the loop below runs on the host.
-        counts = torch.bincount(flat, minlength=self.num_experts).tolist()
+        order, tokens, counts = self.sort_by_expert(experts)
         rows, scale = x.index_select(0, tokens), weights.reshape(-1, 1).index_select(0, order)
         outputs, start = [], 0
-        for expert, count in enumerate(counts):
+        # One host read of the per-expert counts: the loop runs on the host.
+        for expert, count in enumerate(counts.tolist()):
             if count:
                 span = slice(start, start + count)
                 outputs.append(self.run_expert(expert, tokens[span], rows[span]) * scale[span])

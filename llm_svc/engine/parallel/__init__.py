@@ -1,4 +1,4 @@
-"""Tensor parallelism inside one LLM pod (docs/design.md §3, "Tensor parallelism").
+"""Tensor parallelism inside one LLM pod (docs/design/parallelism.md).
 
 Rank 0 is the engine's process: it keeps the scheduler, the radix cache, the embedding
 fetch and the gRPC server, and drives the other ranks (spawned processes, one per device)

@@ -1,31 +1,21 @@
 """The model's layers split across tensor-parallel ranks (Megatron's scheme, as vLLM does).
 
 Each layer keeps the parameter name of the layer it replaces, so the checkpoint loads by
-name; a parameter's `shard(full)` attribute cuts this rank's slice from the checkpoint's
-full tensor (sharding.py hands them to `load_weights`). Column-parallel layers split their
-outputs and need no communication; row-parallel layers split their inputs and all-reduce
-their output once; the vocab-parallel embedding holds a contiguous slice of the (padded)
-vocabulary and all-reduces its rows.
+name; a parameter's `shard` attribute (models/shard.py) names this rank's slice of the
+checkpoint's tensor, which is all `load_weights` reads of it (sharding.py hands them over).
+Column-parallel layers split their outputs and need no communication; row-parallel layers
+split their inputs and all-reduce their output once; the vocab-parallel embedding holds a
+contiguous slice of the (padded) vocabulary and all-reduces its rows.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llm_svc.engine.models.shard import Shard
 from llm_svc.engine.parallel.group import RankGroup
-
-
-def _set_shard(param: nn.Parameter, shard: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    param.shard = shard
-
-
-def rows_of(blocks: list[tuple[int, int]]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A shard taking rows [start, stop) of each block, concatenated (dim 0)."""
-    return lambda full: torch.cat([full[start:stop] for start, stop in blocks])
 
 
 class ColumnParallelLinear(nn.Module):
@@ -35,11 +25,11 @@ class ColumnParallelLinear(nn.Module):
         super().__init__()
         out = sum(stop - start for start, stop in rows)
         self.weight = nn.Parameter(torch.empty(out, in_features))
-        _set_shard(self.weight, rows_of(rows))
+        self.weight.shard = Shard.of(*rows)
         self.bias = None
         if bias:
             self.bias = nn.Parameter(torch.empty(out))
-            _set_shard(self.bias, rows_of(rows))
+            self.bias.shard = Shard.of(*rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -57,7 +47,7 @@ class RowParallelLinear(nn.Module):
         start, stop = cols
         self.group, self.reduce = group, reduce
         self.weight = nn.Parameter(torch.empty(out_features, stop - start))
-        _set_shard(self.weight, lambda full: full[:, start:stop])
+        self.weight.shard = Shard.of(cols, dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         partial = F.linear(x, self.weight)
@@ -74,7 +64,7 @@ class VocabParallelEmbedding(nn.Module):
         self.group = group
         self.start, self.stop = group.vocab_slice(vocab)
         self.weight = nn.Parameter(torch.empty(self.stop - self.start, hidden))
-        _set_shard(self.weight, vocab_rows(self.start, self.stop))
+        self.weight.shard = vocab_rows(self.start, self.stop)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         outside = (ids < self.start) | (ids >= self.stop)
@@ -83,17 +73,9 @@ class VocabParallelEmbedding(nn.Module):
         return self.group.all_reduce(rows)
 
 
-def vocab_rows(start: int, stop: int) -> Callable[[torch.Tensor], torch.Tensor]:
+def vocab_rows(start: int, stop: int) -> Shard:
     """Rows [start, stop) of a [vocab, hidden] tensor, zero-padded past its last row."""
-
-    def shard(full: torch.Tensor) -> torch.Tensor:
-        rows = full[start:stop]
-        missing = (stop - start) - rows.shape[0]
-        if missing:
-            rows = torch.cat([rows, rows.new_zeros(missing, full.shape[1])])
-        return rows
-
-    return shard
+    return Shard(0, ((start, stop),), pad=True)
 
 
 class ParallelLMHead(nn.Module):
@@ -103,4 +85,4 @@ class ParallelLMHead(nn.Module):
         super().__init__()
         start, stop = group.vocab_slice(vocab)
         self.weight = nn.Parameter(torch.empty(stop - start, hidden))
-        _set_shard(self.weight, vocab_rows(start, stop))
+        self.weight.shard = vocab_rows(start, stop)

@@ -19,21 +19,22 @@ from torch import nn
 
 from llm_svc.engine.models.config import TextModelConfig
 from llm_svc.engine.models.decoder import DecoderLM
+from llm_svc.engine.models.expert_weights import expert_shard
 from llm_svc.engine.models.layers import GatedMLP
 from llm_svc.engine.models.moe import SparseMoE
+from llm_svc.engine.models.shard import Shard
 from llm_svc.engine.parallel.group import RankGroup
 from llm_svc.engine.parallel.layers import (
     ColumnParallelLinear,
     ParallelLMHead,
     RowParallelLinear,
     VocabParallelEmbedding,
-    rows_of,
 )
 
 
 def shard_decoder(model: DecoderLM, config: TextModelConfig, group: RankGroup) -> dict:
     """Replace `model`'s layers by this rank's shards, in place (names are kept); returns
-    {parameter name: the function cutting its shard from the checkpoint's tensor}."""
+    {parameter name: its Shard of the checkpoint's tensor} (models/shard.py)."""
     hidden, d = config.hidden_size, config.head_dim
     q_start, q_stop = group.span(config.num_heads)
     kv_start, kv_stop = group.kv_heads(config.num_kv_heads)
@@ -73,15 +74,12 @@ def _shard_mlp(mlp: GatedMLP, hidden: int, group: RankGroup, reduce: bool) -> No
 
 def _shard_moe(moe: SparseMoE, hidden: int, group: RankGroup) -> None:
     experts = moe.experts
-    start, stop = group.span(experts.intermediate)
-    width, total = stop - start, experts.intermediate
+    span, total = group.span(experts.intermediate), experts.intermediate
+    width = span[1] - span[0]
     gate_up = nn.Parameter(torch.empty(experts.num_experts, 2 * width, hidden))
-    # Rows [start, stop) of the gate half and of the up half of every expert.
-    gate_up.shard = lambda full: torch.cat(
-        [full[:, start:stop], full[:, total + start : total + stop]], dim=1
-    )
+    gate_up.shard = expert_shard("gate_up_proj", span, total)
     down = nn.Parameter(torch.empty(experts.num_experts, hidden, width))
-    down.shard = lambda full: full[:, :, start:stop]
+    down.shard = expert_shard("down_proj", span, total)
     experts.gate_up_proj, experts.down_proj, experts.intermediate = gate_up, down, width
     if moe.shared_expert is not None:
         _shard_mlp(moe.shared_expert, hidden, group, reduce=False)
@@ -109,11 +107,11 @@ def _shard_gated_deltanet(attn, config: TextModelConfig, group: RankGroup) -> No
     attn.in_proj_a = ColumnParallelLinear(hidden, [(vs, ve)], bias=False)
     width = sum(stop - start for start, stop in channels)
     conv = nn.Conv1d(width, width, shape.conv_kernel, groups=width, bias=False)
-    conv.weight.shard = rows_of(channels)
+    conv.weight.shard = Shard.of(*channels)
     attn.conv1d = conv
     for name in ("dt_bias", "A_log"):
         param = nn.Parameter(torch.empty(ve - vs))
-        param.shard = rows_of([(vs, ve)])
+        param.shard = Shard.of((vs, ve))
         setattr(attn, name, param)
     attn.out_proj = RowParallelLinear((vs * dv, ve * dv), hidden, group)
     attn.hk, attn.hv = ke - ks, ve - vs

@@ -8,11 +8,13 @@ from multiprocessing.shared_memory import SharedMemory
 
 import pytest
 
-from gateway.parsing.shared_body import BodyBuffer, SharedBody
+from gateway.parsing.shared_body import BodyBuffer, SharedBody, page_rounded
+
+MIB = 1024 * 1024
 
 
 async def test_past_the_spill_size_the_chunks_land_in_one_segment_in_order():
-    buffer = BodyBuffer(spill_over=10, capacity=100)
+    buffer = BodyBuffer(spill_over=10, max_bytes=100)
     chunks = [b"0123456", b"789abc", b"defg", b"", b"hij"]
     for chunk in chunks:
         await buffer.add(chunk)
@@ -28,14 +30,14 @@ async def test_past_the_spill_size_the_chunks_land_in_one_segment_in_order():
 
 async def test_a_small_body_or_no_spill_size_stays_in_memory():
     for spill_over in (10, None):
-        buffer = BodyBuffer(spill_over=spill_over, capacity=100)
+        buffer = BodyBuffer(spill_over=spill_over, max_bytes=100)
         for chunk in (b"abc", b"def") if spill_over else (b"x" * 60, b"y" * 30):
             await buffer.add(chunk)
         assert isinstance(buffer.body(), bytes)
 
 
 async def test_a_dropped_body_leaves_no_segment():
-    buffer = BodyBuffer(spill_over=4, capacity=100)
+    buffer = BodyBuffer(spill_over=4, max_bytes=100)
     await buffer.add(b"0123456789")
     shared = buffer.body()
     assert isinstance(shared, SharedBody)
@@ -83,3 +85,36 @@ async def test_a_worker_reads_the_body_from_its_segment_and_leaves_a_large_outco
         if not inline:
             with pytest.raises(FileNotFoundError):
                 SharedMemory(name=result[0])
+
+
+async def test_a_segment_is_sized_from_the_content_length_rounded_to_a_page():
+    buffer = BodyBuffer(spill_over=10, max_bytes=16 * MIB, expected=5000)
+    await buffer.add(b"x" * 5000)
+    body = buffer.body()
+    assert isinstance(body, SharedBody) and body.capacity == page_rounded(5000) == 8192
+    buffer.release()
+
+
+async def test_without_a_length_the_segment_doubles_from_1_mib_up_to_the_limit():
+    limit = 3 * MIB + 1
+    buffer = BodyBuffer(spill_over=10, max_bytes=limit)
+    chunk = bytes(range(256)) * 1024  # 256 KiB
+    capacities, names = [], set()
+    for _ in range(12):  # 3 MiB
+        await buffer.add(chunk)
+        capacities.append(buffer.body().capacity)
+        names.add(buffer.body().name)
+    await buffer.add(b"!")  # the last byte the limit allows
+    body = buffer.body()
+    assert sorted(set(capacities)) == [MIB, 2 * MIB, page_rounded(limit)]
+    assert body.capacity == page_rounded(limit) and body.to_bytes() == chunk * 12 + b"!"
+    buffer.release()
+    for name in names:  # the outgrown segments were removed as they were replaced
+        with pytest.raises(FileNotFoundError):
+            SharedMemory(name=name)
+
+
+async def test_a_body_is_released_once():
+    body = await SharedBody.create(10)
+    body.release()
+    body.release()  # the route and the door both release it: the second does nothing
