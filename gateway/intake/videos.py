@@ -193,14 +193,14 @@ def describe_video(
     video: SampledVideo, *, adapter, fingerprint: bytes, salt: bytes | None
 ) -> VideoGroups:
     """Each frame group as an item: the adapter's token count and grid for the group's size,
-    identity from its frames (offsets are set once the prompt is expanded). Each group is
-    packed for its hash and dropped: no copy of the whole video is made."""
+    identity from its frames, hashed where they lie (offsets are set once the prompt is
+    expanded): no copy of the video or of a group is made."""
     token_count, grid = adapter.video_group_token_count(video.width, video.height)
     items, payloads = [], []
     for group in range(video.num_groups):
         payload = GroupPayload(video, group)
         item = MultimodalItem(Modality.VIDEO, token_count=int(token_count), grid=tuple(grid))
-        item.set_identity(video_group_identity(bytes(payload), fingerprint, salt))
+        item.set_identity(video_group_identity(video.group_parts(group), fingerprint, salt))
         items.append(item)
         payloads.append(payload)
     timestamps = [video.sampling.timestamp(group) for group in range(video.num_groups)]

@@ -158,6 +158,14 @@ class SampledVideo:
         """Group g as the encoder receives it and identity hashes it (`pack_group`)."""
         return pack_group(self.group_frames(group))
 
+    def group_parts(self, group: int) -> list:
+        """`group_payload(group)` as buffers in order, the header then each frame where it
+        lies (no copy): what identity hashing reads."""
+        frames = self.sampling.temporal_patch_size
+        slots = self.slots[group * frames : (group + 1) * frames]
+        header = GROUP_HEADER.pack(GROUP_MAGIC, len(slots), self.height, self.width)
+        return [header, *(np.ascontiguousarray(self.distinct[k]) for k in slots)]
+
 
 @dataclass(frozen=True)
 class VideoHeader:

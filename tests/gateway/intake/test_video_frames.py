@@ -50,3 +50,13 @@ def test_a_refused_decode_leaves_no_segment():
     name = store.segment.name
     store.remove()
     assert store.segment is None and not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_a_group_hashed_where_its_frames_lie_has_its_packed_identity():
+    from iris.multimodal import video_group_identity
+
+    video = sample_video(encode_video(source_frames(4, 96, 64), fps=1), VideoLimits(), SAMPLING)
+    fingerprint, salt = bytes(range(32)), bytes(32 * [7])
+    for group in range(video.num_groups):
+        packed = video_group_identity(video.group_payload(group), fingerprint, salt)
+        assert video_group_identity(video.group_parts(group), fingerprint, salt) == packed
