@@ -60,6 +60,11 @@ _POD_FAILED = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 _MODALITY = {Modality.IMAGE: common_pb2.IMAGE, Modality.VIDEO: common_pb2.VIDEO}
 
 
+def _kind(item) -> str:
+    """How an error names an item: "an image" or "a video frame group"."""
+    return "a video frame group" if item.modality == Modality.VIDEO else "an image"
+
+
 def item_to_proto(item) -> common_pb2.MultimodalItem:
     return common_pb2.MultimodalItem(
         modality=_MODALITY[item.modality],
@@ -325,9 +330,10 @@ class Dispatcher:
         to_encode = []
         for i, (status, reason) in zip(indices, states, strict=True):
             if status is ReserveStatus.FAILED:
-                raise bad_request(
-                    f"image {i} cannot be used: {reason}", "messages", "invalid_image"
-                )
+                item = prompt.items[i]
+                code = "invalid_video" if item.modality == Modality.VIDEO else "invalid_image"
+                message = f"{_kind(item)} (item {i}) cannot be used: {reason}"
+                raise bad_request(message, "messages", code)
             if status is ReserveStatus.RESERVED:
                 to_encode.append(i)
             elif status is ReserveStatus.PRESENT:
@@ -335,9 +341,7 @@ class Dispatcher:
         if not to_encode:
             return None
         try:
-            # Built on a worker thread: the items' payloads (a video's raw frame groups) are
-            # copied into the messages item by item, each copy a short hold of the GIL.
-            batches = await asyncio.to_thread(self._encode_batches, prompt, to_encode)
+            batches = self._encode_batches(prompt, to_encode)
         except APIError:
             # Our leases would otherwise make every request for these images wait them out.
             keys = [prompt.items[i].key for i in to_encode]
@@ -346,7 +350,7 @@ class Dispatcher:
             abandon.add_done_callback(self._background.discard)
             raise
         metrics.ENCODE_DISPATCHED.inc(len(to_encode))
-        task = asyncio.create_task(self._encode_batches_in_turn(batches, prompt.salts.images))
+        task = asyncio.create_task(self._encode_batches_in_turn(prompt, batches))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         keys = [prompt.items[i].key for i in to_encode]
@@ -354,13 +358,19 @@ class Dispatcher:
         return task
 
     async def _encode_batches_in_turn(
-        self, batches: list[encoder_pb2.EncodeRequest], salt: bytes | None
+        self, prompt: PreparedPrompt, batches: list[list[int]]
     ) -> encoder_pb2.EncodeResponse:
         """Each Encode message in turn (the pod starts on the first items while the later
-        ones encode; no one request fills an encoder's queue); their results together."""
+        ones encode; no one request fills an encoder's queue); their results together. A
+        message is built just before it is sent, on a worker thread (the payloads, a video's
+        frame groups packed, are copied into it item by item, each a short hold of the GIL),
+        so one message's copy of the payloads is alive at a time, never the whole request's."""
         merged = encoder_pb2.EncodeResponse()
-        for batch in batches:
+        salt = prompt.salts.images
+        for indices in batches:
+            batch = await asyncio.to_thread(self._encode_message, prompt, indices)
             response = await self.encoders.encode(batch, salt, grpc_metadata())
+            del batch
             merged.results.extend(response.results)
         return merged
 
@@ -378,52 +388,62 @@ class Dispatcher:
             self._background.add(abandon)
             abandon.add_done_callback(self._background.discard)
 
-    def _encode_batches(
-        self, prompt: PreparedPrompt, indices: Sequence[int]
-    ) -> list[encoder_pb2.EncodeRequest]:
-        """The Encode messages for `indices`, each of at most `max_encode_items` items and
-        `max_encode_bytes` bytes; a 413 for an item that cannot go in any message (sending
-        would fail on the channel's limit, which is no outage to report as 503)."""
-        salt = prompt.salts.images or b""
-        overhead = encoder_pb2.EncodeRequest(
-            fingerprint=self.fingerprint, identity_salt=salt
-        ).ByteSize()
-        batches = [encoder_pb2.EncodeRequest(fingerprint=self.fingerprint, identity_salt=salt)]
+    def _encode_batches(self, prompt: PreparedPrompt, indices: Sequence[int]) -> list[list[int]]:
+        """`indices` cut into Encode messages of at most `max_encode_items` items and
+        `max_encode_bytes` bytes each; a 413 for an item that cannot go in any message
+        (sending would fail on the channel's limit, which is no outage to report as 503)."""
+        overhead = self._message_overhead(prompt)
+        batches: list[list[int]] = [[]]
         size = overhead
         for i in indices:
-            item = encoder_pb2.EncodeItem(item=item_to_proto(prompt.items[i]))
+            item = prompt.items[i]
+            kind = _kind(item)
             # Its payload, and the tags and length prefixes of the payload and of the item
             # (at most 1 + 10 bytes each).
-            item_size = item.ByteSize() + len(prompt.images[i]) + 22
+            item_size = item_to_proto(item).ByteSize() + len(prompt.images[i]) + 22
             if overhead + item_size > self.max_encode_bytes:
                 raise APIError(
                     413,
-                    f"an image to encode comes to {overhead + item_size} bytes in an Encode "
-                    f"message, over the limit of {self.max_encode_bytes}; send a smaller image",
+                    f"{kind} to encode comes to {overhead + item_size} bytes in an Encode "
+                    f"message, over the limit of {self.max_encode_bytes}; send a smaller one",
                     param="messages",
                     code="images_too_large",
                 )
-            current = batches[-1].items
+            current = batches[-1]
             if current and (
                 len(current) >= self.max_encode_items or size + item_size > self.max_encode_bytes
             ):
-                batches.append(
-                    encoder_pb2.EncodeRequest(fingerprint=self.fingerprint, identity_salt=salt)
-                )
+                batches.append([])
                 size = overhead
-            # The payload is copied once, straight into the message that sends it.
-            added = batches[-1].items.add()
-            added.item.CopyFrom(item.item)
-            added.image = prompt.images[i]
+            batches[-1].append(i)
             size += item_size
         return batches
+
+    def _message_overhead(self, prompt: PreparedPrompt) -> int:
+        message = encoder_pb2.EncodeRequest(
+            fingerprint=self.fingerprint, identity_salt=prompt.salts.images or b""
+        )
+        return message.ByteSize()
+
+    def _encode_message(
+        self, prompt: PreparedPrompt, indices: Sequence[int]
+    ) -> encoder_pb2.EncodeRequest:
+        """One Encode message: each payload copied once, straight into it (a video's frame
+        group is packed for it, then dropped)."""
+        salt = prompt.salts.images or b""
+        message = encoder_pb2.EncodeRequest(fingerprint=self.fingerprint, identity_salt=salt)
+        for i in indices:
+            added = message.items.add()
+            added.item.CopyFrom(item_to_proto(prompt.items[i]))
+            added.image = bytes(prompt.images[i])
+        return message
 
     async def _encode_now(
         self, prompt: PreparedPrompt, indices: Sequence[int], request_id: str
     ) -> None:
-        batches = await asyncio.to_thread(self._encode_batches, prompt, indices)
+        batches = self._encode_batches(prompt, indices)
         metrics.ENCODE_DISPATCHED.inc(len(indices))
-        task = asyncio.ensure_future(self._encode_batches_in_turn(batches, prompt.salts.images))
+        task = asyncio.ensure_future(self._encode_batches_in_turn(prompt, batches))
         await asyncio.wait({task})
         _raise_for_encode(task, request_id)
 

@@ -112,10 +112,32 @@ class KeyLimits:
         """Take an admitted request's prompt tokens, n x the prompt's (may go into debt)."""
         self._charge(key_id, "prompt tokens", tokens)
 
+    def take_prompt_tokens(self, key_id: str | None, tokens: int) -> None:
+        """Take tokens before the work they pay for (a video's decode, from its header):
+        a 429 when the key's prompt-token bucket is already in debt (the admission rule,
+        applied again where the work starts), else charged (may go into debt)."""
+        kind = "prompt tokens"
+        rate = self.rates[kind]
+        if rate <= 0:
+            return
+        bucket = self._bucket(key_id, kind, self.clock())
+        if bucket.level <= 0:
+            retry_s = max(1, math.ceil(-bucket.level / rate))
+            raise APIError(
+                429,
+                f"this API key is over its rate of {rate:g} {kind} per second "
+                f"(burst {self.bursts[kind]:g}); retry in {retry_s} s",
+                code="rate_limit_exceeded",
+                retry_after=retry_s,
+            )
+        bucket.level -= tokens
+
     def charge_completion_tokens(self, key_id: str | None, tokens: int) -> None:
         """Take tokens a pod produced for the key, as they come (may go into debt)."""
         self._charge(key_id, "completion tokens", tokens)
 
     def _charge(self, key_id: str | None, kind: str, tokens: int) -> None:
+        # Negative when a charge taken ahead (a video's planned tokens) is settled lower.
         if self.rates[kind] > 0:
-            self._bucket(key_id, kind, self.clock()).level -= tokens
+            bucket = self._bucket(key_id, kind, self.clock())
+            bucket.level = min(self.bursts[kind], bucket.level - tokens)

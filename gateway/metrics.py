@@ -39,6 +39,18 @@ VIDEO_DECODE_SECONDS = Histogram(
     names.GATEWAY_VIDEO_DECODE_SECONDS, "one video's decode in the pool", buckets=_SLOW
 )
 VIDEO_SECONDS = Counter(names.GATEWAY_VIDEO_SECONDS, "seconds of video decoded")
+VIDEO_DECODES = Counter(names.GATEWAY_VIDEO_DECODES, "video decode jobs sent to the pool")
+VIDEO_FRAMES_DECODED = Counter(
+    names.GATEWAY_VIDEO_FRAMES_DECODED, "frames the decode pool decoded (taken or not)"
+)
+VIDEO_REFUSALS = Counter(
+    names.GATEWAY_VIDEO_REFUSALS,
+    "videos refused, by the setting that refused them",
+    [names.LABEL_SETTING],
+)
+VIDEO_INFLIGHT_BYTES = Gauge(
+    names.GATEWAY_VIDEO_INFLIGHT_BYTES, "decoded video bytes held or reserved"
+)
 MM_HASHES_IGNORED = Counter(
     names.GATEWAY_MM_HASHES_IGNORED,
     "callers' mm_hashes entries ignored: not the identity computed from the image's bytes",

@@ -16,6 +16,7 @@ from gateway.dispatch import Dispatcher
 from gateway.errors import APIError
 from gateway.intake.prompt import PromptBuilder
 from gateway.intake.remote import RemoteImageFetcher
+from gateway.intake.video_memory import VideoMemory
 from gateway.intake.videos import VideoDecoder
 from gateway.key_limits import KeyLimits
 from gateway.parsing.pool import BodyParser
@@ -94,10 +95,18 @@ class Gateway:
             # Videos decode in spawned processes (gateway/intake/videos.py), started at the
             # first video; a model that takes no video gets no pool.
             videos=VideoDecoder(
-                settings.video_decode_workers, settings.video_limits(), settings.retry_after_s
+                settings.video_decode_workers,
+                settings.video_limits(),
+                settings.retry_after_s,
+                VideoMemory(
+                    settings.video_max_inflight_bytes,
+                    settings.video_queue_timeout_s,
+                    settings.retry_after_s,
+                ),
             )
             if adapter.takes_video
             else None,
+            max_videos=settings.max_videos_per_request,
         )
         self.index = KVIndex()
         capacity = PodCapacity(

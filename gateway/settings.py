@@ -82,6 +82,11 @@ class GatewaySettings(GrpcServiceSettings):
     video_max_groups: int = Field(300, gt=0)  # frame groups per request
     video_max_decode_s: float = Field(30.0, gt=0)
     video_decode_workers: int = Field(1, gt=0)  # spawned decode processes
+    max_videos_per_request: int = Field(2, gt=0)  # video_url parts in one request
+    # Gateway-wide: bytes of decoded frames held or reserved (gateway/intake/video_memory.py);
+    # a video that would pass it waits up to the timeout, then gets a 503 with Retry-After.
+    video_max_inflight_bytes: int = Field(512 * 1024 * 1024, gt=0)
+    video_queue_timeout_s: float = Field(10.0, ge=0)
     # Per-route body caps (docs/design/door.md): parsing holds the event loop for the
     # whole body, so each route's bytes and JSON values (commas + 1) are bounded before it.
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)  # /v1/chat/completions (images)

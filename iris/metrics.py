@@ -44,6 +44,7 @@ LABEL_OP = "op"  # cache operation: put, get, reserve, wait, ...
 LABEL_STORE = "store"  # cache store: memory, redis
 LABEL_REASON = "reason"  # discard / failure reason
 LABEL_PLUGIN = "plugin"  # routing plugin name
+LABEL_SETTING = "setting"  # the gateway setting that refused a request
 LABEL_STATUS = "status"  # HTTP or gRPC status
 LABEL_ROUTE = "route"  # HTTP route
 LABEL_WHERE = "where"  # gateway body parse: loop | process
@@ -112,6 +113,14 @@ GATEWAY_MM_HASHES_IGNORED = "iris_gateway_mm_hashes_ignored_total"  # counter
 # included) and the decoded seconds of video (docs/design/multimodal.md, "Video").
 GATEWAY_VIDEO_DECODE_SECONDS = "iris_gateway_video_decode_seconds"  # histogram
 GATEWAY_VIDEO_SECONDS = "iris_gateway_video_seconds_total"  # counter
+# counters: decode jobs sent to the pool, frames they decoded, and videos refused before or
+# while decoding, label setting (the gateway setting that refused it, "video" for a file
+# that is not a readable video)
+GATEWAY_VIDEO_DECODES = "iris_gateway_video_decodes_total"
+GATEWAY_VIDEO_FRAMES_DECODED = "iris_gateway_video_frames_decoded_total"
+GATEWAY_VIDEO_REFUSALS = "iris_gateway_video_refusals_total"
+# gauge: bytes of decoded video frames the gateway holds or has reserved
+GATEWAY_VIDEO_INFLIGHT_BYTES = "iris_gateway_video_inflight_bytes"
 # counter, label where: loop | process (request bodies parsed on the event loop or in a
 # parse worker process, docs/design/door.md)
 GATEWAY_BODY_PARSES = "iris_gateway_body_parses_total"

@@ -94,11 +94,20 @@ async def chat_completions(
         with inference.span.use():
             # Thousands of messages take milliseconds to dump: off the loop too.
             messages = await asyncio.to_thread(_dumped, body.messages)
+            taken = 0
+
+            def take(tokens: int) -> None:  # videos' planned tokens, before their decode
+                nonlocal taken
+                gateway.key_limits.take_prompt_tokens(caller.key_id, tokens * body.n)
+                taken += tokens * body.n
+
             prompt = await gateway.prompts.chat(
-                messages, body.mm_hashes, salts, plan.tools, thinking.template_kwargs
+                messages, body.mm_hashes, salts, plan.tools, thinking.template_kwargs, take
             )
-            # Each of the n choices is routed and prefilled on its own: n x the prompt.
-            gateway.key_limits.charge_prompt_tokens(caller.key_id, prompt.prompt_tokens * body.n)
+            # Each of the n choices is routed and prefilled on its own: n x the prompt,
+            # settled against what the videos took before their decode.
+            charged = prompt.prompt_tokens * body.n - taken
+            gateway.key_limits.charge_prompt_tokens(caller.key_id, charged)
             requested = body.max_completion_tokens or body.max_tokens
             param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
             max_tokens = resolve_max_tokens(

@@ -24,11 +24,19 @@ from gateway.intake.budget import ImageBudget
 from gateway.intake.images import describe_image
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import image_bytes
+from gateway.intake.video_plan import (
+    VideoPlan,
+    check_plans,
+    decode_limits,
+    decoded_bytes_bound,
+    plan_video,
+)
 from gateway.intake.videos import (
     VideoDecoder,
     VideoGroups,
     check_group_count,
     describe_video,
+    refused,
     video_bytes,
 )
 from gateway.tenancy import NO_SALTS, RequestSalts
@@ -108,6 +116,7 @@ class PromptBuilder:
         max_request_image_pixels: int | None = None,
         max_model_len: Callable[[], int] | None = None,
         videos: VideoDecoder | None = None,
+        max_videos: int = 2,
     ) -> None:
         self.adapter = adapter
         self.fingerprint: bytes = adapter.fingerprint
@@ -115,6 +124,7 @@ class PromptBuilder:
         self.fetcher = fetcher
         self.max_images = max_images
         self.videos = videos  # the decode pool (None: this gateway takes no video)
+        self.max_videos = max_videos
         # Across all of one request's images (None: no limit beyond the per-image ones).
         self.max_request_image_bytes = max_request_image_bytes or sys.maxsize
         self.max_request_image_pixels = max_request_image_pixels or sys.maxsize
@@ -133,13 +143,16 @@ class PromptBuilder:
         salts: RequestSalts = NO_SALTS,
         tools: Sequence[dict] | None = None,
         template_kwargs: dict | None = None,
+        charge: Callable[[int], None] | None = None,
     ) -> PreparedPrompt:
         """A chat request's messages (plain dicts, already schema-checked) → PreparedPrompt.
 
         Each image's identity is computed from its bytes under `salts.images`; a caller's
         `mm_hashes` entry that is not that identity is ignored and counted. `tools` (checked
         OpenAI tool objects) are rendered into the prompt, and `template_kwargs` (checked:
-        gateway/api/reasoning.py) passed to the chat template."""
+        gateway/api/reasoning.py) passed to the chat template. Videos are checked on their
+        headers and `charge(tokens)` is called with their planned tokens before any frame is
+        decoded (the caller's key pays for the decode before it runs)."""
         template, refs = split_messages(messages)
         image_refs = [ref for ref in refs if ref.kind == "image"]
         video_refs = [ref for ref in refs if ref.kind == "video"]
@@ -157,6 +170,13 @@ class PromptBuilder:
                 video_refs[0].param,
                 "videos_not_supported",
             )
+        if len(video_refs) > self.max_videos:
+            raise refused(
+                f"request has {len(video_refs)} videos, over the limit of {self.max_videos}",
+                "messages",
+                "max_videos_per_request",
+                "too_many_videos",
+            )
         if len(image_refs) > self.max_images:
             raise bad_request(
                 f"request has {len(image_refs)} images, over the limit of {self.max_images}",
@@ -168,34 +188,44 @@ class PromptBuilder:
         except MMHashesTypeError as err:
             raise bad_request(str(err), "mm_hashes") from None
         budget = ImageBudget(self.max_request_image_bytes, self.max_request_image_pixels)
-        datas, videos = await asyncio.gather(
-            self._load(image_refs, budget), self._load_videos(video_refs, budget)
+        datas, video_datas = await asyncio.gather(
+            self._load(image_refs, budget), self._fetch_videos(video_refs, budget)
         )
-        return await asyncio.to_thread(
+        plans = await self._plan_videos(video_refs, video_datas)
+        ids, items = await asyncio.to_thread(
             self._chat,
             template,
             image_refs,
             datas,
-            list(zip(video_refs, videos, strict=True)),
             mm_hashes,
             salts,
             budget,
             tools,
             template_kwargs,
         )
+        if not video_refs:
+            return await asyncio.to_thread(self._expand, ids, items, datas, "messages", salts)
+        left = self._tokens_left(ids, items, len(video_refs))
+        check_plans(plans, self.videos.limits, left)
+        if charge is not None:
+            charge(sum(plan.tokens for plan in plans))
+        videos = await self._decode_videos(video_datas, plans, left)
+        del video_datas  # the container files: only the sampled frames are kept
+        return await asyncio.to_thread(self._with_videos, ids, items, datas, videos, salts)
 
     def _chat(
         self,
         template,
         refs,
         datas,
-        videos,
         mm_hashes,
         salts: RequestSalts,
         budget: ImageBudget,
         tools,
         template_kwargs=None,
-    ) -> PreparedPrompt:
+    ) -> tuple[list[int], list[MultimodalItem]]:
+        """The images described and the template rendered and tokenized (videos are still
+        one placeholder each)."""
         items = [
             describe_image(
                 data,
@@ -213,13 +243,6 @@ class PromptBuilder:
             # possible unsalted. Either way nothing the caller sent becomes a key.
             ignored = disagreeing_mm_hashes(mm_hashes, [item.identity for item in items])
             metrics.MM_HASHES_IGNORED.inc(len(ignored))
-        # Each frame group is an item, identified by its frames (gateway/intake/videos.py).
-        groups = [
-            describe_video(
-                video, adapter=self.adapter, fingerprint=self.fingerprint, salt=salts.images
-            )
-            for _, video in videos
-        ]
         self._check_length_of(template, tools)
         try:
             # Only the template emits control tokens: text is tokenized as text.
@@ -232,8 +255,24 @@ class PromptBuilder:
             raise bad_request(
                 "messages nest too deeply for the chat template to render", "messages"
             ) from None
-        if not groups:
-            return self._expand(ids, items, datas, "messages", salts)
+        return ids, items
+
+    def _tokens_left(self, ids: list[int], items: list[MultimodalItem], videos: int) -> int | None:
+        """Tokens the context leaves for the videos after the text and images (each image's
+        and video's placeholder is one token of `ids` before expansion)."""
+        if self.max_model_len is None:
+            return None
+        used = len(ids) - len(items) - videos + sum(item.token_count for item in items)
+        return self.max_model_len() - used
+
+    def _with_videos(self, ids, items, datas, videos: list[SampledVideo], salts) -> PreparedPrompt:
+        # Each frame group is an item, identified by its frames (gateway/intake/videos.py).
+        groups = [
+            describe_video(
+                video, adapter=self.adapter, fingerprint=self.fingerprint, salt=salts.images
+            )
+            for video in videos
+        ]
         return self._expand_with_videos(ids, items, datas, groups, salts)
 
     def _expand_with_videos(
@@ -330,21 +369,57 @@ class PromptBuilder:
                 )
         return self._expand(list(ids), [], [], param, salts)
 
-    async def _load_videos(self, refs: list[ImageRef], budget: ImageBudget) -> list[SampledVideo]:
-        """Each video fetched (or read from its data: URL) and decoded in the decode pool;
-        a 400 when their frame groups together pass `video_max_groups`."""
+    async def _fetch_videos(self, refs: list[ImageRef], budget: ImageBudget) -> list[bytes]:
+        """Each video's file, fetched or read from its data: URL (`video_max_bytes`)."""
+        if not refs:
+            return []
+        assert self.videos is not None
+        max_bytes = self.videos.limits.max_bytes
+        return list(
+            await asyncio.gather(
+                *(video_bytes(ref.url, self.fetcher, max_bytes, ref.param, budget) for ref in refs)
+            )
+        )
+
+    async def _plan_videos(self, refs: list[ImageRef], datas: list[bytes]) -> list[VideoPlan]:
+        """Each video's header read in the decode pool (no frame decoded) and checked."""
         if not refs:
             return []
         assert self.videos is not None
         decoder, sampling = self.videos, self.adapter.video_sampling
+        headers = await asyncio.gather(
+            *(decoder.probe(data, ref.param) for ref, data in zip(refs, datas, strict=True))
+        )
+        return [
+            plan_video(header, ref.param, decoder.limits, sampling, self.adapter)
+            for ref, header in zip(refs, headers, strict=True)
+        ]
 
-        async def one(ref: ImageRef) -> SampledVideo:
-            data = await video_bytes(
-                ref.url, self.fetcher, decoder.limits.max_bytes, ref.param, budget
-            )
-            return await decoder.decode(data, sampling, ref.param)
+    async def _decode_videos(
+        self, datas: list[bytes], plans: list[VideoPlan], tokens_left: int | None
+    ) -> list[SampledVideo]:
+        """Each video decoded in the pool once its frames' bytes are reserved in the
+        gateway-wide bound, under what the request's other videos leave; a 400 when their
+        frame groups together pass `video_max_groups`."""
+        assert self.videos is not None
+        decoder, sampling = self.videos, self.adapter.video_sampling
+        memory = decoder.memory
 
-        videos = list(await asyncio.gather(*(one(ref) for ref in refs)))
+        async def one(data: bytes, plan: VideoPlan) -> SampledVideo:
+            most = decoded_bytes_bound(plan, decoder.limits, sampling.fps, memory.limit)
+            reservation = await memory.reserve(most, plan.param)
+            limits = decode_limits(plan, plans, decoder.limits, tokens_left, most)
+            try:
+                video = await decoder.decode(data, sampling, plan.param, limits)
+            except BaseException:
+                reservation.release()
+                raise
+            reservation.settle(video.decoded_bytes)
+            reservation.hold_with(video)
+            return video
+
+        pairs = zip(datas, plans, strict=True)
+        videos = list(await asyncio.gather(*(one(data, plan) for data, plan in pairs)))
         check_group_count(
             sum(video.num_groups for video in videos), decoder.limits.max_groups, "messages"
         )

@@ -16,6 +16,7 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -71,7 +72,7 @@ def address_is_public(address: IPAddress) -> bool:
     )
 
 
-def _checked_host(host: str, param: str) -> str:
+def _checked_host(host: str, param: str, kind: str = "image") -> str:
     """The URL's host as an ASCII name or address literal; an invalid name (a bad IDNA
     label, an empty or over-long label, stray characters) is a 400, never a 500."""
     try:
@@ -82,13 +83,13 @@ def _checked_host(host: str, param: str) -> str:
     try:
         ascii_host = host.encode("idna").decode("ascii")
     except (UnicodeError, ValueError):
-        raise bad_request(f"image host {host[:100]!r} is not a valid host name", param) from None
+        raise bad_request(f"{kind} host {host[:100]!r} is not a valid host name", param) from None
     labels = ascii_host.rstrip(".").split(".")
     if len(ascii_host) > 253 or not all(
         label and len(label) <= 63 and all(c.isalnum() or c in "-_" for c in label)
         for label in labels
     ):
-        raise bad_request(f"image host {host[:100]!r} is not a valid host name", param)
+        raise bad_request(f"{kind} host {host[:100]!r} is not a valid host name", param)
     return ascii_host
 
 
@@ -125,42 +126,50 @@ class RemoteImageFetcher:
         self.address_allowed = address_allowed
 
     async def fetch(
-        self, url: str, param: str, budget: ImageBudget | None = None, media: str = "image"
+        self,
+        url: str,
+        param: str,
+        budget: ImageBudget | None = None,
+        media: str = "image",
+        max_bytes: int | None = None,
     ) -> bytes:
-        """The body of `url`, or an APIError (400 refused/failed/timed out, 413 too large
-        for one image or for the request's `budget`). `media`: the Content-Type's main type
-        the answer must have ("image", or "video" for a video_url under the same rules)."""
+        """The body of `url`, or an APIError (400 refused/failed/timed out, 413 over
+        `max_bytes` — the fetcher's image limit unless given — or the request's `budget`).
+        `media`: the Content-Type's main type the answer must have ("image", or "video" for
+        a video_url under the same rules); every message names it."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await self._fetch(url, param, budget, media)
+                return await self._fetch(url, param, budget, _Media(media, limit))
         except TimeoutError:
             raise bad_request(
-                f"image URL not fetched within {self.timeout_s:g} s", param, "image_fetch"
+                f"{media} URL not fetched within {self.timeout_s:g} s", param, f"{media}_fetch"
             ) from None
 
     async def _fetch(
-        self, url: str, param: str, budget: ImageBudget | None, media: str = "image"
+        self, url: str, param: str, budget: ImageBudget | None, media: _Media
     ) -> bytes:
+        kind = media.kind
         if not self.enabled:
-            raise bad_request("remote image URLs are disabled on this gateway", param)
+            raise bad_request(f"remote {kind} URLs are disabled on this gateway", param)
         try:
             parts = urlsplit(url)
             port = parts.port  # raises on a port that is not a number in 0..65535
         except ValueError as err:
-            raise bad_request(f"image URL {url[:100]!r} is malformed: {err}", param) from None
+            raise bad_request(f"{kind} URL {url[:100]!r} is malformed: {err}", param) from None
         host = parts.hostname
         if parts.scheme not in ("http", "https") or not host:
-            raise bad_request(f"image URL {url[:100]!r} is not an http(s) URL", param)
-        host = _checked_host(host, param)
+            raise bad_request(f"{kind} URL {url[:100]!r} is not an http(s) URL", param)
+        host = _checked_host(host, param, kind)
         if not host_allowed(host, self.allow_list):
-            raise bad_request(f"image host {host!r} is not on the allow-list", param)
+            raise bad_request(f"{kind} host {host!r} is not on the allow-list", param)
         port = port or (443 if parts.scheme == "https" else 80)
-        address = await self._resolve(host, port, param)
+        address = await self._resolve(host, port, param, kind)
         if not self.address_allowed(address):
-            raise bad_request(f"image host {host!r} resolves to a non-public address", param)
+            raise bad_request(f"{kind} host {host!r} resolves to a non-public address", param)
         return await self._download(parts, host, address, param, budget, media)
 
-    async def _resolve(self, host: str, port: int, param: str) -> IPAddress:
+    async def _resolve(self, host: str, port: int, param: str, kind: str) -> IPAddress:
         try:
             literal = ipaddress.ip_address(host)
         except ValueError:
@@ -172,12 +181,12 @@ class RemoteImageFetcher:
                 host, port, type=socket.SOCK_STREAM
             )
         except (OSError, UnicodeError, ValueError):
-            raise bad_request(f"image host {host[:100]!r} does not resolve", param) from None
+            raise bad_request(f"{kind} host {host[:100]!r} does not resolve", param) from None
         addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
         # One internal answer among public ones is enough to refuse the whole name.
         for address in addresses:
             if not self.address_allowed(address):
-                raise bad_request(f"image host {host!r} resolves to a non-public address", param)
+                raise bad_request(f"{kind} host {host!r} resolves to a non-public address", param)
         return addresses[0]
 
     async def _download(
@@ -187,7 +196,7 @@ class RemoteImageFetcher:
         address: IPAddress,
         param: str,
         budget: ImageBudget | None,
-        media: str = "image",
+        media: _Media,
     ) -> bytes:
         netloc = f"[{address}]" if address.version == 6 else str(address)
         if parts.port:
@@ -195,7 +204,7 @@ class RemoteImageFetcher:
         pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
         headers = {
             "Host": host if not parts.port else f"{host}:{parts.port}",
-            "Accept": f"{media}/*",
+            "Accept": f"{media.kind}/*",
             "Accept-Encoding": "identity",
         }
         extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
@@ -213,41 +222,48 @@ class RemoteImageFetcher:
                     body += chunk
                     if budget is not None:
                         budget.charge_bytes(len(chunk), param)
-                    if len(body) > self.max_bytes:
-                        raise self._too_large(param)
+                    if len(body) > media.max_bytes:
+                        raise media.too_large(param)
         except httpx.HTTPError as err:
             raise bad_request(
-                f"image URL failed: {type(err).__name__}", param, "image_fetch"
+                f"{media.kind} URL failed: {type(err).__name__}", param, f"{media.kind}_fetch"
             ) from None
         return bytes(body)
 
-    def _check_response(self, response: httpx.Response, param: str, media: str) -> None:
+    def _check_response(self, response: httpx.Response, param: str, media: _Media) -> None:
+        kind, code = media.kind, f"{media.kind}_fetch"
         if response.status_code != 200:
-            raise bad_request(
-                f"image URL answered HTTP {response.status_code}", param, "image_fetch"
-            )
+            raise bad_request(f"{kind} URL answered HTTP {response.status_code}", param, code)
         answered = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if not answered.startswith(f"{media}/"):
+        if not answered.startswith(f"{kind}/"):
             raise bad_request(
-                f"{media} URL answered Content-Type {answered[:60]!r}, not {media}/*",
-                param,
-                "image_fetch",
+                f"{kind} URL answered Content-Type {answered[:60]!r}, not {kind}/*", param, code
             )
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise bad_request(
-                f"image URL answered Content-Encoding {encoding[:30]!r}; only identity is accepted",
+                f"{kind} URL answered Content-Encoding {encoding[:30]!r}; only identity is "
+                "accepted",
                 param,
-                "image_fetch",
+                code,
             )
         length = response.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            raise self._too_large(param)
+        if length.isdigit() and int(length) > media.max_bytes:
+            raise media.too_large(param)
 
-    def _too_large(self, param: str) -> APIError:
+
+@dataclass(frozen=True)
+class _Media:
+    """What one fetch is for: "image" or "video" (named in every message) and its limit."""
+
+    kind: str
+    max_bytes: int
+
+    def too_large(self, param: str) -> APIError:
+        setting = "video_max_bytes" if self.kind == "video" else "max_image_bytes"
         return APIError(
             413,
-            f"remote image is over the limit of {self.max_bytes} bytes",
+            f"remote {self.kind} is over the limit of {self.max_bytes} bytes ({setting})",
             param=param,
-            code="image_too_large",
+            code=f"{self.kind}_too_large",
         )

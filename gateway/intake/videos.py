@@ -20,23 +20,44 @@ from gateway.errors import APIError, bad_request
 from gateway.intake.budget import ImageBudget
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import decode_base64_image
+from gateway.intake.video_frames import SharedFrames, SharedVideo, receive
+from gateway.intake.video_frames import remove as remove_frames
+from gateway.intake.video_memory import VideoMemory
 from gateway.worker_pool import WorkerPool
 from iris.multimodal import Modality, MultimodalItem, video_group_identity
 from iris.multimodal.video import (
+    GROUP_HEADER,
     SampledVideo,
     VideoDecodeError,
+    VideoHeader,
     VideoLimits,
     VideoSampling,
+    probe_video,
     sample_video,
 )
 
 log = logging.getLogger(__name__)
 
 
-def _decode(data: bytes, limits: VideoLimits, sampling: VideoSampling) -> SampledVideo | str:
-    """In a worker: the sampled video, or "setting\\0message" for a refusal."""
+def _decode(data: bytes, limits: VideoLimits, sampling: VideoSampling) -> SharedVideo | str:
+    """In a worker: the sampled video, its frames in shared memory (video_frames.py), or
+    "setting\0message" for a refusal."""
+    store = SharedFrames(limits)
     try:
-        return sample_video(data, limits, sampling)
+        video = sample_video(data, limits, sampling, store)
+    except VideoDecodeError as err:
+        store.remove()
+        return f"{err.setting}\0{err}"
+    except BaseException:
+        store.remove()
+        raise
+    return store.hand_over(video)
+
+
+def _probe(data: bytes, limits: VideoLimits) -> VideoHeader | str:
+    """In a worker: the container's header (no frame decoded), or a refusal as `_decode`'s."""
+    try:
+        return probe_video(data, limits)
     except VideoDecodeError as err:
         return f"{err.setting}\0{err}"
 
@@ -46,11 +67,19 @@ def _ready() -> bool:
 
 
 class VideoDecoder:
-    """`workers` spawned processes that decode videos; `start` / `stop` from the lifespan."""
+    """`workers` spawned processes that read video headers and decode videos; `start` /
+    `stop` from the lifespan. `memory` bounds the decoded bytes in flight."""
 
-    def __init__(self, workers: int, limits: VideoLimits, retry_after_s: int = 1) -> None:
+    def __init__(
+        self,
+        workers: int,
+        limits: VideoLimits,
+        retry_after_s: int = 1,
+        memory: VideoMemory | None = None,
+    ) -> None:
         self.workers = max(1, workers)
         self.limits = limits
+        self.memory = memory or VideoMemory(1 << 62, 0.0, retry_after_s)
         # A worker that dies is replaced (gateway/worker_pool.py).
         self.pool = WorkerPool("video decoder", self.workers, retry_after_s, _ready)
 
@@ -60,23 +89,55 @@ class VideoDecoder:
     async def stop(self) -> None:
         await self.pool.stop()
 
-    async def decode(self, data: bytes, sampling: VideoSampling, param: str) -> SampledVideo:
-        """The sampled video, or a 400 naming the setting that refused it."""
+    async def probe(self, data: bytes, param: str) -> VideoHeader:
+        """The video's header, read in the pool with no frame decoded; a 400 naming the
+        setting for a file that is not a video in an allowed container and codec."""
+        return _refused_or(await self.pool.run(_probe, data, self.limits), param)
+
+    async def decode(
+        self, data: bytes, sampling: VideoSampling, param: str, limits: VideoLimits | None = None
+    ) -> SampledVideo:
+        """The sampled video, or a 400 naming the setting that refused it. `limits`: this
+        video's (the request's remaining groups, the bytes reserved for it)."""
+        metrics.VIDEO_DECODES.inc()
         started = time.monotonic()
-        outcome = await self.pool.run(_decode, data, self.limits, sampling)
+        shared = await self.pool.run(
+            _decode, data, limits or self.limits, sampling, abandoned=_remove_unread
+        )
+        outcome = receive(_refused_or(shared, param))
         metrics.VIDEO_DECODE_SECONDS.observe(time.monotonic() - started)
-        if isinstance(outcome, str):
-            setting, message = outcome.split("\0", 1)
-            raise bad_request(f"{param}: {message} ({setting})", param, "invalid_video")
+        metrics.VIDEO_FRAMES_DECODED.inc(outcome.source_frames)
         metrics.VIDEO_SECONDS.inc(outcome.duration_s)
         return outcome
+
+
+def _remove_unread(future) -> None:
+    """The request went away while its video decoded: its frames' segment goes."""
+    if not future.cancelled() and future.exception() is None:
+        outcome = future.result()
+        if isinstance(outcome, SharedVideo):
+            remove_frames(outcome.name)
+
+
+def _refused_or(outcome, param: str):
+    if isinstance(outcome, str):
+        setting, message = outcome.split("\0", 1)
+        raise refused(f"{param}: {message}", param, setting)
+    return outcome
+
+
+def refused(message: str, param: str, setting: str, code: str = "invalid_video") -> APIError:
+    """A 400 for a video, its message naming `setting` (counted by setting)."""
+    metrics.VIDEO_REFUSALS.labels(setting).inc()
+    return bad_request(f"{message} ({setting})", param, code)
 
 
 async def video_bytes(
     url: str, fetcher: RemoteImageFetcher, max_bytes: int, param: str, budget: ImageBudget
 ) -> bytes:
     """The file of one `video_url`: `data:video/<type>;base64,...` or http(s) under the
-    images' fetch rules (allow-list, public addresses only, no redirects, a video/* answer)."""
+    images' fetch rules (allow-list, public addresses only, no redirects, a video/* answer)
+    and the video's own byte limit, `max_bytes`."""
     if url.startswith("data:"):
         comma = url.find(",", 0, 256)  # the header is short; the payload is never copied
         header = url[:comma] if comma >= 0 else ""
@@ -97,17 +158,34 @@ async def video_bytes(
         budget.charge_bytes(len(data), param)
         return data
     if url.startswith(("http://", "https://")):
-        return await fetcher.fetch(url, param, budget, media="video")
+        return await fetcher.fetch(url, param, budget, media="video", max_bytes=max_bytes)
     raise bad_request("video_url must be a data: URL or an http(s) URL", param)
+
+
+class GroupPayload:
+    """Frame group g of a sampled video as the encoder receives it (`pack_group`), packed
+    only when asked: `len` costs nothing, `bytes()` copies the group's T frames. The frames
+    themselves stay in the video, once (docs/design/multimodal.md, "Video", memory)."""
+
+    def __init__(self, video: SampledVideo, group: int) -> None:
+        self.video = video
+        self.group = group
+
+    def __len__(self) -> int:
+        frames = self.video.sampling.temporal_patch_size
+        return GROUP_HEADER.size + frames * self.video.height * self.video.width * 3
+
+    def __bytes__(self) -> bytes:
+        return self.video.group_payload(self.group)
 
 
 @dataclass
 class VideoGroups:
     """One video's items (one per frame group, in time order), their payloads for the
-    encoder (`iris.multimodal.video.pack_group`) and their timestamps in seconds."""
+    encoder (`GroupPayload`s) and their timestamps in seconds."""
 
     items: list[MultimodalItem]
-    payloads: list[bytes]
+    payloads: list[GroupPayload]
     timestamps: list[float]
 
 
@@ -115,13 +193,14 @@ def describe_video(
     video: SampledVideo, *, adapter, fingerprint: bytes, salt: bytes | None
 ) -> VideoGroups:
     """Each frame group as an item: the adapter's token count and grid for the group's size,
-    identity from its frames (offsets are set once the prompt is expanded)."""
+    identity from its frames, hashed where they lie (offsets are set once the prompt is
+    expanded): no copy of the video or of a group is made."""
     token_count, grid = adapter.video_group_token_count(video.width, video.height)
     items, payloads = [], []
     for group in range(video.num_groups):
-        payload = video.group_payload(group)
+        payload = GroupPayload(video, group)
         item = MultimodalItem(Modality.VIDEO, token_count=int(token_count), grid=tuple(grid))
-        item.set_identity(video_group_identity(payload, fingerprint, salt))
+        item.set_identity(video_group_identity(video.group_parts(group), fingerprint, salt))
         items.append(item)
         payloads.append(payload)
     timestamps = [video.sampling.timestamp(group) for group in range(video.num_groups)]
@@ -131,9 +210,8 @@ def describe_video(
 def check_group_count(groups: int, limit: int, param: str) -> None:
     """400 when a request's videos hold more frame groups than `video_max_groups`."""
     if groups > limit:
-        raise bad_request(
-            f"request has {groups} video frame groups, over the limit of {limit} "
-            "(video_max_groups)",
+        raise refused(
+            f"request has {groups} video frame groups, over the limit of {limit}",
             param,
-            "invalid_video",
+            "video_max_groups",
         )

@@ -103,22 +103,27 @@ def image_identity(
 
 
 def video_group_identity(
-    payload: bytes | memoryview, fingerprint: bytes, salt: bytes | None = None
+    payload: bytes | memoryview | Sequence, fingerprint: bytes, salt: bytes | None = None
 ) -> bytes:
     """BLAKE3(b"iris-video-group-v1" ‖ fingerprint ‖ frame group bytes): 32 bytes, keyed by
     `salt` as `image_identity` is. The payload is the group after sampling and resizing
     (`iris.multimodal.video.pack_group`: its size, then its RGB pixels), so the same frames
-    at the same size are one item whichever clip, request or tenant-free caller sent them."""
+    at the same size are one item whichever clip, request or tenant-free caller sent them.
+    It may come as a sequence of buffers hashed in turn (the header, then each frame where
+    it lies), which is the same identity without packing them into one copy."""
     if len(fingerprint) != FINGERPRINT_BYTES:
         raise ValueError(f"fingerprint must be {FINGERPRINT_BYTES} bytes, got {len(fingerprint)}")
     check_salt(salt)
-    threads = blake3.blake3.AUTO if len(payload) >= _PARALLEL_HASH_BYTES else 1
+    parts = payload if isinstance(payload, (list, tuple)) else [payload]
+    size = sum(memoryview(part).nbytes for part in parts)
+    threads = blake3.blake3.AUTO if size >= _PARALLEL_HASH_BYTES else 1
     if salt:
         hasher = blake3.blake3(VIDEO_GROUP_TAG, key=salt, max_threads=threads)
     else:
         hasher = blake3.blake3(VIDEO_GROUP_TAG, max_threads=threads)
     hasher.update(fingerprint)
-    hasher.update(payload)
+    for part in parts:
+        hasher.update(part)
     return hasher.digest()
 
 

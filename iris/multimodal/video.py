@@ -62,6 +62,10 @@ class VideoLimits:
     max_total_pixels: int = 600 * 1920 * 1080  # sampled frames, before resizing
     max_groups: int = 300  # frame groups per request, over all its videos
     max_decode_s: float = 30.0
+    # Set per video by the gateway: what is left of the request's groups (or of its context,
+    # then `groups_setting` names that) and of the gateway's decoded bytes in flight.
+    groups_setting: str = "video_max_groups"
+    max_decoded_bytes: int = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -110,33 +114,75 @@ class VideoSampling:
 
 @dataclass
 class SampledVideo:
-    """A video after sampling and resizing: `frames` uint8 [N, H, W, 3], N a multiple of
-    the temporal patch size (a short last group repeats its last frame)."""
+    """A video after sampling and resizing. `distinct` holds each decoded frame the grid took,
+    resized once, uint8 [H, W, 3]; `slots` names, for each grid slot in time order, the
+    distinct frame it shows (a frame taken by several grid times, or the repeats padding a
+    short last group, is one array referred to again). len(slots) is a multiple of the
+    temporal patch size."""
 
-    frames: np.ndarray
+    distinct: list[np.ndarray]
+    slots: list[int]
     sampling: VideoSampling
     source_frames: int  # decoded
     duration_s: float  # of the last decoded frame, from the first
 
     @property
     def num_groups(self) -> int:
-        return self.frames.shape[0] // self.sampling.temporal_patch_size
+        return len(self.slots) // self.sampling.temporal_patch_size
 
     @property
     def height(self) -> int:
-        return int(self.frames.shape[1])
+        return int(self.distinct[0].shape[0])
 
     @property
     def width(self) -> int:
-        return int(self.frames.shape[2])
+        return int(self.distinct[0].shape[1])
+
+    @property
+    def decoded_bytes(self) -> int:
+        """What the kept frames take: distinct frames x H x W x 3."""
+        return sum(frame.nbytes for frame in self.distinct)
+
+    @property
+    def frames(self) -> np.ndarray:
+        """Every slot's frame as one array [N, H, W, 3]: a copy, for tests and tools."""
+        return np.stack([self.distinct[k] for k in self.slots])
 
     def group_frames(self, group: int) -> np.ndarray:
+        """Group g's T frames [T, H, W, 3] (a copy of T frames)."""
         frames = self.sampling.temporal_patch_size
-        return self.frames[group * frames : (group + 1) * frames]
+        slots = self.slots[group * frames : (group + 1) * frames]
+        return np.stack([self.distinct[k] for k in slots])
 
     def group_payload(self, group: int) -> bytes:
         """Group g as the encoder receives it and identity hashes it (`pack_group`)."""
         return pack_group(self.group_frames(group))
+
+    def group_parts(self, group: int) -> list:
+        """`group_payload(group)` as buffers in order, the header then each frame where it
+        lies (no copy): what identity hashing reads."""
+        frames = self.sampling.temporal_patch_size
+        slots = self.slots[group * frames : (group + 1) * frames]
+        header = GROUP_HEADER.pack(GROUP_MAGIC, len(slots), self.height, self.width)
+        return [header, *(np.ascontiguousarray(self.distinct[k]) for k in slots)]
+
+
+@dataclass(frozen=True)
+class VideoHeader:
+    """What a container says of its first video stream before any frame is decoded."""
+
+    width: int
+    height: int
+    duration_s: float | None  # declared; None when the container gives none
+
+    def grid_frames(self, sampling: VideoSampling) -> int | None:
+        """Frames the time grid would take over the declared duration (t = k/fps < duration,
+        padded to whole groups), or None without a duration."""
+        if self.duration_s is None:
+            return None
+        frames = max(1, math.ceil(self.duration_s * sampling.fps - 1e-9))
+        patch = sampling.temporal_patch_size
+        return -(-frames // patch) * patch
 
 
 def pack_group(frames: np.ndarray) -> bytes:
@@ -175,16 +221,8 @@ def container_format(data: bytes | memoryview) -> str:
     raise VideoDecodeError("not a supported video container (MP4/MOV, Matroska/WebM, AVI)")
 
 
-def sample_video(
-    data: bytes | memoryview, limits: VideoLimits, sampling: VideoSampling
-) -> SampledVideo:
-    """Decode `data` and take Iris's grid of frames (module docstring), under `limits`.
-
-    Refusals (VideoDecodeError, naming the setting): too many bytes, a file that is not a
-    video in an allowed container and codec, a decoded frame over `max_frame_pixels`, a
-    frame past `max_duration_s` or past the stream's own declared length, more sampled
-    frames, groups or pixels than allowed, and decoding past `max_decode_s`.
-    """
+def _open(data: bytes | memoryview, limits: VideoLimits):
+    """The container, opened with the demuxer its first bytes name, after the byte bound."""
     if len(data) > limits.max_bytes:
         raise VideoDecodeError(
             f"video is {len(data)} bytes, over the limit of {limits.max_bytes}",
@@ -194,21 +232,14 @@ def sample_video(
         raise VideoDecodeError("video is empty (0 bytes)")
     import av  # PyAV: imported where decoding runs (worker processes, the encoder)
 
-    started = time.monotonic()
     demuxer = container_format(data)
     try:
-        container = av.open(io.BytesIO(data), format=demuxer, mode="r")
+        return av.open(io.BytesIO(data), format=demuxer, mode="r")
     except (av.FFmpegError, ValueError, OSError):
         raise VideoDecodeError("cannot read the video: not a valid video file") from None
-    try:
-        return _sample(container, limits, sampling, started)
-    except av.FFmpegError:
-        raise VideoDecodeError("video data is corrupt: decoding failed") from None
-    finally:
-        container.close()
 
 
-def _sample(container, limits: VideoLimits, sampling: VideoSampling, started: float):
+def _video_stream(container):
     if not container.streams.video:
         raise VideoDecodeError("the file holds no video stream")
     stream = container.streams.video[0]
@@ -216,38 +247,132 @@ def _sample(container, limits: VideoLimits, sampling: VideoSampling, started: fl
     if codec not in ALLOWED_CODECS:
         allowed = ", ".join(sorted(ALLOWED_CODECS))
         raise VideoDecodeError(f"video codec {codec} not allowed (allowed: {allowed})")
+    return stream
+
+
+def probe_video(data: bytes | memoryview, limits: VideoLimits) -> VideoHeader:
+    """The container's header: its first video stream's size and declared duration, with
+    no frame decoded. Refusals as `sample_video`'s for the bytes, container and codec."""
+    container = _open(data, limits)
+    try:
+        stream = _video_stream(container)
+        width, height = stream.codec_context.width, stream.codec_context.height
+        if width <= 0 or height <= 0:
+            raise VideoDecodeError(f"video stream declares a frame of {width}x{height}")
+        return VideoHeader(width, height, _declared_duration(container, stream))
+    finally:
+        container.close()
+
+
+class FrameStore:
+    """Where the kept frames live: `keep` appends a frame to `frames`, the list the sampled
+    video refers to (here the frame itself; the gateway's decode workers put frames in
+    shared memory instead, and may move them back)."""
+
+    def __init__(self) -> None:
+        self.frames: list[np.ndarray] = []
+
+    def keep(self, frame: np.ndarray) -> None:
+        self.frames.append(frame)
+
+
+def sample_video(
+    data: bytes | memoryview,
+    limits: VideoLimits,
+    sampling: VideoSampling,
+    store: FrameStore | None = None,
+) -> SampledVideo:
+    """Decode `data` and take Iris's grid of frames (module docstring), under `limits`.
+
+    Refusals (VideoDecodeError, naming the setting): too many bytes, a file that is not a
+    video in an allowed container and codec, a decoded frame over `max_frame_pixels`, a
+    frame past `max_duration_s` or past the stream's own declared length, more sampled
+    frames, groups, pixels or kept bytes than allowed, and decoding past `max_decode_s`;
+    each at the first frame that crosses it.
+    """
+    started = time.monotonic()
+    import av
+
+    container = _open(data, limits)
+    try:
+        return _sample(container, limits, sampling, started, store or FrameStore())
+    except av.FFmpegError:
+        raise VideoDecodeError("video data is corrupt: decoding failed") from None
+    finally:
+        container.close()
+
+
+class _Grid:
+    """The grid's slots as they are taken: each decoded frame is resized once, when the grid
+    first takes it, and every later slot that shows it refers to the same array."""
+
+    def __init__(self, limits: VideoLimits, sampling: VideoSampling, store: FrameStore) -> None:
+        self.store = store
+        self.limits = limits
+        self.sampling = sampling
+        self.distinct: list[np.ndarray] = store.frames
+        self.slots: list[int] = []
+        self.size: tuple[int, int] | None = None  # (width, height) every frame is resized to
+        self.pixels = 0
+        self._last = None  # the decoded frame behind distinct[-1]
+
+    def take(self, frame) -> None:
+        limits, sampling = self.limits, self.sampling
+        if len(self.slots) >= limits.max_frames:
+            raise VideoDecodeError(
+                f"video samples more than {limits.max_frames} frames at {sampling.fps} fps",
+                "video_max_frames",
+            )
+        if len(self.slots) >= limits.max_groups * sampling.temporal_patch_size:
+            raise VideoDecodeError(
+                f"video's frames make more than {limits.max_groups} frame groups",
+                limits.groups_setting,
+            )
+        self.pixels += frame.width * frame.height
+        if self.pixels > limits.max_total_pixels:
+            raise VideoDecodeError(
+                f"video's sampled frames hold over {limits.max_total_pixels} pixels",
+                "video_max_total_pixels",
+            )
+        if frame is not self._last:
+            self._keep(frame)
+        self.slots.append(len(self.distinct) - 1)
+
+    def _keep(self, frame) -> None:
+        assert self.size is not None
+        width, height = self.size
+        kept = (len(self.distinct) + 1) * width * height * 3
+        if kept > self.limits.max_decoded_bytes:
+            raise VideoDecodeError(
+                f"video's decoded frames come to over {self.limits.max_decoded_bytes} bytes",
+                "video_max_inflight_bytes",
+            )
+        rgb = frame.to_ndarray(format="rgb24")
+        image = Image.fromarray(rgb).resize(self.size, Image.Resampling.BICUBIC)
+        del rgb
+        self.store.keep(np.asarray(image, dtype=np.uint8))
+        self._last = frame
+
+    def pad(self) -> None:
+        """A short last group repeats its last frame."""
+        while len(self.slots) % self.sampling.temporal_patch_size:
+            self.slots.append(self.slots[-1])
+
+
+def _sample(container, limits, sampling: VideoSampling, started: float, store: FrameStore):
+    stream = _video_stream(container)
     declared = _declared_duration(container, stream)
     if declared is not None and declared > limits.max_duration_s:
         raise VideoDecodeError(
             f"video lasts {declared:.1f} s, over the limit of {limits.max_duration_s} s",
             "video_max_duration_s",
         )
-    picked: list[np.ndarray] = []
-    size: tuple[int, int] | None = None  # (width, height) every frame is resized to
+    grid = _Grid(limits, sampling, store)
     source: tuple[int, int] | None = None
     first_t: float | None = None
     previous = None  # (t, frame) of the last decoded frame not yet passed by the grid
     decoded = 0
     last_t = 0.0
-    pixels = 0
-
-    def take(frame) -> None:
-        nonlocal pixels
-        if len(picked) >= limits.max_frames:
-            raise VideoDecodeError(
-                f"video samples more than {limits.max_frames} frames at {sampling.fps} fps",
-                "video_max_frames",
-            )
-        pixels += frame.width * frame.height
-        if pixels > limits.max_total_pixels:
-            raise VideoDecodeError(
-                f"video's sampled frames hold over {limits.max_total_pixels} pixels",
-                "video_max_total_pixels",
-            )
-        rgb = frame.to_ndarray(format="rgb24")
-        image = Image.fromarray(rgb).resize(size, Image.Resampling.BICUBIC)
-        picked.append(np.asarray(image, dtype=np.uint8))
-
     for frame in container.decode(stream):
         decoded += 1
         if time.monotonic() - started > limits.max_decode_s:
@@ -262,7 +387,7 @@ def _sample(container, limits: VideoLimits, sampling: VideoSampling, started: fl
             )
         if source is None:
             source = (frame.width, frame.height)
-            size = sampling.resized(frame.width, frame.height)
+            grid.size = sampling.resized(frame.width, frame.height)
         elif (frame.width, frame.height) != source:
             raise VideoDecodeError(
                 f"video frame size changes from {source[0]}x{source[1]} to "
@@ -288,25 +413,23 @@ def _sample(container, limits: VideoLimits, sampling: VideoSampling, started: fl
             )
         # Every grid time up to this frame takes the nearer of it and the previous frame
         # (ties to the earlier): the same frame serves several grid times below the fps.
-        while len(picked) / sampling.fps <= t:
-            grid_t = len(picked) / sampling.fps
+        while len(grid.slots) / sampling.fps <= t:
+            grid_t = len(grid.slots) / sampling.fps
             if previous is not None and grid_t - previous[0] <= t - grid_t:
-                take(previous[1])
+                grid.take(previous[1])
             else:
-                take(frame)
+                grid.take(frame)
         previous = (t, frame)
-    if source is None or not picked:
+    if source is None or not grid.slots:
         raise VideoDecodeError("the video stream has no decodable frame")
-    frames = sampling.temporal_patch_size
-    while len(picked) % frames:
-        picked.append(picked[-1])
-    groups = len(picked) // frames
+    grid.pad()
+    groups = len(grid.slots) // sampling.temporal_patch_size
     if groups > limits.max_groups:
         raise VideoDecodeError(
             f"video has {groups} frame groups, over the limit of {limits.max_groups}",
-            "video_max_groups",
+            limits.groups_setting,
         )
-    return SampledVideo(np.stack(picked), sampling, decoded, last_t)
+    return SampledVideo(grid.distinct, grid.slots, sampling, decoded, last_t)
 
 
 def _declared_duration(container, stream) -> float | None:

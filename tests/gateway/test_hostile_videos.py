@@ -12,8 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 
 from gateway.app import create_app
+from gateway.auth import key_id
+from gateway.intake.video_memory import VideoMemory
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from iris.models import load_adapter
@@ -141,11 +144,19 @@ def test_mm_processor_kwargs_stay_refused_by_name(gateway_and_client):
 
 @pytest.fixture(scope="module")
 def video_server():
-    """Loopback HTTP: /lying.avi (video/avi, a lying AVI), /picture (image/png)."""
-    bodies = {"/lying.avi": ("video/avi", _lying_avi()), "/picture": ("image/png", png_bytes())}
+    """Loopback HTTP: /lying.avi (video/avi, a lying AVI), /picture (image/png), /small.mkv
+    (SMALL), anything else a 404."""
+    bodies = {
+        "/lying.avi": ("video/avi", _lying_avi()),
+        "/picture": ("image/png", png_bytes()),
+        "/small.mkv": (MKV, SMALL),
+    }
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path not in bodies:
+                self.send_error(404)
+                return
             mime, body = bodies[self.path]
             self.send_response(200)
             self.send_header("Content-Type", mime)
@@ -170,3 +181,95 @@ def test_a_remote_video_is_fetched_under_the_images_rules(gateway_and_client, vi
     assert "declares 1.0 s but holds a frame" in error["message"]
     error = _refused(gateway, client, video_server + "/picture")
     assert "not video/*" in error["message"]
+
+
+def _chat(gateway, client, url: str):
+    return client.post("/v1/chat/completions", json=_body(gateway, url))
+
+
+def test_a_remote_video_is_fetched_under_the_video_limit(gateway_and_client, video_server):
+    """Issue 62: a remote video was read up to the image limit, then refused by the video's.
+    Now the fetch itself stops at `video_max_bytes` (a 413 naming it), and the image limit
+    does not apply to a video."""
+    gateway, client = gateway_and_client
+    decoder, fetcher = gateway.prompts.videos, gateway.prompts.fetcher
+    default, image_limit = decoder.limits, fetcher.max_bytes
+    try:
+        decoder.limits = dataclasses.replace(default, max_bytes=1000)
+        response = _chat(gateway, client, video_server + "/small.mkv")
+        assert response.status_code == 413, response.text
+        error = response.json()["error"]
+        assert error["message"] == "remote video is over the limit of 1000 bytes (video_max_bytes)"
+        assert error["code"] == "video_too_large"
+        decoder.limits, fetcher.max_bytes = default, 1000
+        response = _chat(gateway, client, video_server + "/small.mkv")
+        # Past the fetch and the decode: refused only for want of a pod to route to.
+        assert response.status_code == 503, response.text
+    finally:
+        decoder.limits, fetcher.max_bytes = default, image_limit
+
+
+def test_fetch_errors_for_a_video_name_a_video(gateway_and_client, video_server):
+    gateway, client = gateway_and_client
+    error = _refused(gateway, client, video_server + "/missing.mkv")
+    assert error["message"] == "video URL answered HTTP 404"
+    assert error["code"] == "video_fetch"
+    fetcher = gateway.prompts.fetcher
+    fetcher.enabled = False
+    try:
+        error = _refused(gateway, client, video_server + "/small.mkv")
+    finally:
+        fetcher.enabled = True
+    assert error["message"] == "remote video URLs are disabled on this gateway"
+
+
+def test_a_video_over_the_bytes_in_flight_waits_then_gets_a_503(gateway_and_client):
+    """Every byte of the gateway-wide bound is held (by other requests' frames): a video
+    waits `video_queue_timeout_s` (0 here), then gets a 503 with Retry-After; no decode."""
+    gateway, client = gateway_and_client
+    decoder = gateway.prompts.videos
+    default = decoder.memory
+    decoder.memory = VideoMemory(64 * 1024 * 1024, timeout_s=0, retry_after_s=2)
+    decoder.memory.used = decoder.memory.limit
+    decodes = _sample("iris_gateway_video_decodes_total")
+    try:
+        response = _chat(gateway, client, data_url(SMALL, MKV))
+    finally:
+        decoder.memory = default
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "2"
+    assert "(video_queue_timeout_s)" in response.json()["error"]["message"]
+    assert _sample("iris_gateway_video_decodes_total") == decodes
+
+
+def test_a_videos_tokens_are_charged_to_its_key_before_the_decode(tiny_qwen3_vl_dir):
+    """The key pays the tokens planned from the header before the decode runs: a decode
+    that is then refused has still cost them."""
+    key = "sk-video-charge"
+    settings = GatewaySettings.load(
+        model=str(tiny_qwen3_vl_dir),
+        llm_addresses=["127.0.0.1:9"],
+        encoder_addresses=["127.0.0.1:9"],
+        cache_address="127.0.0.1:9",
+        api_keys=[key],
+        key_prompt_tokens_per_s=0.0001,  # nothing refills during the test
+        key_prompt_token_burst=100_000,
+        video_max_decode_s=1e-9,  # every decode is refused once it runs
+    )
+    adapter = load_adapter(tiny_qwen3_vl_dir)
+    gateway = Gateway(settings, adapter)
+    tokens_per_group, _ = adapter.video_group_token_count(*adapter.video_sampling.resized(64, 32))
+    with TestClient(create_app(settings, gateway)) as client:
+        response = client.post(
+            "/v1/chat/completions",
+            json={**_body(gateway, data_url(SMALL, MKV)), "n": 2},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    assert response.status_code == 400, response.text
+    assert "(video_max_decode_s)" in response.json()["error"]["message"]
+    left = gateway.key_limits.level(key_id(key), "prompt tokens")
+    assert left == pytest.approx(100_000 - 2 * 4 * tokens_per_group, abs=1)
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0

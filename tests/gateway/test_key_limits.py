@@ -58,3 +58,20 @@ def test_a_rate_of_zero_is_no_limit():
     for _ in range(1000):
         buckets.admit(None)
         buckets.charge_prompt_tokens(None, 10**6)
+
+
+def test_tokens_taken_before_the_work_refuse_a_key_already_in_debt():
+    """Two video requests of one key admitted at once: the first takes its planned tokens
+    before its decode (into debt), the second is refused where its decode would start."""
+    clock = Clock()
+    buckets = limits(clock, requests_per_s=0)
+    buckets.admit("a")
+    buckets.admit("a")
+    buckets.take_prompt_tokens("a", 800)  # 300 tokens of debt
+    with pytest.raises(APIError) as refused:
+        buckets.take_prompt_tokens("a", 10)
+    assert (refused.value.status, refused.value.retry_after) == (429, 3)
+    assert buckets.level("a", "prompt tokens") == -300  # the refusal took nothing
+    buckets.charge_prompt_tokens("a", -100)  # settled: the prompt came to 700
+    assert buckets.level("a", "prompt tokens") == -200
+    buckets.take_prompt_tokens("b", 800)  # another key is not held back

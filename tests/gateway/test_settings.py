@@ -34,6 +34,9 @@ def test_env_names_and_lists(monkeypatch):
         ({"max_image_bytes": -1}, "IRIS_GATEWAY_MAX_IMAGE_BYTES"),
         ({"video_max_groups": 0}, "IRIS_GATEWAY_VIDEO_MAX_GROUPS"),
         ({"video_max_decode_s": 0}, "IRIS_GATEWAY_VIDEO_MAX_DECODE_S"),
+        ({"max_videos_per_request": 0}, "IRIS_GATEWAY_MAX_VIDEOS_PER_REQUEST"),
+        ({"video_max_inflight_bytes": 0}, "IRIS_GATEWAY_VIDEO_MAX_INFLIGHT_BYTES"),
+        ({"video_queue_timeout_s": -1}, "IRIS_GATEWAY_VIDEO_QUEUE_TIMEOUT_S"),
         ({"colour": "red"}, "IRIS_GATEWAY_COLOUR"),
     ],
 )
