@@ -114,6 +114,14 @@ class BlockManager:
         target = self.pages_for(seq.num_computed_tokens + num_new_tokens)
         return windows.pages_needed(seq, target) <= windows.num_available
 
+    def room(self, seq: Sequence) -> int:
+        """Tokens `seq` can grow by now: what its pages and the obtainable ones cover,
+        the tighter pool deciding (`can_append` holds for any count up to it)."""
+        pages = len(seq.block_table) + self.num_available
+        if self.windows is not None:
+            pages = min(pages, len(seq.window_table) + self.windows.num_available)
+        return max(0, pages * self.page_size - seq.num_computed_tokens)
+
     def append(self, seq: Sequence, num_new_tokens: int) -> None:
         """Give `seq` the pages its next `num_new_tokens` tokens need (check first)."""
         needed = self.pages_needed(seq, num_new_tokens)

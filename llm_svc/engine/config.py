@@ -19,7 +19,9 @@ DEFAULT_CPU_KV_BYTES = 512 << 20
 
 @dataclass
 class EngineConfig:
-    """Knobs of one engine. `max_model_len` None = the model's max_position_embeddings.
+    """Knobs of one engine. `max_model_len` None = the model's max_position_embeddings,
+    lowered at start (with a warning) to the longest sequence a sliding-window model's KV
+    budget holds; a set one that does not fit is refused then.
     The KV cache holds `num_pages` pages if given, else as many as fit in
     `kv_cache_bytes`, else what the memory budget leaves (llm_svc/engine/memory_budget.py:
     on CUDA `gpu_memory_utilization` × the device's memory − weights − a profiled step's
@@ -68,6 +70,10 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None
+    # Whether max_model_len was set (None: decided by __post_init__, and kept by
+    # dataclasses.replace): an unset one may be lowered at start to what the KV budget
+    # holds (docs/design.md §3 "Pages per layer kind", rule (a)).
+    max_model_len_given: bool | None = None
     num_pages: int | None = None
     kv_cache_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
@@ -154,6 +160,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)} or auto, got {self.dtype}")
         model = TextModelConfig.from_model_dir(self.model_dir)
         limit = model.max_position_embeddings
+        if self.max_model_len_given is None:
+            self.max_model_len_given = self.max_model_len is not None
         if self.max_model_len is None:
             self.max_model_len = limit
         if not 1 < self.max_model_len <= limit:

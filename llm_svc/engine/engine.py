@@ -49,7 +49,7 @@ from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import Scheduler
 from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
 from llm_svc.engine.validation import check_cache_salt, check_request
-from llm_svc.engine.window_pages import WindowPages
+from llm_svc.engine.window_pages import WindowNeed, WindowPages
 
 log = logging.getLogger(__name__)
 
@@ -158,10 +158,13 @@ class LLMEngine:
         self.resume_rule = PrefixResumeRule(
             config.page_size, self.model_config.resume_layers(config.state_snapshot_interval)
         )
-        windows = None
+        windows = self.window_need = None
         runner = self.runner
         if getattr(runner, "window", None) is not None:
             windows = WindowPages(runner.num_window_pages, config.page_size, runner.window, cache)
+            self.window_need = WindowNeed(
+                runner.window, config.page_size, config.max_num_batched_tokens
+            )
         self.blocks = BlockManager(
             runner.num_pages, config.page_size, cache, self.resume_rule,
             getattr(runner, "state_pool", None), windows,
@@ -285,6 +288,8 @@ class LLMEngine:
             accepts_images=self.fetcher is not None,
             image_token_id=self.image_token_id,
             video_token_id=self.video_token_id,
+            window_need=self.window_need,
+            num_window_pages=getattr(self.runner, "num_window_pages", 0),
         )
         check_cache_salt(cache_salt)
         if items and self.fetcher is not None:

@@ -1,9 +1,11 @@
 """How many KV pages a model runner gets: the memory budget (memory_budget.py) with the step
-peak profiled on CUDA, or estimated against the configured budget on the CPU."""
+peak profiled on CUDA, or estimated against the configured budget on the CPU; for a model
+with sliding layers, how that budget splits into its two pools (`KindPages`)."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -23,6 +25,7 @@ from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import ScheduledChunk
 from llm_svc.engine.sequence import Sequence
 from llm_svc.engine.state_pool import StatePool
+from llm_svc.engine.window_pages import WindowNeed, pages_per_sequence
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,55 @@ log = logging.getLogger(__name__)
 # prompt and output, logprobs' log-softmax. Half the profile rows add top-k.
 _WIDEST = dict(temperature=0.7, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
                frequency_penalty=0.5, presence_penalty=0.5, logprobs=20)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KindPages:
+    """The two pools of a model with sliding layers (docs/design.md §3 "Pages per layer
+    kind"): a page of the full-attention layers costs `full_bytes` (0 when every layer
+    slides: that pool then only keys the radix tree), a page of the sliding layers
+    `window_bytes`, and one sequence needs of the latter what `need` says."""
+
+    full_bytes: int
+    window_bytes: int
+    need: WindowNeed
+
+    def pages_for(self, length: int) -> int:
+        return -(-length // self.need.page_size)
+
+    def bytes_alone(self, length: int) -> int:
+        """What one sequence of `length` tokens needs to run alone: a full-layer page for
+        each of its positions' pages, and `need.pages(length)` window pages."""
+        full = self.full_bytes * self.pages_for(length)
+        return full + self.window_bytes * self.need.pages(length)
+
+    def longest(self, budget: int, limit: int) -> int:
+        """The longest sequence, at most `limit` tokens, that runs alone in `budget` bytes
+        (0 if none does)."""
+        low, high = 0, limit
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.bytes_alone(mid) <= budget:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def split(self, budget: int, length: int) -> tuple[int, int]:
+        """(full pages, window pages) of `budget` bytes, which holds one sequence of
+        `length` tokens alone (`longest` says so). That one first, then the rest as more
+        such sequences need it, each decoding: P_L full pages and w window pages each, so
+        m = rest / (f·P_L + s·w) more of them (a real number); the window pool gets
+        `need.pages(length)` + ⌊m·w⌋ pages and the full pool the rest."""
+        assert self.bytes_alone(length) <= budget, "the budget holds no sequence of length"
+        seq_pages = self.pages_for(length)
+        seq_window = pages_per_sequence(length, self.need.window, self.need.page_size)
+        rest = budget - self.bytes_alone(length)
+        more = rest * seq_window // (self.full_bytes * seq_pages + self.window_bytes * seq_window)
+        num_window = self.need.pages(length) + more
+        if not self.full_bytes:  # keys only: as many sequences' pages as the window pool holds
+            return (1 + more // seq_window) * seq_pages, num_window
+        return (budget - self.window_bytes * num_window) // self.full_bytes, num_window
 
 
 def holds_images(runner) -> bool:

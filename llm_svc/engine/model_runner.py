@@ -15,7 +15,7 @@ from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
 from llm_svc.engine.attention.kinds import KindsBackend
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.embeddings.assembly import assemble_input_embeds, deepstack_rows
-from llm_svc.engine.kv_sizing import kv_budget
+from llm_svc.engine.kv_sizing import KindPages, kv_budget
 from llm_svc.engine.models import load_model
 from llm_svc.engine.models.config import SLIDING
 from llm_svc.engine.models.gated_deltanet import choose_kernels
@@ -24,7 +24,7 @@ from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.scheduler import ScheduledChunk
 from llm_svc.engine.state_pool import HybridSizing, StatePool, split_budget
 from llm_svc.engine.transfer import to_device
-from llm_svc.engine.window_pages import pages_per_sequence
+from llm_svc.engine.window_pages import WindowNeed
 
 log = logging.getLogger(__name__)
 
@@ -117,32 +117,50 @@ class ModelRunner:
 
     def _kind_sizing(self, config: EngineConfig) -> tuple[int, int]:
         """(full pages, window pages). `num_pages` fixes the full pool and the window
-        pool gets as many (+ its null page). Else the budget B is split as the needs of
-        `max_model_len` sequences, each decoding, are: per sequence P_L pages of f bytes
-        (full layers) and w window pages of s bytes, so n = (B - s·e) / (f·P_L + s·w) of
-        them (a real number) fit, e being the null page and one step's chunk; the window
-        pool gets e + ⌊n·w⌋ pages and the full pool the rest."""
+        pool gets as many (+ its null page). Else the byte budget must hold one sequence
+        of `max_model_len` alone in both pools (rule (a), `_fit_max_model_len`), and what
+        is left is split as more such sequences need it (`KindPages.split`)."""
         if config.num_pages is not None:
             return config.num_pages, config.num_pages + 1
+        pages = KindPages(
+            self.kv_bytes_per_page(self.full_layers),
+            self.kv_bytes_per_page(self.sliding_layers),
+            WindowNeed(self.window, self.page_size, config.max_num_batched_tokens),
+        )
         budget = self._budget_bytes(config)
-        full = self.kv_bytes_per_page(self.full_layers)
-        window = self.kv_bytes_per_page(self.sliding_layers)
-        seq_pages = -(-config.max_model_len // self.page_size)
-        seq_window = pages_per_sequence(config.max_model_len, self.window, self.page_size)
-        extra = 1 + -(-config.max_num_batched_tokens // self.page_size)
-        left = budget - window * extra
-        num_window = extra + max(0, left) * seq_window // (full * seq_pages + window * seq_window)
-        if not full:  # every layer slides: the full pool only keys the radix tree
-            num_full = max(1, (num_window - extra) // seq_window) * seq_pages
-        else:
-            num_full = (budget - window * num_window) // full
-        if num_full < 1 or num_window <= extra:
+        self._fit_max_model_len(config, pages, budget)
+        return pages.split(budget, config.max_model_len)
+
+    def _fit_max_model_len(self, config: EngineConfig, pages: KindPages, budget: int) -> None:
+        """Rule (a): a `max_model_len` whose sequence does not fit `budget` alone is
+        refused if it was set, naming the longest that fits; unset (the model's
+        max_position_embeddings) it becomes that, with a warning. Every rank agrees."""
+        length = config.max_model_len
+        longest = self._least_over_ranks(pages.longest(budget, length))
+        if longest == length:
+            return
+        need = pages.bytes_alone(length)
+        why = (
+            f"KV budget {budget} bytes cannot hold one sequence of max_model_len {length}: "
+            f"it needs {need} bytes, {pages.pages_for(length)} full-attention pages of "
+            f"{pages.full_bytes} bytes and {pages.need.pages(length)} sliding-window pages "
+            f"of {pages.window_bytes} bytes (a decode's window, one step's chunk of "
+            f"{config.max_num_batched_tokens} tokens, the null page)"
+        )
+        if longest < 2:
+            raise ValueError(f"{why}; not even 2 tokens fit: raise the KV budget")
+        if config.max_model_len_given:
             raise ValueError(
-                f"KV budget {budget} bytes is too small for two pools: {extra} window pages "
-                f"of {window} bytes (the null page and one step's chunk) and at least one "
-                f"more of them and one full-attention page of {full} bytes"
+                f"{why}; the largest max_model_len that fits is {longest}: set it at most "
+                f"that, or raise the KV budget"
             )
-        return num_full, num_window
+        log.warning("%s; serving with max_model_len %d, the largest that fits", why, longest)
+        config.max_model_len = longest
+
+    def _least_over_ranks(self, value: int) -> int:
+        """`value` as every rank can meet it: itself on one device (a tensor-parallel
+        rank takes the minimum over the ranks)."""
+        return value
 
     def kv_bytes_per_page(self, layers: list[int] | None = None) -> int:
         """Bytes of one page for `layers` (default: every layer with KV)."""

@@ -8,7 +8,9 @@ by at most one span; the engine refuses a budget smaller than one span at load).
 chunks and decodes share one step. When a sequence needs a page and none is left, the most
 recently admitted running sequence is preempted: its pages are released (full ones stay in
 the prefix cache) and it waits at the head of the queue to be prefilled again, prompt and
-output so far.
+output so far. A sequence that is itself the newest left takes the largest chunk the pages
+hold instead, and the queue's head, when nothing runs, is admitted with such a chunk: since
+every request admitted fits alone (validation.check_request), nothing waits forever.
 
 Images: at admission a sequence first shares its cached prefix (those pages stay locked by
 their reference count); the items with tokens past that prefix whose embeddings it does not
@@ -103,7 +105,8 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             count = seq.chunk_size(self._cut(seq, min(seq.num_uncomputed_tokens, budget)))
-            if not self._make_room(seq, count, out):
+            count = self._make_room(seq, count, out)
+            if not count:
                 continue
             self.blocks.append(seq, count)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
@@ -131,7 +134,10 @@ class Scheduler:
                 self.fetcher.start(seq, missing)
                 continue
             count = seq.chunk_size(self._cut(seq, min(seq.num_uncomputed_tokens, budget)))
-            if not self.blocks.can_append(seq, count):
+            if not self.running and not self.blocks.can_append(seq, count):
+                # Nothing running will free pages for it: it takes what the pools hold.
+                count = self._fitting(seq, count)
+            if not count or not self.blocks.can_append(seq, count):
                 self.blocks.release(seq)
                 seq.num_computed_tokens = 0
                 break
@@ -155,15 +161,26 @@ class Scheduler:
         boundary = (start // every + 1) * every
         return min(count, boundary - start)
 
-    def _make_room(self, seq: Sequence, count: int, out: SchedulerOutput) -> bool:
-        """Preempt the newest running sequences until `seq` can grow; False if `seq` itself
-        had to go."""
+    def _make_room(self, seq: Sequence, count: int, out: SchedulerOutput) -> int:
+        """The tokens `seq` computes this step: `count`, once the newest running sequences
+        are preempted until it can grow by that many. Left the newest (alone, or beside
+        older ones), it takes the largest chunk the pools hold rather than preempting
+        itself, and goes back to the queue only when not one token fits (then 0)."""
         while not self.blocks.can_append(seq, count):
-            victim = self.running[-1]
-            self._preempt(victim, out)
-            if victim is seq:
-                return False
-        return True
+            if self.running[-1] is not seq:
+                self._preempt(self.running[-1], out)
+                continue
+            count = self._fitting(seq, count)
+            if not count:
+                self._preempt(seq, out)
+            return count
+        return count
+
+    def _fitting(self, seq: Sequence, count: int) -> int:
+        """The largest chunk of at most `count` tokens the pools hold for `seq` now, ending
+        outside every span it may not cut (0: none)."""
+        fits = seq.chunk_within(min(count, self.blocks.room(seq)))
+        return fits if fits and self.blocks.can_append(seq, fits) else 0
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         for index, chunk in enumerate(out.chunks):

@@ -151,6 +151,15 @@ class Sequence:
                 end = stop
         return end - self.num_computed_tokens
 
+    def chunk_within(self, count: int) -> int:
+        """At most `count` tokens from `num_computed_tokens`, cut back to the start of an
+        uncut span the chunk would end inside (0 if that is where it starts)."""
+        end = self.num_computed_tokens + count
+        for start, stop in self.uncut_spans:
+            if start < end < stop:
+                end = max(start, self.num_computed_tokens)
+        return end - self.num_computed_tokens
+
     def attend_until(self, start: int, end: int) -> np.ndarray:
         """For tokens [start, end) of a chunk, the last position each may attend to: itself,
         or the end of the uncut span it sits in."""

@@ -67,6 +67,10 @@ class StatePool:
         return num_layers * (conv + recurrent) * itemsize
 
     @property
+    def num_free_running(self) -> int:
+        return len(self._free_running)
+
+    @property
     def num_free_snapshots(self) -> int:
         return len(self._free_snapshots)
 

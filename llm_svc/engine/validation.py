@@ -9,6 +9,7 @@ import numpy as np
 from iris.multimodal import SALT_BYTES, MultimodalItem, check_spans
 from llm_svc.engine.errors import InvalidRequestError, RequestTooLargeError
 from llm_svc.engine.sampling_params import SamplingParams
+from llm_svc.engine.window_pages import WindowNeed
 
 
 def check_token_ids(
@@ -109,8 +110,12 @@ def check_request(
     accepts_images: bool = False,
     image_token_id: int | None = None,
     video_token_id: int | None = None,
+    window_need: WindowNeed | None = None,
+    num_window_pages: int = 0,
 ) -> list[int]:
-    """Validate one request; returns its prompt ids as a list of ints."""
+    """Validate one request; returns its prompt ids as a list of ints. A request it admits
+    fits every pool alone (`window_need`: a model with sliding layers' window pool of
+    `num_window_pages`), so it never waits on pages no one will free."""
     check_items(items, len(token_ids), accepts_images=accepts_images)
     ids = check_token_ids(token_ids, vocab_size, items, image_token_id, video_token_id)
     if ids.size >= max_model_len:
@@ -126,6 +131,13 @@ def check_request(
             "prompt length + max_tokens",
             longest,
             f"needs {pages} KV pages of {page_size} tokens but the cache has {num_pages}",
+        )
+    if window_need is not None and window_need.pages(longest) > num_window_pages:
+        raise RequestTooLargeError(
+            "prompt length + max_tokens",
+            longest,
+            f"needs {window_need.pages(longest)} sliding-window KV pages of {page_size} "
+            f"tokens but the window pool has {num_window_pages}",
         )
     return ids.tolist()
 

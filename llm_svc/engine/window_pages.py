@@ -14,6 +14,7 @@ therefore holds at most the pages of W − 1 + its chunk's tokens, plus one for 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from iris.multimodal import window_first_block
 from llm_svc.engine.radix_cache import RadixCache, RadixNode
@@ -26,6 +27,24 @@ def pages_per_sequence(max_len: int, window: int, page_size: int) -> int:
     """Window pages one decoding sequence of up to `max_len` tokens holds at most: those
     of its last W - 1 keys and the new token, which may straddle one more page."""
     return min(-(-max_len // page_size), (window - 1) // page_size + 2)
+
+
+@dataclass(frozen=True)
+class WindowNeed:
+    """What one sequence needs of the window pool to run alone (docs/design.md §3 "Pages
+    per layer kind", rule (a)): the pool is sized, and each request checked, by it."""
+
+    window: int
+    page_size: int
+    chunk_tokens: int  # one step's chunk: max_num_batched_tokens
+
+    def pages(self, length: int) -> int:
+        """Window pages, the null page among them, that let one sequence of up to `length`
+        tokens run alone: a decode's window and one step's chunk beside it, and never more
+        than all its own pages."""
+        own = -(-length // self.page_size)
+        chunk = -(-self.chunk_tokens // self.page_size)
+        return min(own, pages_per_sequence(length, self.window, self.page_size) + chunk) + 1
 
 
 class WindowPages:

@@ -51,6 +51,9 @@ class ShardRunner(ModelRunner):
         full, window = super()._kind_sizing(config)
         return self.group.min_host(full), self.group.min_host(window)
 
+    def _least_over_ranks(self, value: int) -> int:
+        return self.group.min_host(value)
+
     def _hybrid_sizing(self, config: EngineConfig) -> HybridSizing:
         # One set of slots: the pages and snapshot slots every rank can hold.
         sizing = super()._hybrid_sizing(config)
