@@ -72,7 +72,7 @@ class EngineConfig:
     max_model_len: int | None = None
     # Whether max_model_len was set (None: decided by __post_init__, and kept by
     # dataclasses.replace): an unset one may be lowered at start to what the KV budget
-    # holds (docs/design.md §3 "Pages per layer kind", rule (a)).
+    # holds (docs/design/engine.md "Pages per layer kind", rule (a)).
     max_model_len_given: bool | None = None
     num_pages: int | None = None
     kv_cache_bytes: int | None = None

@@ -37,7 +37,7 @@ _WIDEST = dict(temperature=0.7, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
 
 @dataclass(frozen=True)
 class KindPages:
-    """The two pools of a model with sliding layers (docs/design.md §3 "Pages per layer
+    """The two pools of a model with sliding layers (docs/design/engine.md "Pages per layer
     kind"): a page of the full-attention layers costs `full_bytes` (0 when every layer
     slides: that pool then only keys the radix tree), a page of the sliding layers
     `window_bytes`, and one sequence needs of the latter what `need` says."""

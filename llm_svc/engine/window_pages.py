@@ -31,7 +31,7 @@ def pages_per_sequence(max_len: int, window: int, page_size: int) -> int:
 
 @dataclass(frozen=True)
 class WindowNeed:
-    """What one sequence needs of the window pool to run alone (docs/design.md §3 "Pages
+    """What one sequence needs of the window pool to run alone (docs/design/engine.md "Pages
     per layer kind", rule (a)): the pool is sized, and each request checked, by it."""
 
     window: int

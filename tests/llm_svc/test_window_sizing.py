@@ -1,4 +1,4 @@
-"""Sizing a model with sliding layers (docs/design.md §3 "Pages per layer kind", rules (a)
+"""Sizing a model with sliding layers (docs/design/engine.md "Pages per layer kind", rules (a)
 and (b)): a byte budget that cannot hold one `max_model_len` sequence in both pools is
 refused at start, or lowers an unset `max_model_len` to what fits; a sequence that cannot
 take its whole chunk beside older ones takes what the pools hold instead of waiting. The
