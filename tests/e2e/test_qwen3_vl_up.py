@@ -28,15 +28,14 @@ def qwen3_5_vl_platform(tmp_path, tiny_qwen3_5_vl_dir):
     running.stop()
 
 
-PLATFORMS = {"tiny_qwen3_vl_dir": "platform_qwen3_vl", "tiny_qwen3_5_vl_dir": "qwen3_5_vl_platform"}
-
-
 @pytest.mark.parametrize(
-    ("model", "levels"), [("tiny_qwen3_vl_dir", 2), ("tiny_qwen3_5_vl_dir", 0)]
+    ("platform_name", "levels"), [("platform_qwen3_vl", 2), ("qwen3_5_vl_platform", 0)]
 )
-def test_the_same_image_again_is_read_from_the_cache_and_answered_the_same(request, model, levels):
+def test_the_same_image_again_is_read_from_the_cache_and_answered_the_same(
+    request, platform_name, levels
+):
     # Qwen3-VL's platform is shared (the video tests use it): counts are differences.
-    platform = request.getfixturevalue(PLATFORMS[model])
+    platform = request.getfixturevalue(platform_name)
     adapter = load_adapter(platform.model_dir)
     size = (64, 96)
     client = platform.openai_client()
