@@ -2,10 +2,11 @@
 
 A service that exits after the platform is up is started again, with the same command,
 environment and ports (so its peers find it where they left it), after an exponential
-backoff: `initial_s`, then twice that, up to `max_s`. A service restarted
-`crash_loop_restarts` times within `crash_loop_window_s` that exits again is in a crash
-loop: it is given up (reported, left stopped) and the platform serves on with what is left.
-Each step is reported through `report` with the service's log path.
+backoff: `initial_s`, then twice that, up to `max_s`; what the exited process left in its
+process group is killed first. A service restarted `crash_loop_restarts` times within
+`crash_loop_window_s` that exits again is in a crash loop: it is given up (reported, left
+stopped) and the platform serves on with what is left. Each step is reported through
+`report` with the service's log path.
 
 The supervisor does nothing on its own thread: `tick()` does one pass (the caller's loop,
 `iris up`'s main thread, calls it), so stopping the loop stops every restart not yet begun,
@@ -14,6 +15,7 @@ and a restart already begun is an ordinary child process that `Platform.stop()` 
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -75,6 +77,10 @@ class Supervisor:
                     self._restart(service, state, now)
                 continue
             if service.exited():
+                # As Kubernetes ends a container whose main process exited: whatever the
+                # service started in its process group (a worker pool) ends with it, or a
+                # killed gateway's pool would outlive it, idle, for good.
+                service.child.signal_group(signal.SIGKILL)
                 self._schedule(service, state, now)
             elif state.back_since is not None and self.healthy(service):
                 self.report(

@@ -153,28 +153,24 @@ def test_one_trace_spans_every_service(platform, otlp_session_collector):
     }
 
 
-def test_embedding_reuse_off_encodes_every_request_afresh(tmp_path, tiny_qwen2_vl_dir):
-    from tests.fixtures.platform import start_platform
-
-    baseline = start_platform(tiny_qwen2_vl_dir, tmp_path, embedding_reuse=False)
-    try:
-        client = baseline.openai_client()
-        messages = image_message(image_png(seed=303))
-        replies = [
-            client.chat.completions.create(
-                model=baseline.model_name, messages=messages, max_tokens=2, temperature=0
-            )
-            for _ in range(2)
-        ]
-        assert encoded_images(baseline) == 2
-        # Same image, same text: only the image spans differ, so the text before them is
-        # still a prefix hit but the image tokens are not.
-        assert (
-            replies[1].usage.prompt_tokens_details.cached_tokens
-            < replies[1].usage.prompt_tokens - 10
+def test_embedding_reuse_off_encodes_every_request_afresh(platform):
+    # The shared platform's second gateway runs with embedding reuse off.
+    client = platform.openai_client(gateway=1)
+    messages = image_message(image_png(seed=303))
+    before = encoded_images(platform)
+    replies = [
+        client.chat.completions.create(
+            model=platform.model_name, messages=messages, max_tokens=2, temperature=0
         )
-    finally:
-        baseline.stop()
+        for _ in range(2)
+    ]
+    assert wait_until(lambda: encoded_images(platform) >= before + 2, 10)
+    assert encoded_images(platform) == before + 2
+    # Same image, same text: only the image spans differ, so the text before them is
+    # still a prefix hit but the image tokens are not.
+    assert (
+        replies[1].usage.prompt_tokens_details.cached_tokens < replies[1].usage.prompt_tokens - 10
+    )
 
 
 def test_image_chat_on_a_local_redis_cluster(tmp_path, tiny_qwen2_vl_dir):

@@ -94,6 +94,19 @@ def test_sigterm_stops_every_service(tmp_path, tiny_qwen2_vl_dir):
             process.kill()
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid`."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
 def command_line(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
@@ -153,11 +166,15 @@ def test_a_killed_service_is_restarted_on_its_port_and_ctrl_c_stops_a_restart_in
             ("gateway", lambda: httpx.get(f"{url}/v1/models", timeout=10).status_code == 200),
         ):
             by_role = {command_line(pid).split()[-1]: pid for pid in descendants(process.pid)}
-            os.kill(by_role[role], signal.SIGKILL)
+            os.kill(by_role[role], signal.SIGKILL)  # the service alone, not its group
             name = f"{role}-0" if role != "gateway" else "gateway"
             assert read_until(process, f"{name} serves again", lines), lines
             assert process.poll() is None
             assert served_until(request), (role, lines[-6:])  # same address as before
+            # What it started (the gateway's parse pool) ended with it: each service leads
+            # its own process group.
+            killed = by_role[role]
+            assert wait_until(lambda k=killed: not group_members(k), 15), (role, killed)
         output = "".join(lines)
         assert re.search(r"llm-0 exited with code -9; its log: \S+llm-0\.log", output), output
         assert "restarting encoder-0 in 1.0 s" in output, output

@@ -1,7 +1,8 @@
 """Routing accuracy on a real `iris up` platform (two LLM pods, two gateways): a repeated-image
 chat is routed with a precise prediction, and a pod whose prefix cache is dropped behind the
 gateways' backs (ResetPrefixCache's silent form, a test hook the pods run with here) shows
-as over-predictions. The counters are read from each gateway's own /metrics page."""
+as over-predictions. The counters are read from each gateway's own /metrics page, as
+differences: the platform is the session's `platform_two_pods`, shared."""
 
 from __future__ import annotations
 
@@ -13,22 +14,14 @@ from iris import metrics as names
 from iris.up.metrics_page import metrics_url, scrape
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from tests.e2e.helpers import image_message, image_png
-from tests.fixtures.platform import POD_HEADER, start_platform
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def two_gateways(tmp_path_factory, tiny_qwen2_vl_dir):
-    running = start_platform(
-        tiny_qwen2_vl_dir,
-        tmp_path_factory.mktemp("accuracy"),
-        llm_pods=2,
-        gateways=2,
-        extra_env={"gateway": POD_HEADER, "llm": {"IRIS_TEST_HOOKS": "1"}},
-    )
-    yield running
-    running.stop()
+@pytest.fixture
+def two_gateways(platform_two_pods):
+    """The session's two-pod, two-gateway platform (tests/fixtures/platform.py)."""
+    return platform_two_pods
 
 
 def counters(platform) -> dict[str, float]:
@@ -95,6 +88,9 @@ def test_a_repeated_image_chat_is_routed_with_precision(two_gateways):
 
 
 def test_a_cache_dropped_behind_the_gateways_back_shows_as_over_predictions(two_gateways):
+    """Changes shared state: one pod's prefix cache is emptied silently, so the gateways'
+    index holds stale entries for it. Other tests' prompts are their own and no test relies
+    on another's cached prefix; the last request here stores this prompt again."""
     platform = two_gateways
     url, model = platform.gateway_url, platform.model_name
     image = image_part(21)
