@@ -52,9 +52,11 @@ p90 ratio (b)/(a) is printed with a bootstrap interval (conversations resampled)
 turn (when sent, which pod served it, its tokens and TTFT) is written as JSON beside the PNG.
 
 `--gateways N` runs N gateways per platform and sends each conversation's turns round-robin
-over them; per mode it prints routing precision (gateway/routing/accuracy.py) beside the
-embedding reuse. `--goodput` searches modes (a), (b), (c) for the highest rate within a
-latency SLO instead (bench/goodput.py; `--quick` for a shape in about 10 minutes).
+over them. Per mode it prints routing precision (gateway/routing/accuracy.py) and routing
+regret (the share of prompt tokens a pod computed while another held them, and those tokens
+by reason: gateway/routing/regret.py) beside the embedding reuse. `--goodput` searches
+modes (a), (b), (c) for the highest rate within a latency SLO instead (bench/goodput.py;
+`--quick` for a shape in about 10 minutes).
 
     python bench/workload.py [--model DIR] [--users 8] [--turns 4] [--rate 0.05] [--pods 3]
         [--library 6] [--upload-share 0.3] [--later-image 0.1] [--no-warm-up]
@@ -153,6 +155,10 @@ class ModeResult:
     # those within a page of the pod's cached tokens (gateway/routing/accuracy.py).
     predicted: float = 0.0
     predicted_within_page: float = 0.0
+    # The prompt tokens the pods accepted, and of them the regret tokens by reason: held by
+    # another healthy pod than the one chosen (gateway/routing/regret.py).
+    routed_prompt_tokens: float = 0.0
+    regret_tokens: dict[str, float] = field(default_factory=dict)
     warmed: bool = False  # the library was sent before the measured turns
     warm_up_s: float = 0.0
 
@@ -379,14 +385,24 @@ def arrival_gaps(users: int, rate: float, seed: int) -> list[float]:
     return [gap * scale for gap in gaps]
 
 
-def routing_counts(platform: Platform) -> tuple[float, float]:
-    """(requests routed with a predicted prefix hit, those within a page of the pod's
-    cached tokens), summed over every gateway."""
+def routing_counts(platform: Platform) -> dict[str, float]:
+    """Routing's counters summed over every gateway: `predicted` (requests routed with a
+    predicted prefix hit), `within` (those within a page of the pod's cached tokens),
+    `prompt` (accepted prompt tokens) and each regret reason's tokens."""
+    from gateway.routing.regret import REASONS
     from iris import metrics as names
+    from iris.up.metrics_page import metrics_url, scrape
 
-    predicted = sum(service_totals(platform, "gateway", names.GATEWAY_ROUTING_PREDICTED))
-    within = sum(service_totals(platform, "gateway", names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE))
-    return predicted, within
+    counts = dict.fromkeys(("predicted", "within", "prompt", *REASONS), 0.0)
+    for gateway in (service for service in platform.services if service.kind == "gateway"):
+        page = scrape(metrics_url(gateway))
+        counts["predicted"] += page.get(names.GATEWAY_ROUTING_PREDICTED, 0.0)
+        counts["within"] += page.get(names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE, 0.0)
+        counts["prompt"] += page.get(names.GATEWAY_ROUTING_PROMPT_TOKENS, 0.0)
+        for reason in REASONS:
+            by_reason = scrape(metrics_url(gateway), {names.LABEL_REASON: reason})
+            counts[reason] += by_reason.get(names.GATEWAY_ROUTING_REGRET_TOKENS, 0.0)
+    return counts
 
 
 async def drive(platform, plan, images, args, name, seed) -> ModeResult:
@@ -424,9 +440,11 @@ async def drive(platform, plan, images, args, name, seed) -> ModeResult:
     }
     encoded = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
     result.encoded_images = encoded - encoded_before
-    routing_after = routing_counts(platform)
-    result.predicted = routing_after[0] - routing_before[0]
-    result.predicted_within_page = routing_after[1] - routing_before[1]
+    routing = {key: value - routing_before[key] for key, value in routing_counts(platform).items()}
+    result.predicted = routing.pop("predicted")
+    result.predicted_within_page = routing.pop("within")
+    result.routed_prompt_tokens = routing.pop("prompt")
+    result.regret_tokens = routing
     finished = service_totals(platform, "llm", "iris_llm_requests_finished_total")
     result.requests_per_pod = [
         int(after - before) for after, before in zip(finished, finished_before, strict=True)
@@ -537,6 +555,12 @@ def summarise(result: ModeResult) -> dict:
         if result.predicted
         else float("nan"),
         "routing_predicted_hits": result.predicted,
+        "routing_regret_share": sum(result.regret_tokens.values()) / result.routed_prompt_tokens
+        if result.routed_prompt_tokens
+        else float("nan"),
+        "routing_regret_tokens_by_reason": {
+            reason: int(tokens) for reason, tokens in result.regret_tokens.items()
+        },
         "requests_per_pod_per_seed": result.requests_per_pod,
         "wall_s_summed_over_seeds": result.wall_s,
         "cpu_s_by_service_kind_summed_over_seeds": result.cpu_s_by_kind,
@@ -664,6 +688,9 @@ def add_seed(pooled: ModeResult, seed: int, result: ModeResult) -> None:
     pooled.images_sent += result.images_sent
     pooled.predicted += result.predicted
     pooled.predicted_within_page += result.predicted_within_page
+    pooled.routed_prompt_tokens += result.routed_prompt_tokens
+    for reason, tokens in result.regret_tokens.items():
+        pooled.regret_tokens[reason] = pooled.regret_tokens.get(reason, 0) + tokens
     pooled.requests_per_pod += [result.requests_per_pod]
     for kind, seconds in result.cpu_s_by_kind.items():
         pooled.cpu_s_by_kind[kind] = round(pooled.cpu_s_by_kind.get(kind, 0) + seconds, 1)
@@ -693,7 +720,7 @@ def print_mode(result: ModeResult, summary: dict) -> None:
         p90s = [f"{summarise(one)['ttft_p90_ms']:.0f}" for one in result.per_seed]
         print(f"  ttft_p90_ms per seed: {', '.join(p90s)}")
         per_seed = [summarise(one) for one in result.per_seed]
-        for key in ("routing_precision", "embedding_reuse"):
+        for key in ("routing_precision", "routing_regret_share", "embedding_reuse"):
             values = [one[key] for one in per_seed]
             shown = ", ".join(f"{value:.3f}" for value in values)
             print(f"  {key} per seed: {shown}; mean {statistics.fmean(values):.3f}")
