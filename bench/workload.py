@@ -55,13 +55,15 @@ turn (when sent, which pod served it, its tokens and TTFT) is written as JSON be
 over them. Per mode it prints routing precision (gateway/routing/accuracy.py) and routing
 regret (the share of prompt tokens a pod computed while another held them, and those tokens
 by reason: gateway/routing/regret.py) beside the embedding reuse. `--goodput` searches
-modes (a), (b), (c) for the highest rate within a latency SLO instead (bench/goodput.py;
-`--quick` for a shape in about 10 minutes).
+modes (a), (b), (c) for the highest rate within the declared latency SLO instead, and
+`--calibrate` measures that SLO (bench/goodput.py; `--quick` for a shape in about 10
+minutes).
 
     python bench/workload.py [--model DIR] [--users 8] [--turns 4] [--rate 0.05] [--pods 3]
         [--library 6] [--upload-share 0.3] [--later-image 0.1] [--no-warm-up]
         [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...] [--gateways 1]
         [--goodput [--quick] [--slo-ttft-ms MS] [--slo-tpot-ms MS] [--wall-cap-min 60]]
+        [--calibrate [--quick] [--calibration-users 6]]
 
 The default (32 measured turns a mode, 3 of them with an upload) is sized for the
 15-minute budget on the demo model (SmolVLM-256M's tower, one tile an image) on this
@@ -834,9 +836,9 @@ def main() -> None:
         help="shared library images (Zipf popularity)",
     )  # fmt: skip
     parser.add_argument(
-        "--upload-share", type=float, default=None,
-        help="of the images attached, the share that are the user's own upload (unique); "
-        f"default {DEFAULT_SHAPE.upload_share}, with --goodput 0.15 (see bench/goodput.py)",
+        "--upload-share", type=float, default=DEFAULT_SHAPE.upload_share,
+        help="of the images attached, the share that are the user's own upload (unique), "
+        "for every mode",
     )  # fmt: skip
     parser.add_argument(
         "--later-image", type=float, default=DEFAULT_SHAPE.later_image,
@@ -876,13 +878,22 @@ def main() -> None:
         help="search each of modes a, b, c for the highest rate within the SLO",
     )  # fmt: skip
     goodput.add_argument(
+        "--calibrate", action="store_true",
+        help="run modes a, b, c unloaded and print the declared SLO's constants",
+    )  # fmt: skip
+    goodput.add_argument(
         "--quick", action="store_true", help="with --goodput: a shape in about 10 minutes"
     )
-    goodput.add_argument("--slo-ttft-ms", type=float, default=None, help="default: 3x calibration")
-    goodput.add_argument("--slo-tpot-ms", type=float, default=None, help="default: 2x calibration")
+    goodput.add_argument(
+        "--slo-ttft-ms", type=float, default=None, help="default: the declared SLO's"
+    )
+    goodput.add_argument(
+        "--slo-tpot-ms", type=float, default=None, help="default: the declared SLO's"
+    )
     goodput.add_argument(
         "--start-rate", type=float, default=None,
-        help="the search's first rate (default: one conversation in flight, from calibration)",
+        help="the search's first rate (default: one conversation in flight at the slowest "
+        "mode's declared unloaded pace)",
     )  # fmt: skip
     goodput.add_argument("--point-turns", type=int, default=None, help="turns per point (100)")
     goodput.add_argument("--bisections", type=int, default=None, help="after the bracket (4)")
@@ -911,10 +922,6 @@ def main() -> None:
         parser.error(f"--seeds must be >= 1, got {args.seeds}")
     if args.users < 1 or args.turns < 1 or args.library < 1:
         parser.error("--users, --turns and --library must be >= 1")
-    if args.upload_share is None:
-        from bench.goodput import GOODPUT_UPLOAD_SHARE
-
-        args.upload_share = GOODPUT_UPLOAD_SHARE if args.goodput else DEFAULT_SHAPE.upload_share
     for name in ("upload_share", "later_image"):
         if not 0 <= getattr(args, name) <= 1:
             parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
@@ -930,6 +937,11 @@ def main() -> None:
     unknown = sorted(set(only) - {mode[0] for mode in MODES})
     if unknown or not only:
         parser.error(f"--only {args.only!r}: modes are a, b, c, d")
+    if args.calibrate:
+        from bench.goodput import run_calibration
+
+        run_calibration(args, sys.modules[__name__])
+        return
     if args.goodput:
         from bench.goodput import run_goodput
 
