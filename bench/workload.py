@@ -892,8 +892,8 @@ def main() -> None:
     )
     goodput.add_argument(
         "--start-rate", type=float, default=None,
-        help="the search's first rate (default: one conversation in flight at the slowest "
-        "mode's declared unloaded pace)",
+        help="the search's first rate for every mode (default: one conversation in flight "
+        "at each mode's declared unloaded pace)",
     )  # fmt: skip
     goodput.add_argument("--point-turns", type=int, default=None, help="turns per point (100)")
     goodput.add_argument("--bisections", type=int, default=None, help="after the bracket (4)")
