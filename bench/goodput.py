@@ -1,4 +1,5 @@
-"""`bench/workload.py --goodput`: the highest offered rate each mode serves within an SLO.
+"""`bench/workload.py --goodput`: the highest offered rate each mode serves within an SLO
+declared before the run.
 
 The workload is bench/workload.py's image chat on the demo model; the offered rate is
 conversation starts per second. Three modes, each on its own freshly started platform:
@@ -7,61 +8,68 @@ conversation starts per second. Three modes, each on its own freshly started pla
   (b) round-robin, no embedding reuse
   (c) round-robin + embedding reuse
 
-1. Calibration, on (a)'s platform before its search: conversations one after another (no
-   queueing) give the unloaded first-turn TTFT p50 and TPOT p50. The SLO is P90 TTFT <=
-   3x and P90 TPOT <= 2x those (`--slo-ttft-ms` / `--slo-tpot-ms` set them instead); both
-   are printed with the calibration.
+1. The SLO is declared, not measured by the run: `DECLARED` below, frozen with the date and
+   the machine it was measured on. `--calibrate` measures it: each mode unloaded (its own
+   platform, the library warmed, `--calibration-users` conversations one after another),
+   P90 TTFT over every turn and P90 TPOT; the bounds are 1.5 x the slowest mode's, rounded
+   up to 100 ms / 10 ms (bench/goodput_search.py, `declared_slo`), and it prints the
+   constants to write here. Every mode therefore meets the SLO unloaded, and no loaded
+   result moves it. `--slo-ttft-ms` / `--slo-tpot-ms` override a bound for one run.
 2. Per mode, `bench/goodput_search.py`'s search: a bracket (doubling or halving from the
-   start rate), then `--bisections` points (4; 1 with `--quick`), each point at least
-   `--point-turns` turns (100; 24 with `--quick`). Points run one after another on the
-   mode's platform, warm as a running deployment is; every mode runs the same workloads in
-   the same order (point k uses seed `--seed` + 100 + k).
+   start rate: one conversation in flight at the mode's own declared unloaded pace), then
+   `--bisections` points (4; 1 with `--quick`), each point at least `--point-turns` turns
+   (100; 24 with `--quick`). Points run one after another on the mode's platform, warm as
+   a running deployment is; every mode runs the same workloads in the same order (point k
+   uses seed `--seed` + 100 + k).
 3. The wall clock is capped (`--wall-cap-min`, 60; 12 with `--quick`): each mode gets an
-   equal share of what is left once its platform is up (after the calibration, for (a));
-   its first point always runs; a later point whose expected length (arrivals
-   plus one conversation at the calibration's pace) would pass the mode's share is not
-   started, and a search cut short says so. Platform starts and a loaded point's overrun
-   are not foreseen, so a run may end a few minutes past the cap.
+   equal share of what is left once its platform is up; its first point always runs; a
+   later point whose expected length (arrivals plus one conversation at the unloaded pace)
+   would pass the mode's share is not started, and a search cut short says so. Platform
+   starts and a loaded point's overrun are not foreseen, so a run may end a few minutes
+   past the cap.
 
-The workload's uploads default to 15 % of attached images (`GOODPUT_UPLOAD_SHARE`; the
-plain workload's 30 %, `--upload-share` sets it). An upload is a tower call of ~3.8 s on
-this CPU (17x a first turn's TTFT), and at 30 % the plan makes exactly a tenth of the turns
-uploads: the P90 then sits on the edge between a cached turn and a tower call, and no rate,
-not even one conversation at a time, meets 3x the p50 (the first full run found this: at
-0.056/s, nothing queued, P90 TTFT 814 ms against the SLO's 644). At 15 % about one turn in
-twenty is an upload, so the P90 measures queueing, and the uploads still load the encoder.
-The calibration also prints its own P90s over every turn, with a warning when the unloaded
-platform already misses the SLO.
+The workload is the plain one for every mode: uploads 30 % of attached images
+(`--upload-share` changes it for every mode at once), `--turns` turns, no think time (a
+turn is sent when the last answer is in).
 
-Printed: the calibration and SLO, every point (rate, turns, P90 TTFT and TPOT, the share of
-turns meeting the SLO, routing precision), each mode's goodput, and (a)'s goodput over (b)'s
-and (c)'s with the issue's targets (>= 2x and >= 1.3x). Drawn: the share of turns meeting
-the SLO against offered rate, one line per mode (bench/out/goodput.png); every point is
-written as JSON beside it.
+Printed first: the SLO with where it comes from, and the workload. Then every point (rate,
+turns, P90 TTFT and TPOT, the share of turns meeting the SLO, routing precision and
+regret), each mode's goodput, (a)'s goodput over (b)'s and (c)'s with the issue's targets
+(>= 2x and >= 1.3x), and each mode's goodput at 0.5x, 2x and 4x the TTFT bound by
+re-scoring the points already run (no new runs). A ratio is printed only where both modes
+met the SLO at some rate; otherwise the line names the mode that met nothing. Drawn: the
+share of turns meeting the SLO against offered rate, one line per mode
+(bench/out/goodput.png); every point, with its turns, is written as JSON beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import math
+import os
 import statistics
 import sys
 import time
 from argparse import Namespace
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.goodput_search import (
     SLO,
     RateSearch,
     TurnTiming,
+    declared_slo,
     meets_slo,
     point_quantiles,
-    ratio_verdict,
+    ratio_line,
+    rescore,
     share_meeting,
-    slo_from_calibration,
+    target_verdict,
+    with_ttft_scaled,
 )
+from bench.plots import cores
 
 GOODPUT_MODES = [
     ("a", "(a) prefix + reuse", "prefix", True),
@@ -70,10 +78,33 @@ GOODPUT_MODES = [
 ]
 # (a)'s goodput over the other mode's: the issue's targets.
 TARGETS = [("b", 2.0), ("c", 1.3)]
+# The TTFT bound's multiples the points are re-scored at, besides the bound itself.
+CURVE = (0.5, 1.0, 2.0, 4.0)
 QUICK = {"point_turns": 24, "bisections": 1, "wall_cap_min": 12.0, "calibration_users": 3}
 FULL = {"point_turns": 100, "bisections": 4, "wall_cap_min": 60.0, "calibration_users": 6}
-# Uploads, as a share of attached images, when --upload-share is not given (see above).
-GOODPUT_UPLOAD_SHARE = 0.15
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The SLO `--calibrate` measured, frozen: its bounds, each mode's unloaded seconds a
+    turn (its search's start rate and the cap's estimates), and when and where."""
+
+    slo: SLO
+    turn_s: dict[str, float]
+    measured: str
+
+
+# `python bench/workload.py --calibrate`, 2026-12-06 07:23-07:31 UTC, demo model, 6
+# conversations (24 turns) a mode: P90 TTFT (a) 510 ms, (b) 8,866 ms, (c) 1,398 ms; P90 TPOT
+# (a) 109.8 ms, (b) 163.6 ms, (c) 151.7 ms; seconds a turn (a) 0.94, (b) 6.01, (c) 1.73.
+# Measured on the 2-core CPU
+# while four other sessions' tests ran on it (load 5.4-7.4), NOT a quiet machine: to be
+# measured again on a quiet one, once, before the first goodput figures are published.
+DECLARED = Declared(
+    SLO(ttft_s=13.3, tpot_s=0.25),
+    turn_s={"a": 0.94, "b": 6.01, "c": 1.73},
+    measured="2026-12-06 on the 2-core CPU under load 5.4-7.4 (other sessions' tests)",
+)
 
 
 @dataclass
@@ -86,7 +117,9 @@ class Point:
     tpot_p90_ms: float
     share_meeting_slo: float
     routing_precision: float
+    routing_regret_share: float
     wall_s: float
+    timings: list[TurnTiming] = field(default_factory=list)
 
 
 @dataclass
@@ -110,44 +143,27 @@ def timings(result) -> list[TurnTiming]:
     return out
 
 
-def calibrate(platform, args: Namespace, workload) -> tuple[float, float, float, list]:
-    """(first-turn TTFT p50, TPOT p50, mean turn seconds, every turn's timing) of
-    conversations run one after another on an unloaded platform (the library warmed
-    first)."""
-    shape = workload.WorkloadShape(
-        args.calibration_users, args.turns, args.library, args.upload_share, args.later_image
-    )
-    plan = workload.build_plan(shape, args.seed + 99)
-    images = images_for(plan, args, args.seed + 99, workload)
-    run_args = Namespace(**{**vars(args), "rate": 0.0, "warm_up": args.warm_up})
-    result = asyncio.run(workload.drive(platform, plan, images, run_args, "calibration", 0))
-    ok = [t for t in result.turns if t.ok]
-    first = [t.ttft_s for t in ok if t.turn == 0]
-    turns = timings(result)
-    tpots = [t.tpot_s for t in turns if t.ok and t.tpot_s is not None]
-    if not first or not tpots:
-        raise RuntimeError(f"calibration answered no usable turn ({len(result.turns)} sent)")
-    return (
-        statistics.median(first),
-        statistics.median(tpots),
-        statistics.fmean(t.total_s for t in ok),
-        turns,
-    )
-
-
 def images_for(plan, args: Namespace, seed: int, workload) -> dict[str, bytes]:
     keys = {workload.library_key(i) for i in range(args.library)}
     keys |= {key for row in plan for key in row if key is not None}
     return {key: workload.make_image(key, seed) for key in sorted(keys)}
 
 
-def run_point(platform, args, rate: float, index: int, warm: bool, slo: SLO, workload) -> Point:
-    users = math.ceil(args.point_turns / args.turns)
-    shape = workload.WorkloadShape(
+def shape(args: Namespace, users: int, workload):
+    return workload.WorkloadShape(
         users, args.turns, args.library, args.upload_share, args.later_image
     )
+
+
+def regret_share(result) -> float:
+    prompt = result.routed_prompt_tokens
+    return sum(result.regret_tokens.values()) / prompt if prompt else math.nan
+
+
+def run_point(platform, args, rate: float, index: int, warm: bool, slo: SLO, workload) -> Point:
     seed = args.seed + 100 + index
-    plan = workload.build_plan(shape, seed)
+    users = math.ceil(args.point_turns / args.turns)
+    plan = workload.build_plan(shape(args, users, workload), seed)
     images = images_for(plan, args, seed, workload)
     run_args = Namespace(**{**vars(args), "rate": rate, "warm_up": warm})
     result = asyncio.run(workload.drive(platform, plan, images, run_args, "point", seed))
@@ -164,63 +180,36 @@ def run_point(platform, args, rate: float, index: int, warm: bool, slo: SLO, wor
         routing_precision=(
             result.predicted_within_page / result.predicted if result.predicted else math.nan
         ),
+        routing_regret_share=regret_share(result),
         wall_s=result.wall_s,
+        timings=turns,
     )
 
 
-def expected_s(args, rate: float, state: dict) -> float:
+def expected_s(args, rate: float, turn_s: float) -> float:
     """About how long a point at `rate` takes: its arrivals, then one conversation's turns
     at the unloaded pace (a loaded point takes longer; the cap is a guide, not a bound)."""
     users = math.ceil(args.point_turns / args.turns)
-    return (users - 1) / rate + args.turns * state.get("turn_s", 0.0)
+    return (users - 1) / rate + args.turns * turn_s
 
 
-def run_mode(mode, args, state: dict, cap_end: float, modes_left: int, workload) -> ModeGoodput:
-    """One mode's search on its own platform; calibrates first when no SLO is set yet. The
-    mode's share of the cap is what is left once its platform is up (and calibrated) over
-    the modes left; its first point always runs, so every mode has one."""
+def run_mode(mode, args, slo: SLO, cap_end: float, modes_left: int, workload) -> ModeGoodput:
+    """One mode's search on its own platform. Its share of the cap is what is left once
+    its platform is up over the modes left; its first point always runs."""
     key, name, router, reuse = mode
     found = ModeGoodput(key, name)
-    config = workload.up_config(args, router, reuse)
     started = time.perf_counter()
-    with workload.Platform(config) as platform:
+    turn_s = DECLARED.turn_s.get(key, 1.0)
+    start_rate = args.start_rate or 1.0 / (args.turns * turn_s)
+    with workload.Platform(workload.up_config(args, router, reuse)) as platform:
         print(f"[{name}] platform up in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        warm = args.warm_up
-        if state.get("slo") is None:
-            ttft_p50, tpot_p50, turn_s, unloaded = calibrate(platform, args, workload)
-            state["calibration"] = {"first_turn_ttft_p50_s": ttft_p50, "tpot_p50_s": tpot_p50}
-            slo = slo_from_calibration(ttft_p50, tpot_p50)
-            slo = SLO(
-                args.slo_ttft_ms / 1e3 if args.slo_ttft_ms else slo.ttft_s,
-                args.slo_tpot_ms / 1e3 if args.slo_tpot_ms else slo.tpot_s,
-            )
-            state["slo"] = slo
-            state["start_rate"] = args.start_rate or 1.0 / (args.turns * turn_s)
-            state["turn_s"] = turn_s
-            warm = False  # the calibration warmed the library
-            print(
-                f"calibration (unloaded, one conversation at a time): first-turn TTFT p50 "
-                f"{ttft_p50 * 1e3:.0f} ms, TPOT p50 {tpot_p50 * 1e3:.1f} ms, turn "
-                f"{turn_s:.2f} s; SLO: {slo.describe()}; start rate "
-                f"{state['start_rate']:.3f}/s",
-                flush=True,
-            )
-            ttft_p90, tpot_p90 = point_quantiles(unloaded, slo.quantile)
-            print(
-                f"calibration over all {len(unloaded)} turns: P90 TTFT {ttft_p90 * 1e3:.0f} ms, "
-                f"P90 TPOT {tpot_p90 * 1e3:.1f} ms, {share_meeting(unloaded, slo):.0%} within "
-                "the SLO"
-                + ("" if meets_slo(unloaded, slo) else
-                   "; WARNING: the unloaded platform misses the SLO, so no rate may meet it"),
-                flush=True,
-            )  # fmt: skip
-        slo = state["slo"]
         now = time.perf_counter()
         deadline = now + max(0.0, cap_end - now) / modes_left
-        search = RateSearch(start=state["start_rate"], bisections=args.bisections)
-        index = 0
+        search = RateSearch(start=start_rate, bisections=args.bisections)
+        print(f"[{name}] start rate {start_rate:.3f}/s", flush=True)
+        warm, index = args.warm_up, 0
         while (rate := search.next_rate()) is not None:
-            late = time.perf_counter() + expected_s(args, rate, state) > deadline
+            late = time.perf_counter() + expected_s(args, rate, turn_s) > deadline
             if found.points and late:
                 found.capped = True
                 break
@@ -232,16 +221,39 @@ def run_mode(mode, args, state: dict, cap_end: float, modes_left: int, workload)
                 f"[{name}] rate {rate:.3f}/s: {point.turns} turns ({point.failed} failed), "
                 f"P90 TTFT {point.ttft_p90_ms:.0f} ms, P90 TPOT {point.tpot_p90_ms:.1f} ms, "
                 f"{point.share_meeting_slo:.0%} within SLO, routing precision "
-                f"{point.routing_precision:.2f} -> {'met' if point.met else 'missed'}",
+                f"{point.routing_precision:.2f}, regret {point.routing_regret_share:.1%} "
+                f"-> {'met' if point.met else 'missed'}",
                 flush=True,
             )
     found.goodput, found.bracketed = search.goodput, search.bracketed
     return found
 
 
-def report(found: dict[str, ModeGoodput], state: dict, args, elapsed_s: float) -> None:
-    slo = state["slo"]
-    print(f"SLO: {slo.describe()} (calibration {state['calibration']})")
+def run_slo(args) -> tuple[SLO, str]:
+    """The run's SLO and where it comes from: the declared one, a bound overridden."""
+    slo, source = DECLARED.slo, f"declared, measured {DECLARED.measured}"
+    if args.slo_ttft_ms or args.slo_tpot_ms:
+        slo = SLO(
+            args.slo_ttft_ms / 1e3 if args.slo_ttft_ms else slo.ttft_s,
+            args.slo_tpot_ms / 1e3 if args.slo_tpot_ms else slo.tpot_s,
+        )
+        flags = (("--slo-ttft-ms", args.slo_ttft_ms), ("--slo-tpot-ms", args.slo_tpot_ms))
+        given = [flag for flag, value in flags if value]
+        source = f"{' and '.join(given)} over the declared SLO ({DECLARED.measured})"
+    return slo, source
+
+
+def describe_workload(args) -> str:
+    return (
+        f"workload: uploads {args.upload_share:.0%} of attached images (every mode), "
+        f"{args.turns} turns a conversation, think time 0 s (a turn follows the last answer), "
+        f"library {args.library} images, later-turn image chance {args.later_image:.0%}, "
+        f"answers of {args.max_tokens} tokens, {args.pods} LLM pods"
+    )
+
+
+def report(found: dict[str, ModeGoodput], slo: SLO, args, elapsed_s: float) -> None:
+    print(f"SLO: {slo.describe()}")
     for mode in found.values():
         notes = [] if mode.bracketed else ["not bracketed: goodput at the search's bound"]
         if mode.capped:
@@ -254,9 +266,28 @@ def report(found: dict[str, ModeGoodput], state: dict, args, elapsed_s: float) -
     for key, target in TARGETS:
         if a is None or key not in found:
             continue
-        verdict = ratio_verdict(a.goodput, found[key].goodput, target)
-        print(f"goodput ratio (a)/({key}): {verdict}")
+        line = ratio_line("(a)", a.goodput, f"({key})", found[key].goodput)
+        verdict = target_verdict(a.goodput, found[key].goodput, target)
+        print(f"goodput {line} (target >= {target:g}: {verdict})")
+    print_curve(found, slo)
     print(f"runtime of this run: {elapsed_s:.0f} s (cap {args.wall_cap_min:g} min)")
+
+
+def print_curve(found: dict[str, ModeGoodput], slo: SLO) -> None:
+    """Each mode's goodput at multiples of the TTFT bound, from its measured points."""
+    for factor in CURVE:
+        bound = with_ttft_scaled(slo, factor)
+        scored = {
+            key: rescore([(p.rate, p.timings) for p in mode.points], bound)
+            for key, mode in found.items()
+        }
+        parts = [f"({key}) {value.describe()}" for key, value in scored.items()]
+        a = scored.get("a")
+        for key, _ in TARGETS:
+            if a is not None and key in scored:
+                parts.append(ratio_line("(a)", a.goodput, f"({key})", scored[key].goodput))
+        at = f"{factor:g}x the TTFT bound ({bound.ttft_s * 1e3:.0f} ms)"
+        print(f"goodput re-scored at {at}: " + "; ".join(parts))
 
 
 def plot(found: dict[str, ModeGoodput], slo: SLO, path: Path, model) -> None:
@@ -285,31 +316,79 @@ def plot(found: dict[str, ModeGoodput], slo: SLO, path: Path, model) -> None:
     save(fig, path)
 
 
-def run_goodput(args, workload) -> None:
-    """The whole goodput run (see the module docstring); `workload` is bench.workload."""
+def fill_defaults(args) -> None:
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+
+
+def run_goodput(args, workload) -> None:
+    """The whole goodput run (see the module docstring); `workload` is bench.workload."""
+    fill_defaults(args)
+    slo, source = run_slo(args)
+    print(f"SLO: {slo.describe()} ({source})", flush=True)
+    print(describe_workload(args), flush=True)
+    if not (slo.ttft_s > 0 and slo.tpot_s > 0):
+        raise SystemExit("no SLO declared yet: run --calibrate, or give both --slo-*-ms")
     started = time.perf_counter()
-    cap_s = args.wall_cap_min * 60
+    cap_end = started + args.wall_cap_min * 60
     only = [mode for mode in GOODPUT_MODES if mode[0] in args.only.split(",")]
-    state: dict = {"slo": None}
-    if args.slo_ttft_ms and args.slo_tpot_ms and args.start_rate:
-        state.update(slo=SLO(args.slo_ttft_ms / 1e3, args.slo_tpot_ms / 1e3), calibration={})
-        state["start_rate"] = args.start_rate
     found: dict[str, ModeGoodput] = {}
     for position, mode in enumerate(only):
-        found[mode[0]] = run_mode(
-            mode, args, state, started + cap_s, len(only) - position, workload
-        )
-    report(found, state, args, time.perf_counter() - started)
-    plot(found, state["slo"], args.goodput_png, args.model)
+        found[mode[0]] = run_mode(mode, args, slo, cap_end, len(only) - position, workload)
+    report(found, slo, args, time.perf_counter() - started)
+    plot(found, slo, args.goodput_png, args.model)
     document = {
         "args": {key: str(value) for key, value in vars(args).items()},
-        "slo": asdict(state["slo"]),
-        "calibration": state["calibration"],
-        "modes": {key: asdict(replace(mode)) for key, mode in found.items()},
+        "slo": asdict(slo),
+        "slo_source": source,
+        "modes": {key: asdict(mode) for key, mode in found.items()},
     }
     args.goodput_json.parent.mkdir(parents=True, exist_ok=True)
     args.goodput_json.write_text(json.dumps(document, indent=1))
     print(f"wrote {args.goodput_png} and {args.goodput_json}")
+
+
+def calibrate_mode(mode, args, workload) -> dict:
+    """One mode unloaded on its own platform: conversations one after another (the library
+    warmed first); P90 TTFT over every turn, P90 TPOT, mean seconds a turn."""
+    _, name, router, reuse = mode
+    plan = workload.build_plan(shape(args, args.calibration_users, workload), args.seed + 99)
+    images = images_for(plan, args, args.seed + 99, workload)
+    run_args = Namespace(**{**vars(args), "rate": 0.0})
+    with workload.Platform(workload.up_config(args, router, reuse)) as platform:
+        result = asyncio.run(workload.drive(platform, plan, images, run_args, name, 0))
+    turns = timings(result)
+    ok = [t for t in result.turns if t.ok]
+    if not ok or len(ok) < len(turns):
+        raise RuntimeError(f"{name}: {len(turns) - len(ok)} of {len(turns)} turns failed unloaded")
+    ttft, tpot = point_quantiles(turns, 90)
+    turn_s = statistics.fmean(t.total_s for t in ok)
+    return {"ttft_p90_s": ttft, "tpot_p90_s": tpot, "turn_s": turn_s, "turns": len(turns)}
+
+
+def run_calibration(args, workload) -> None:
+    """`--calibrate`: measure each mode unloaded and print the declared SLO's constants."""
+    fill_defaults(args)
+    print(describe_workload(args), flush=True)
+    print(f"calibration: {args.calibration_users} conversations one at a time per mode", flush=True)
+    only = [mode for mode in GOODPUT_MODES if mode[0] in args.only.split(",")]
+    measured = {}
+    for mode in only:
+        measured[mode[0]] = calibrate_mode(mode, args, workload)
+        one = measured[mode[0]]
+        print(
+            f"{mode[1]}: {one['turns']} turns, P90 TTFT {one['ttft_p90_s'] * 1e3:.0f} ms, "
+            f"P90 TPOT {one['tpot_p90_s'] * 1e3:.1f} ms, {one['turn_s']:.2f} s a turn",
+            flush=True,
+        )
+    slo = declared_slo(
+        {key: one["ttft_p90_s"] for key, one in measured.items()},
+        {key: one["tpot_p90_s"] for key, one in measured.items()},
+    )
+    turn_s = {key: round(one["turn_s"], 2) for key, one in measured.items()}
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    where = f"{datetime.date.today()}, {cores()}-core CPU, load {load} at the end"
+    print(f"declared SLO: {slo.describe()} ({where})")
+    print("bench/goodput.py's DECLARED, to write there:")
+    print(f"    SLO(ttft_s={slo.ttft_s:g}, tpot_s={slo.tpot_s:g}), turn_s={turn_s}")

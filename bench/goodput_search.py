@@ -1,11 +1,13 @@
-"""Goodput's pure parts: the SLO from a calibration, whether a load point meets it, the share
-of turns that do, and the search for the highest offered rate that meets it.
+"""Goodput's pure parts: the declared SLO's rule, whether a load point meets an SLO, the
+share of turns that do, the search for the highest offered rate that meets it, the
+re-scoring of measured points at another bound, and how a ratio of goodputs is said.
 
 Goodput is the highest offered rate (conversation starts per second) at which the turns
 still meet a latency objective: P90 TTFT <= `ttft_s` and P90 TPOT <= `tpot_s`. The SLO is
-set from an unloaded calibration: `ttft_factor` x its first-turn TTFT p50 and `tpot_factor`
-x its TPOT p50 (3x and 2x by default). A failed turn misses the SLO (it counts as an
-infinite TTFT and TPOT).
+declared before any loaded run, by one rule over an unloaded calibration of every mode
+(`declared_slo`): 1.5 x the slowest mode's P90 TTFT over every turn and 1.5 x the slowest
+P90 TPOT, rounded up to 100 ms and 10 ms; so every mode meets it unloaded, and no loaded
+result can move it. A failed turn misses the SLO (it counts as an infinite TTFT and TPOT).
 
 The search (`RateSearch`) first brackets the goodput: from a start rate it doubles while
 points meet the SLO, or halves while they do not, then bisects the bracket `bisections`
@@ -16,8 +18,8 @@ rate that met the SLO (0 when none did).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -33,14 +35,37 @@ class SLO:
         return f"{q} TTFT <= {self.ttft_s * 1e3:.0f} ms and {q} TPOT <= {self.tpot_s * 1e3:.1f} ms"
 
 
-def slo_from_calibration(
-    ttft_p50_s: float, tpot_p50_s: float, ttft_factor: float = 3.0, tpot_factor: float = 2.0
+DECLARED_FACTOR = 1.5
+TTFT_STEP_MS = 100
+TPOT_STEP_MS = 10
+
+
+def round_up_ms(seconds: float, step_ms: int) -> float:
+    """`seconds` rounded up to a whole number of `step_ms`, in seconds (0.6 s stays 0.6 s
+    whatever float error 1.5 x 0.4 carries)."""
+    steps = math.ceil(round(seconds * 1000 / step_ms, 6))
+    return steps * step_ms / 1000
+
+
+def declared_slo(
+    ttft_p90_s: Mapping[str, float],
+    tpot_p90_s: Mapping[str, float],
+    factor: float = DECLARED_FACTOR,
 ) -> SLO:
-    """The SLO as multiples of the unloaded first-turn TTFT p50 and TPOT p50."""
-    for name, value in (("ttft_p50_s", ttft_p50_s), ("tpot_p50_s", tpot_p50_s)):
-        if not value > 0 or math.isinf(value):
-            raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-    return SLO(ttft_factor * ttft_p50_s, tpot_factor * tpot_p50_s)
+    """The declared rule over each mode's unloaded P90s (seconds, by mode): `factor` x the
+    slowest mode's TTFT rounded up to 100 ms, `factor` x the slowest TPOT to 10 ms."""
+    for name, values in (("ttft_p90_s", ttft_p90_s), ("tpot_p90_s", tpot_p90_s)):
+        if not values:
+            raise ValueError(f"{name}: no mode calibrated")
+        for mode, value in values.items():
+            if not value > 0 or math.isinf(value):
+                raise ValueError(
+                    f"{name}[{mode!r}] must be a positive number of seconds, got {value}"
+                )
+    return SLO(
+        round_up_ms(factor * max(ttft_p90_s.values()), TTFT_STEP_MS),
+        round_up_ms(factor * max(tpot_p90_s.values()), TPOT_STEP_MS),
+    )
 
 
 @dataclass(frozen=True)
@@ -149,12 +174,43 @@ class RateSearch:
             self._bisected += 1
 
 
-def ratio_verdict(goodput: float, baseline: float, target: float) -> str:
-    """`goodput / baseline` against `target`, said plainly when either is zero (no rate
-    tried met the SLO): a ratio over nothing is no ratio."""
-    if baseline == 0 and goodput == 0:
-        return "undefined: neither met the SLO at any rate tried"
-    if baseline == 0:
-        return f"unbounded: the baseline met the SLO at no rate tried (target >= {target:g})"
-    ratio = goodput / baseline
-    return f"{ratio:.2f} (target >= {target:g}: {'met' if ratio >= target else 'NOT met'})"
+def with_ttft_scaled(slo: SLO, factor: float) -> SLO:
+    """The SLO with its TTFT bound times `factor` (the TPOT bound kept)."""
+    return replace(slo, ttft_s=slo.ttft_s * factor)
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """A mode's goodput at another SLO from the points it ran: the highest rate whose turns
+    meet it (0: none did), and whether the highest rate tried met it (the goodput is then
+    at least that; the search never ran higher)."""
+
+    goodput: float
+    at_least: bool
+
+    def describe(self) -> str:
+        return f"{'>= ' if self.at_least else ''}{self.goodput:.3f}"
+
+
+def rescore(points: Sequence[tuple[float, Sequence[TurnTiming]]], slo: SLO) -> Rescored:
+    """Goodput at `slo` from measured points (rate, its turns); no point is run again."""
+    met = [rate for rate, turns in points if meets_slo(turns, slo)]
+    if not met:
+        return Rescored(0.0, False)
+    return Rescored(max(met), max(met) >= max(rate for rate, _ in points))
+
+
+def ratio_line(mode: str, goodput: float, baseline_mode: str, baseline: float) -> str:
+    """`mode`'s goodput over the baseline's; a ratio only where both met the SLO at some
+    rate, else the mode (or modes) that met nothing, by name."""
+    if goodput > 0 and baseline > 0:
+        return f"{mode}/{baseline_mode} {goodput / baseline:.2f}"
+    nothing = [name for name, value in ((mode, goodput), (baseline_mode, baseline)) if not value]
+    return f"{mode}/{baseline_mode}: no ratio, {' and '.join(nothing)} met the SLO at no rate"
+
+
+def target_verdict(goodput: float, baseline: float, target: float) -> str:
+    """Against the target ratio: met, NOT met, or missed because a mode met nothing."""
+    if goodput > 0 and baseline > 0:
+        return "met" if goodput / baseline >= target else "NOT met"
+    return "missed: no finite ratio"

@@ -52,14 +52,18 @@ p90 ratio (b)/(a) is printed with a bootstrap interval (conversations resampled)
 turn (when sent, which pod served it, its tokens and TTFT) is written as JSON beside the PNG.
 
 `--gateways N` runs N gateways per platform and sends each conversation's turns round-robin
-over them; per mode it prints routing precision (gateway/routing/accuracy.py) beside the
-embedding reuse. `--goodput` searches modes (a), (b), (c) for the highest rate within a
-latency SLO instead (bench/goodput.py; `--quick` for a shape in about 10 minutes).
+over them. Per mode it prints routing precision (gateway/routing/accuracy.py) and routing
+regret (the share of prompt tokens a pod computed while another held them, and those tokens
+by reason: gateway/routing/regret.py) beside the embedding reuse. `--goodput` searches
+modes (a), (b), (c) for the highest rate within the declared latency SLO instead, and
+`--calibrate` measures that SLO (bench/goodput.py; `--quick` for a shape in about 10
+minutes).
 
     python bench/workload.py [--model DIR] [--users 8] [--turns 4] [--rate 0.05] [--pods 3]
         [--library 6] [--upload-share 0.3] [--later-image 0.1] [--no-warm-up]
         [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...] [--gateways 1]
         [--goodput [--quick] [--slo-ttft-ms MS] [--slo-tpot-ms MS] [--wall-cap-min 60]]
+        [--calibrate [--quick] [--calibration-users 6]]
 
 The default (32 measured turns a mode, 3 of them with an upload) is sized for the
 15-minute budget on the demo model (SmolVLM-256M's tower, one tile an image) on this
@@ -153,6 +157,10 @@ class ModeResult:
     # those within a page of the pod's cached tokens (gateway/routing/accuracy.py).
     predicted: float = 0.0
     predicted_within_page: float = 0.0
+    # The prompt tokens the pods accepted, and of them the regret tokens by reason: held by
+    # another healthy pod than the one chosen (gateway/routing/regret.py).
+    routed_prompt_tokens: float = 0.0
+    regret_tokens: dict[str, float] = field(default_factory=dict)
     warmed: bool = False  # the library was sent before the measured turns
     warm_up_s: float = 0.0
 
@@ -379,14 +387,24 @@ def arrival_gaps(users: int, rate: float, seed: int) -> list[float]:
     return [gap * scale for gap in gaps]
 
 
-def routing_counts(platform: Platform) -> tuple[float, float]:
-    """(requests routed with a predicted prefix hit, those within a page of the pod's
-    cached tokens), summed over every gateway."""
+def routing_counts(platform: Platform) -> dict[str, float]:
+    """Routing's counters summed over every gateway: `predicted` (requests routed with a
+    predicted prefix hit), `within` (those within a page of the pod's cached tokens),
+    `prompt` (accepted prompt tokens) and each regret reason's tokens."""
+    from gateway.routing.regret import REASONS
     from iris import metrics as names
+    from iris.up.metrics_page import metrics_url, scrape
 
-    predicted = sum(service_totals(platform, "gateway", names.GATEWAY_ROUTING_PREDICTED))
-    within = sum(service_totals(platform, "gateway", names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE))
-    return predicted, within
+    counts = dict.fromkeys(("predicted", "within", "prompt", *REASONS), 0.0)
+    for gateway in (service for service in platform.services if service.kind == "gateway"):
+        page = scrape(metrics_url(gateway))
+        counts["predicted"] += page.get(names.GATEWAY_ROUTING_PREDICTED, 0.0)
+        counts["within"] += page.get(names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE, 0.0)
+        counts["prompt"] += page.get(names.GATEWAY_ROUTING_PROMPT_TOKENS, 0.0)
+        for reason in REASONS:
+            by_reason = scrape(metrics_url(gateway), {names.LABEL_REASON: reason})
+            counts[reason] += by_reason.get(names.GATEWAY_ROUTING_REGRET_TOKENS, 0.0)
+    return counts
 
 
 async def drive(platform, plan, images, args, name, seed) -> ModeResult:
@@ -424,9 +442,11 @@ async def drive(platform, plan, images, args, name, seed) -> ModeResult:
     }
     encoded = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
     result.encoded_images = encoded - encoded_before
-    routing_after = routing_counts(platform)
-    result.predicted = routing_after[0] - routing_before[0]
-    result.predicted_within_page = routing_after[1] - routing_before[1]
+    routing = {key: value - routing_before[key] for key, value in routing_counts(platform).items()}
+    result.predicted = routing.pop("predicted")
+    result.predicted_within_page = routing.pop("within")
+    result.routed_prompt_tokens = routing.pop("prompt")
+    result.regret_tokens = routing
     finished = service_totals(platform, "llm", "iris_llm_requests_finished_total")
     result.requests_per_pod = [
         int(after - before) for after, before in zip(finished, finished_before, strict=True)
@@ -537,6 +557,12 @@ def summarise(result: ModeResult) -> dict:
         if result.predicted
         else float("nan"),
         "routing_predicted_hits": result.predicted,
+        "routing_regret_share": sum(result.regret_tokens.values()) / result.routed_prompt_tokens
+        if result.routed_prompt_tokens
+        else float("nan"),
+        "routing_regret_tokens_by_reason": {
+            reason: int(tokens) for reason, tokens in result.regret_tokens.items()
+        },
         "requests_per_pod_per_seed": result.requests_per_pod,
         "wall_s_summed_over_seeds": result.wall_s,
         "cpu_s_by_service_kind_summed_over_seeds": result.cpu_s_by_kind,
@@ -664,6 +690,9 @@ def add_seed(pooled: ModeResult, seed: int, result: ModeResult) -> None:
     pooled.images_sent += result.images_sent
     pooled.predicted += result.predicted
     pooled.predicted_within_page += result.predicted_within_page
+    pooled.routed_prompt_tokens += result.routed_prompt_tokens
+    for reason, tokens in result.regret_tokens.items():
+        pooled.regret_tokens[reason] = pooled.regret_tokens.get(reason, 0) + tokens
     pooled.requests_per_pod += [result.requests_per_pod]
     for kind, seconds in result.cpu_s_by_kind.items():
         pooled.cpu_s_by_kind[kind] = round(pooled.cpu_s_by_kind.get(kind, 0) + seconds, 1)
@@ -693,7 +722,7 @@ def print_mode(result: ModeResult, summary: dict) -> None:
         p90s = [f"{summarise(one)['ttft_p90_ms']:.0f}" for one in result.per_seed]
         print(f"  ttft_p90_ms per seed: {', '.join(p90s)}")
         per_seed = [summarise(one) for one in result.per_seed]
-        for key in ("routing_precision", "embedding_reuse"):
+        for key in ("routing_precision", "routing_regret_share", "embedding_reuse"):
             values = [one[key] for one in per_seed]
             shown = ", ".join(f"{value:.3f}" for value in values)
             print(f"  {key} per seed: {shown}; mean {statistics.fmean(values):.3f}")
@@ -807,9 +836,9 @@ def main() -> None:
         help="shared library images (Zipf popularity)",
     )  # fmt: skip
     parser.add_argument(
-        "--upload-share", type=float, default=None,
-        help="of the images attached, the share that are the user's own upload (unique); "
-        f"default {DEFAULT_SHAPE.upload_share}, with --goodput 0.15 (see bench/goodput.py)",
+        "--upload-share", type=float, default=DEFAULT_SHAPE.upload_share,
+        help="of the images attached, the share that are the user's own upload (unique), "
+        "for every mode",
     )  # fmt: skip
     parser.add_argument(
         "--later-image", type=float, default=DEFAULT_SHAPE.later_image,
@@ -849,13 +878,22 @@ def main() -> None:
         help="search each of modes a, b, c for the highest rate within the SLO",
     )  # fmt: skip
     goodput.add_argument(
+        "--calibrate", action="store_true",
+        help="run modes a, b, c unloaded and print the declared SLO's constants",
+    )  # fmt: skip
+    goodput.add_argument(
         "--quick", action="store_true", help="with --goodput: a shape in about 10 minutes"
     )
-    goodput.add_argument("--slo-ttft-ms", type=float, default=None, help="default: 3x calibration")
-    goodput.add_argument("--slo-tpot-ms", type=float, default=None, help="default: 2x calibration")
+    goodput.add_argument(
+        "--slo-ttft-ms", type=float, default=None, help="default: the declared SLO's"
+    )
+    goodput.add_argument(
+        "--slo-tpot-ms", type=float, default=None, help="default: the declared SLO's"
+    )
     goodput.add_argument(
         "--start-rate", type=float, default=None,
-        help="the search's first rate (default: one conversation in flight, from calibration)",
+        help="the search's first rate for every mode (default: one conversation in flight "
+        "at each mode's declared unloaded pace)",
     )  # fmt: skip
     goodput.add_argument("--point-turns", type=int, default=None, help="turns per point (100)")
     goodput.add_argument("--bisections", type=int, default=None, help="after the bracket (4)")
@@ -884,10 +922,6 @@ def main() -> None:
         parser.error(f"--seeds must be >= 1, got {args.seeds}")
     if args.users < 1 or args.turns < 1 or args.library < 1:
         parser.error("--users, --turns and --library must be >= 1")
-    if args.upload_share is None:
-        from bench.goodput import GOODPUT_UPLOAD_SHARE
-
-        args.upload_share = GOODPUT_UPLOAD_SHARE if args.goodput else DEFAULT_SHAPE.upload_share
     for name in ("upload_share", "later_image"):
         if not 0 <= getattr(args, name) <= 1:
             parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
@@ -903,6 +937,11 @@ def main() -> None:
     unknown = sorted(set(only) - {mode[0] for mode in MODES})
     if unknown or not only:
         parser.error(f"--only {args.only!r}: modes are a, b, c, d")
+    if args.calibrate:
+        from bench.goodput import run_calibration
+
+        run_calibration(args, sys.modules[__name__])
+        return
     if args.goodput:
         from bench.goodput import run_goodput
 

@@ -27,7 +27,7 @@ from gateway.clients.channels import MAX_MESSAGE_BYTES
 from gateway.clients.encoders import EncoderPool, EncodersFull, EncodersUnavailable
 from gateway.errors import APIError, bad_request, upstream_failure
 from gateway.intake.prompt import PreparedPrompt
-from gateway.routing import accuracy
+from gateway.routing import accuracy, regret
 from gateway.routing.inflight import Ticket
 from gateway.routing.plugins.base import RoutingRequest
 from gateway.routing.pods import Pod
@@ -275,9 +275,10 @@ class Dispatcher:
             prompt, sampling, request_id, attempt_id, decision.pod, encode
         )
         generation.ticket = decision.ticket
-        accuracy.record(
-            decision.matched_tokens, generation.accepted.cached_tokens, decision.pod.page_size
-        )
+        cached = generation.accepted.cached_tokens
+        accuracy.record(decision.matched_tokens, cached, decision.pod.page_size)
+        if decision.regret_basis is not None:
+            regret.record(decision.regret_basis, cached, prompt.prompt_tokens)
         return generation
 
     def _exhausted(

@@ -102,6 +102,23 @@ ROUTING_PREDICTED_WITHIN_PAGE = Counter(
     "requests with a predicted prefix hit whose pod's cached tokens were within one page of it",
 )
 
+# Regret per accepted request, in tokens (0: nothing lost, under reason "none").
+_REGRET = (0, 16, 64, 256, 1024, 4096, 16384)
+ROUTING_REQUEST_REGRET_TOKENS = Histogram(
+    names.GATEWAY_ROUTING_REQUEST_REGRET_TOKENS,
+    "prompt tokens the chosen pod computed that another healthy pod held, per request",
+    [names.LABEL_REASON],
+    buckets=_REGRET,
+)
+ROUTING_REGRET_TOKENS = Counter(
+    names.GATEWAY_ROUTING_REGRET_TOKENS,
+    "prompt tokens the chosen pods computed that another healthy pod held, by why",
+    [names.LABEL_REASON],
+)
+ROUTING_PROMPT_TOKENS = Counter(
+    names.GATEWAY_ROUTING_PROMPT_TOKENS, "prompt tokens of the requests the pods accepted"
+)
+
 
 def show_inflight(pod: str, requests: int, prefill_tokens: int) -> None:
     """Publish routing's count of one pod's placements (refreshed on each load poll). `pod`

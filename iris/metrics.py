@@ -137,6 +137,13 @@ GATEWAY_ROUTING_UNDER_PREDICTIONS = "iris_gateway_routing_under_predictions_tota
 # Requests whose prediction was > 0, and those of them within one page of the pod's answer.
 GATEWAY_ROUTING_PREDICTED = "iris_gateway_routing_predicted_total"  # counter
 GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE = "iris_gateway_routing_predicted_within_page_total"
+# Routing regret (gateway/routing/regret.py): per accepted request, the prompt tokens its pod
+# computed that another healthy pod held by routing's index, label reason: load, saturation,
+# tie, stale_index (the histogram also none: nothing lost); and every accepted prompt's
+# tokens, the share's denominator.
+GATEWAY_ROUTING_REGRET_TOKENS = "iris_gateway_routing_regret_tokens_total"  # counter, reason
+GATEWAY_ROUTING_REQUEST_REGRET_TOKENS = "iris_gateway_routing_request_regret_tokens"  # histogram
+GATEWAY_ROUTING_PROMPT_TOKENS = "iris_gateway_routing_prompt_tokens_total"  # counter
 
 # --- operator ------------------------------------------------------------------------
 OPERATOR_DESIRED_REPLICAS = "iris_operator_desired_replicas"  # gauge, labels deployment,kind

@@ -1,5 +1,6 @@
-"""Goodput's pure logic (bench/goodput_search.py): the SLO from a calibration, whether a
-point meets it, and the bracket-then-bisect search over offered rates."""
+"""Goodput's pure logic (bench/goodput_search.py): the declared SLO's rule, whether a point
+meets an SLO, the bracket-then-bisect search over offered rates, re-scoring measured points
+at another bound, and how ratios are said."""
 
 import math
 
@@ -8,28 +9,47 @@ import pytest
 from bench.goodput_search import (
     SLO,
     RateSearch,
+    Rescored,
     TurnTiming,
+    declared_slo,
     meets_slo,
     point_quantiles,
     quantile,
-    ratio_verdict,
+    ratio_line,
+    rescore,
+    round_up_ms,
     share_meeting,
-    slo_from_calibration,
+    target_verdict,
+    with_ttft_scaled,
 )
 
 
-def test_slo_is_3x_ttft_and_2x_tpot_of_the_calibration_unless_told():
-    slo = slo_from_calibration(0.5, 0.02)
-    assert math.isclose(slo.ttft_s, 1.5) and math.isclose(slo.tpot_s, 0.04)
-    custom = slo_from_calibration(0.5, 0.02, ttft_factor=5, tpot_factor=1.5)
-    assert math.isclose(custom.ttft_s, 2.5) and math.isclose(custom.tpot_s, 0.03)
-    assert "P90 TTFT <= 1500 ms" in slo.describe()
+def test_the_declared_slo_is_one_and_a_half_times_the_slowest_mode_rounded_up():
+    # (b) is the slowest in TTFT, (c) in TPOT: each bound follows its own slowest mode.
+    ttft = {"a": 0.31, "b": 2.47, "c": 0.52}
+    tpot = {"a": 0.081, "b": 0.090, "c": 0.093}
+    slo = declared_slo(ttft, tpot)
+    assert slo.ttft_s == 3.8  # 1.5 x 2.47 = 3.705 -> 3,800 ms
+    assert slo.tpot_s == 0.14  # 1.5 x 0.093 = 0.1395 -> 140 ms
+    assert "P90 TTFT <= 3800 ms and P90 TPOT <= 140.0 ms" in slo.describe()
+    # Every mode meets the declared SLO at its own unloaded P90s, by construction.
+    for mode in ttft:
+        assert ttft[mode] <= slo.ttft_s and tpot[mode] <= slo.tpot_s
+
+
+def test_rounding_up_keeps_a_whole_step_whole():
+    assert round_up_ms(1.5 * 0.4, 100) == 0.6  # 0.6000000000000001 is not 700 ms
+    assert round_up_ms(0.6001, 100) == 0.7
+    assert round_up_ms(1.5 * 0.02, 10) == 0.03
+    assert round_up_ms(0.0301, 10) == 0.04
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_a_calibration_without_a_figure_is_refused(bad):
-    with pytest.raises(ValueError, match="ttft_p50_s must be a positive"):
-        slo_from_calibration(bad, 0.02)
+    with pytest.raises(ValueError, match=r"ttft_p90_s\['b'\] must be a positive"):
+        declared_slo({"a": 0.5, "b": bad}, {"a": 0.02, "b": 0.02})
+    with pytest.raises(ValueError, match="no mode calibrated"):
+        declared_slo({}, {})
 
 
 def test_quantile_is_nearest_rank():
@@ -113,8 +133,49 @@ def test_search_refuses_bad_parameters():
         RateSearch(start=1, factor=1)
 
 
-def test_ratios_over_nothing_are_said_plainly():
-    assert ratio_verdict(0.4, 0.1, 2.0) == "4.00 (target >= 2: met)"
-    assert ratio_verdict(0.12, 0.1, 1.3) == "1.20 (target >= 1.3: NOT met)"
-    assert ratio_verdict(0.0, 0.0, 2.0).startswith("undefined")
-    assert ratio_verdict(0.1, 0.0, 2.0).startswith("unbounded")
+def test_a_ratio_is_printed_only_where_both_modes_met_the_slo():
+    assert ratio_line("(a)", 0.4, "(b)", 0.1) == "(a)/(b) 4.00"
+    assert ratio_line("(a)", 0.4, "(b)", 0.0) == ("(a)/(b): no ratio, (b) met the SLO at no rate")
+    assert ratio_line("(a)", 0.0, "(c)", 0.1) == ("(a)/(c): no ratio, (a) met the SLO at no rate")
+    assert ratio_line("(a)", 0.0, "(c)", 0.0) == (
+        "(a)/(c): no ratio, (a) and (c) met the SLO at no rate"
+    )
+
+
+def test_a_target_is_met_only_by_a_finite_ratio():
+    assert target_verdict(0.4, 0.1, 2.0) == "met"
+    assert target_verdict(0.12, 0.1, 1.3) == "NOT met"
+    assert target_verdict(0.4, 0.0, 2.0) == "missed: no finite ratio"
+    assert target_verdict(0.0, 0.0, 2.0) == "missed: no finite ratio"
+
+
+def point(rate: float, ttfts: list[float]) -> tuple[float, list[TurnTiming]]:
+    return rate, turns(ttfts)
+
+
+# A mode's measured points: P90 TTFT 0.4 s at 0.1/s, 0.9 s at 0.2/s, 3 s at 0.4/s.
+POINTS = [
+    point(0.1, [0.3] * 9 + [5.0]),
+    point(0.2, [0.9] * 10),
+    point(0.4, [3.0] * 10),
+]
+
+
+def test_rescoring_measured_points_at_multiples_of_the_ttft_bound():
+    slo = SLO(ttft_s=1.0, tpot_s=0.05)
+    assert rescore(POINTS, with_ttft_scaled(slo, 0.5)) == Rescored(0.1, False)
+    assert rescore(POINTS, slo) == Rescored(0.2, False)
+    assert rescore(POINTS, with_ttft_scaled(slo, 2)) == Rescored(0.2, False)
+    # Every point meets 4 s: the goodput is at least the highest rate the search ran.
+    at_four = rescore(POINTS, with_ttft_scaled(slo, 4))
+    assert at_four == Rescored(0.4, True) and at_four.describe() == ">= 0.400"
+    assert rescore(POINTS, with_ttft_scaled(slo, 0.25)) == Rescored(0.0, False)
+    assert with_ttft_scaled(slo, 4).tpot_s == slo.tpot_s  # the TPOT bound is kept
+    assert rescore([], slo) == Rescored(0.0, False)
+
+
+def test_rescoring_takes_the_highest_rate_that_met_even_above_a_miss():
+    # Noise: a lower rate missed and a higher one met; goodput is the highest that met,
+    # as the search itself records it.
+    noisy = [point(0.1, [2.0] * 10), point(0.2, [0.5] * 10), point(0.3, [2.0] * 10)]
+    assert rescore(noisy, SLO(ttft_s=1.0, tpot_s=0.05)) == Rescored(0.2, False)

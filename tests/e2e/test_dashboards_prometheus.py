@@ -247,6 +247,8 @@ RECORDED = [
     "iris:kv_utilisation:max",
     # The repeated image above is routed for a prefix hit (predicted > 0).
     "iris:gateway_routing_precision:ratio_rate5m",
+    # Every reason's regret series is exported from the start: the share is 0, not absent.
+    "iris:gateway_routing_regret:ratio_rate5m",
 ]
 
 

@@ -1,8 +1,11 @@
-"""Routing accuracy on a real `iris up` platform (two LLM pods, two gateways): a repeated-image
-chat is routed with a precise prediction, and a pod whose prefix cache is dropped behind the
-gateways' backs (ResetPrefixCache's silent form, a test hook the pods run with here) shows
-as over-predictions. The counters are read from each gateway's own /metrics page, as
-differences: the platform is the session's `platform_two_pods`, shared."""
+"""Routing accuracy and regret on a real `iris up` platform (two LLM pods, two gateways): a
+repeated-image chat is routed with a precise prediction, and a pod whose prefix cache is
+dropped behind the gateways' backs (ResetPrefixCache's silent form, a test hook the pods run
+with here) shows as over-predictions and as regret by a stale index; both run on the
+session's shared `platform_two_pods`, so counters are read as differences. A gateway made to
+pick the emptier pod (round-robin, which sees no prefix; a platform of its own) counts the
+tokens the other pod held as regret. The counters are read from each gateway's own /metrics
+page."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from iris import metrics as names
 from iris.up.metrics_page import metrics_url, scrape
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from tests.e2e.helpers import image_message, image_png
+from tests.fixtures.platform import POD_HEADER, start_platform
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +42,15 @@ def counters(platform) -> dict[str, float]:
         for name in wanted:
             totals[name] += page.get(name, 0.0)
     return totals
+
+
+def regret(platform, reason: str) -> float:
+    """Regret tokens counted under `reason`, summed over every gateway."""
+    labels = {names.LABEL_REASON: reason}
+    return sum(
+        scrape(metrics_url(gateway), labels).get(names.GATEWAY_ROUTING_REGRET_TOKENS, 0.0)
+        for gateway in platform.by_kind("gateway")
+    )
 
 
 def image_part(seed: int) -> dict:
@@ -102,6 +115,7 @@ def test_a_cache_dropped_behind_the_gateways_back_shows_as_over_predictions(two_
     _, again, cached = chat(url, model, messages)  # the same prompt: routed to its prefix
     assert again == pod and cached > 0
     before = counters(platform)
+    stale_before = regret(platform, "stale_index")
     with grpc.insecure_channel(pod) as channel:
         stub = llm_pb2_grpc.LLMStub(channel)
         freed = stub.ResetPrefixCache(llm_pb2.ResetPrefixCacheRequest(silent=True)).pages_freed
@@ -115,3 +129,38 @@ def test_a_cache_dropped_behind_the_gateways_back_shows_as_over_predictions(two_
         after[names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE]
         == before[names.GATEWAY_ROUTING_PREDICTED_WITHIN_PAGE]
     )
+    # Nothing else held the prompt: every token the index promised is regret, by its staleness.
+    assert regret(platform, "stale_index") - stale_before > 0
+
+
+@pytest.fixture(scope="module")
+def round_robin(tmp_path_factory, tiny_qwen2_vl_dir):
+    running = start_platform(
+        tiny_qwen2_vl_dir,
+        tmp_path_factory.mktemp("regret"),
+        llm_pods=2,
+        extra_env={"gateway": {**POD_HEADER, "IRIS_GATEWAY_ROUTER_CONFIG": "round-robin"}},
+    )
+    yield running
+    running.stop()
+
+
+def test_the_emptier_pod_chosen_over_the_holder_counts_regret(round_robin):
+    platform = round_robin
+    url, model = platform.gateway_url, platform.model_name
+    messages = [
+        {"role": "system", "content": "You describe pictures in a few words. " * 8},
+        {"role": "user", "content": [image_part(31), {"type": "text", "text": "What is it?"}]},
+    ]
+    _, holder, _ = chat(url, model, messages)
+    tie_before = regret(platform, "tie")
+    # Round-robin takes the other pod, which holds nothing of the prompt the holder holds.
+    _, emptier, cached = chat(url, model, messages)
+    tie_after = regret(platform, "tie")
+    assert emptier != holder and cached == 0
+    assert tie_after - tie_before > 0
+    # Back on the holder: what it held is about what the emptier pod was charged for.
+    _, again, cached = chat(url, model, messages)
+    assert again == holder and cached > 0
+    assert regret(platform, "tie") == tie_after
+    assert abs((tie_after - tie_before) - cached) <= 16  # within a page (the pods' 16)
