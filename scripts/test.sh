@@ -7,4 +7,7 @@ bash scripts/setup.sh
 export PATH="$ROOT/.tools:$PATH"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null
-.venv/bin/python -m pytest -q "$@"
+# Two worker processes (pytest-xdist), each taking whole test files, so a module's platform
+# is started once: most of the suite's time is services starting, waiting on each other or on
+# a fault to be noticed, which a second worker overlaps. IRIS_TEST_WORKERS=0 runs it in one.
+.venv/bin/python -m pytest -q -n "${IRIS_TEST_WORKERS:-2}" --dist loadfile "$@"

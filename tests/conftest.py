@@ -86,9 +86,12 @@ def _reap_adopted() -> None:
             pass
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a test left a child process running (a pool not shut down, a
-    service not stopped): every fixture has been torn down by now."""
+    service not stopped): every fixture has been torn down by now. Under pytest-xdist each
+    worker checks its own children, and the controller runs this last, after its workers
+    were shut down (so they are not counted)."""
     if not Path("/proc/self/task").exists():
         return  # not Linux: no /proc to read
     deadline = time.monotonic() + STRAGGLER_WAIT_S
