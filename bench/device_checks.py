@@ -1,6 +1,6 @@
 """Every check that has never run on a GPU, in one run that fits a short GPU lease.
 
-    python bench/device_checks.py OUT_DIR [--dry-run] [--only NAME,...] [--list]
+    python bench/device_checks.py OUT_DIR [--dry-run] [--only NAME,...] [--fast] [--list]
         [--site DIR] [--transformers DIR]
 
 scripts/device_check.sh is the one command that calls this (it first installs the carried
@@ -8,10 +8,11 @@ wheels); docs/status.md says when to run it and what the JSON holds.
 
 Each check is a script of its own (`bench/*_device_check.py`, `bench/engine.py --device
 cuda`, the GPU-marked tests) run in a subprocess under its own time limit, so a crash, a
-hang or a failure ends that check alone. A check passes when its script exits 0; each prints
-one summary line (PASS / FAIL, seconds, the ratios its script printed) and the results go to
-OUT_DIR/device_check.json, rewritten after every check so a run cut short still leaves one,
-with every script's whole output in OUT_DIR/device_check.log.
+hang or a failure ends that check alone. A check passes when its script exits 0 having
+printed its figures (`Check.ratio`). Each prints one summary line (PASS / FAIL, seconds, the
+ratios its script printed) and the results go to OUT_DIR/device_check.json, rewritten after
+every check so a run cut short still leaves one, with every script's whole output in
+OUT_DIR/device_check.log.
 
 `--dry-run` runs each check's CPU twin instead (interpreted Triton kernels, the torch forms,
 the CPU side of the same script) and writes the same JSON; a check with no twin is SKIP.
@@ -282,11 +283,17 @@ def run_check(check: Check, args, selected: set[str], log) -> Outcome:
     outcome.returncode = code
     outcome.ratios = ratios_in(text, check.ratio)
     outcome.tail = text.splitlines()[-TAIL_LINES:]
-    if code == 0:
+    # Exit status 0 with none of the check's figures printed is not a pass: tests that all
+    # skipped (no CUDA device seen), or a script that returned early.
+    if code == 0 and outcome.ratios:
         outcome.status = "PASS"
     else:
         outcome.status = "FAIL"
-        outcome.reason = f"timed out at {limit} s" if code is None else f"exit status {code}"
+        outcome.reason = (
+            f"timed out at {limit} s" if code is None
+            else f"exit status {code}" if code
+            else "exit status 0 but none of its figures printed"
+        )  # fmt: skip
     return outcome
 
 

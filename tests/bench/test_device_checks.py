@@ -1,5 +1,5 @@
 """scripts/device_check.sh: its dry run on the fastest CPU twins writes a JSON that names every
-check, and one check failing or hanging never stops the others."""
+check; one check failing, hanging or printing none of its figures never stops the others."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def test_a_failing_and_a_hanging_check_do_not_stop_the_next(tmp_path, monkeypatc
             "hangs", "sleeps", (), 5, twin=script("import time; time.sleep(60)"), twin_limit_s=1
         ),  # fmt: skip
         Check("gpu_only", "no twin", (), 5),
+        Check("silent", "prints nothing", (), 5, twin=script("pass")),
         Check("passes", "ratio", (), 5, twin=script("print('ratio R 2.50  a / b')")),
     )
     monkeypatch.setattr(device_checks, "CHECKS", checks)
@@ -57,7 +58,8 @@ def test_a_failing_and_a_hanging_check_do_not_stop_the_next(tmp_path, monkeypatc
         "fails": ("FAIL", "exit status 3"),
         "hangs": ("FAIL", "timed out at 1 s"),
         "gpu_only": ("SKIP", "GPU-only: no CPU twin"),
+        "silent": ("FAIL", "exit status 0 but none of its figures printed"),
         "passes": ("PASS", ""),
     }
     assert report["checks"][-1]["ratios"] == [{"label": "a / b", "value": 2.5}]
-    assert "1 PASS, 2 FAIL, 1 SKIP" in capsys.readouterr().out
+    assert "1 PASS, 3 FAIL, 1 SKIP" in capsys.readouterr().out
