@@ -55,6 +55,10 @@ TWIN_KERNELS = ("scatter", "scatter_add", "checksum")  # paged attention: its ow
 SMALL_ENGINE = ("--requests", "4", "--batch", "4", "--max-prompt", "32", "--max-out", "8")
 
 
+RATIO_R = r"(?m)^(?P<prefix>.*?)ratio R (?P<value>[0-9.]+)\s+(?P<label>.*)$"
+PASSED = r"(?P<value2>\d+) (?P<label2>passed)"  # pytest's summary
+
+
 @dataclass(frozen=True)
 class Check:
     """One device check: what it runs on the GPU, its CPU twin (None: GPU-only), limits."""
@@ -67,7 +71,7 @@ class Check:
     twin_limit_s: int = 120
     pinned_transformers: bool = False
     # Each match is one ratio: group `value`, and `label` where the line names it.
-    ratio: str = r"(?m)^(?P<prefix>.*?)ratio R (?P<value>[0-9.]+)\s+(?P<label>.*)$"
+    ratio: str = RATIO_R
     fast: bool = False  # in the dry run's fastest subset (tests/bench/test_device_checks.py)
 
 
@@ -82,7 +86,7 @@ CHECKS = (
         (*PYTEST, "tests/kernels/test_gpu.py"),
         limit_s=70,
         twin=(*PYTEST, *(f"tests/kernels/test_{name}.py" for name in TWIN_KERNELS)),
-        ratio=r"(?P<value>\d+) (?P<label>passed)",
+        ratio=PASSED,
     ),
     Check(
         "fused_moe",
@@ -118,7 +122,7 @@ CHECKS = (
         limit_s=40,
         twin=(*PYTEST, "tests/llm_svc/test_memory_budget.py"),
         pinned_transformers=True,
-        ratio=r"(?P<label>load peak) .*?\((?P<value>[0-9.]+)x|(?P<value2>\d+) (?P<label2>passed)",
+        ratio=r"(?P<label>load peak) .*?\((?P<value>[0-9.]+)x|" + PASSED,
     ),
     Check(
         "encoder_bf16",
@@ -127,7 +131,7 @@ CHECKS = (
         limit_s=40,
         twin=(*PYTEST, "tests/encoder_svc/test_hf_parity.py", "-k", "qwen"),
         pinned_transformers=True,
-        ratio=r"(?P<value>\d+) (?P<label>passed)",
+        ratio=PASSED,
     ),
     Check(
         "attention",
@@ -136,6 +140,7 @@ CHECKS = (
         limit_s=45,
         twin=(*PYTEST, "tests/kernels/test_paged_attention.py", "-k", "not extend"),
         pinned_transformers=True,
+        ratio=f"{RATIO_R}|{PASSED}",
     ),
     Check(
         "sampler",
