@@ -59,7 +59,11 @@ from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 DRAWN: dict[str, dict[str, float]] = {}
 
 
-def model_dir() -> tuple[Path, str]:
+def model_dir(tiny: bool = False) -> tuple[Path, str]:
+    if tiny:
+        from iris.models.build import cached_tiny
+
+        return cached_tiny("qwen2_vl", ROOT / ".cache" / "models"), "TINY RANDOM QWEN2-VL (--tiny)"
     try:
         from iris.models.build import cached_demo
 
@@ -468,6 +472,11 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument(
+        "--tiny", action="store_true",
+        help="the tests' tiny random Qwen2-VL instead of the demo model (a machine without "
+        "the demo's weights: bench/device_checks.py); its figures say nothing of speed",
+    )  # fmt: skip
+    parser.add_argument(
         "--torch-threads", type=int, default=1,
         help="intra-op threads (1, as `iris up` runs each pod; on a busy machine more threads "
         "than free cores make every step slower)",
@@ -480,7 +489,7 @@ def main() -> None:
 
         bench_hybrid(ROOT / ".cache" / "models", args)
         return
-    directory, label = model_dir()
+    directory, label = model_dir(args.tiny)
     print(f"model: {label}\n  {directory}")
     if args.only == "tp":
         from bench.engine_tp import bench_tp

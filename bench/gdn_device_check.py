@@ -17,7 +17,8 @@ This script checks:
    TOLERANCE of their largest magnitude;
 2. recurrent parity: one token each of 8 sequences (decode) the same way;
 3. with `--model DIR` (a Qwen3.5 checkpoint; `iris models make-tiny --arch qwen3_5` makes a
-   tiny one), the engine's greedy tokens with `linear_attention_kernels` "fla" equal "torch".
+   tiny one; `--model tiny` builds the tests' own), the engine's greedy tokens with
+   `linear_attention_kernels` "fla" equal "torch".
 
 Run: `python bench/gdn_device_check.py` (exit status 0 = every check held).
 `--self-test` runs the same comparisons on the CPU with the torch forms on both sides
@@ -116,7 +117,9 @@ def _engine_check(model_dir: str, device: str) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda"])
-    parser.add_argument("--model", help="a Qwen3.5 checkpoint for the engine check")
+    parser.add_argument(
+        "--model", help="a Qwen3.5 checkpoint for the engine check ('tiny': the test one)"
+    )
     parser.add_argument("--self-test", action="store_true", help="torch vs torch on the CPU")
     args = parser.parse_args()
     from llm_svc.engine.models.gated_deltanet import TORCH, fla_kernels
@@ -124,6 +127,10 @@ def main() -> int:
     if args.self_test:
         return 0 if _rule_checks(TORCH, TORCH, "cpu", ["float32"]) else 1
     passed = _rule_checks(fla_kernels(), TORCH, args.device, ["float32", "bfloat16"])
+    if args.model == "tiny":
+        from tests.llm_svc.checkpoints import tiny_checkpoint
+
+        args.model = str(tiny_checkpoint("qwen3_5"))
     if args.model:
         passed &= _engine_check(args.model, args.device)
     print("PASS" if passed else "FAIL")

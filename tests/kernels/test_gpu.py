@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from iris_kernels import checksum, scatter_rows
+from iris_kernels import checksum, scatter_add_rows, scatter_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -22,6 +22,20 @@ def test_scatter_rows(compiled_triton, runs_on, dtype, n, d, m):
     assert torch.equal(got, dest.clone().index_copy_(0, rows.to(device), src))
     with pytest.raises(ValueError, match="outside"):
         scatter_rows(dest, src[:1], [n])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "d", "m"), [(1, 1, 1), (300, 4095, 129), (4096, 4096, 2048)])
+def test_scatter_add_rows(compiled_triton, runs_on, dtype, n, d, m):
+    device = compiled_triton
+    dest = torch.randn(n, d, device=device).to(dtype)
+    wide = torch.randn(m, 3 * d, device=device).to(dtype)
+    src = wide[:, d : 2 * d]  # a deepstack level: a column slice of the entry's wide rows
+    rows = torch.randperm(n)[:m]
+    with runs_on("scatter_add_rows", "triton"):
+        got = scatter_add_rows(dest.clone(), src, rows)
+    # Compiled, the kernel rounds its float32 sum to nearest even, as index_add_ does.
+    assert torch.equal(got, dest.clone().index_add_(0, rows.to(device), src))
 
 
 @pytest.mark.parametrize("n", [0, 3, 4 * 16384 + 2, 8 << 20])
