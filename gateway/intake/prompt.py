@@ -33,6 +33,8 @@ from gateway.intake.video_plan import (
     plan_video,
 )
 from gateway.intake.videos import (
+    GroupPayload,
+    ReleasedGroup,
     VideoDecoder,
     VideoGroups,
     check_group_count,
@@ -66,6 +68,15 @@ class PreparedPrompt:
     # Half-open token spans a pod never resumes inside (images whose tokens attend to each
     # other both ways, Gemma 3): the pod's block manager passes the same to the resume rule.
     uncut_spans: list[tuple[int, int]] = field(default_factory=list)
+
+    def release_videos(self) -> None:
+        """Drop this prompt's video frame groups (every choice is accepted: an encode still
+        running keeps its own): the frames, and their share of the bytes in flight, go once
+        nothing else holds them. A retry that must encode one of them again is a 503."""
+        self.images = [
+            ReleasedGroup(len(payload)) if isinstance(payload, GroupPayload) else payload
+            for payload in self.images
+        ]
 
     @property
     def prompt_tokens(self) -> int:

@@ -189,6 +189,27 @@ class GroupPayload:
         return self.video.group_payload(self.group)
 
 
+class ReleasedGroup:
+    """A frame group whose frames were released once its request's choices were accepted:
+    its size stays known; its bytes, needed only by a retry that must encode it again (the
+    cache lost it), are a 503."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        raise APIError(
+            503,
+            "a video's frames were released once the request was accepted, and a retry "
+            "needs them again; send the request again",
+            code="overloaded",
+            retry_after=1,
+        )
+
+
 @dataclass
 class VideoGroups:
     """One video's items (one per frame group, in time order), their payloads for the
