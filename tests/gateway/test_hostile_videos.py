@@ -351,3 +351,30 @@ def test_a_video_without_a_duration_reserves_a_share_of_the_bound(gateway_and_cl
         decoder.memory = default
     assert "video_queue_timeout_s" not in response.text, response.text
     assert _sample("iris_gateway_video_decodes_total") == decodes + 1
+
+
+def test_a_video_that_never_decodes_for_a_503_costs_its_key_nothing(tiny_qwen3_vl_dir):
+    """The tokens taken before the decode are given back when the request gets a 503
+    instead (the bytes in flight stayed full): the work never ran."""
+    key = "sk-video-refund"
+    settings = GatewaySettings.load(
+        model=str(tiny_qwen3_vl_dir),
+        llm_addresses=["127.0.0.1:9"],
+        encoder_addresses=["127.0.0.1:9"],
+        cache_address="127.0.0.1:9",
+        api_keys=[key],
+        key_prompt_tokens_per_s=0.0001,  # nothing refills during the test
+        key_prompt_token_burst=100_000,
+    )
+    gateway = Gateway(settings, load_adapter(tiny_qwen3_vl_dir))
+    with TestClient(create_app(settings, gateway)) as client:
+        memory = gateway.prompts.videos.memory = VideoMemory(1 << 30, timeout_s=0)
+        memory.used = memory.limit  # held by other requests' frames
+        response = client.post(
+            "/v1/chat/completions",
+            json={**_body(gateway, data_url(SMALL, MKV)), "n": 2},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    assert response.status_code == 503, response.text
+    assert "(video_queue_timeout_s)" in response.json()["error"]["message"]
+    assert gateway.key_limits.level(key_id(key), "prompt tokens") == pytest.approx(100_000, abs=1)
