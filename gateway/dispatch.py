@@ -13,6 +13,7 @@ acceptance the caller streams the pod's chunks.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -351,7 +352,11 @@ class Dispatcher:
             abandon.add_done_callback(self._background.discard)
             raise
         metrics.ENCODE_DISPATCHED.inc(len(to_encode))
-        task = asyncio.create_task(self._encode_batches_in_turn(prompt, batches))
+        # The task keeps its own list of the payloads: the request drops a video's from its
+        # prompt once its choices are accepted (gateway/api/generation.py), and the frames
+        # then go as soon as this encode is done.
+        own = dataclasses.replace(prompt, images=list(prompt.images))
+        task = asyncio.create_task(self._encode_batches_in_turn(own, batches))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         keys = [prompt.items[i].key for i in to_encode]

@@ -4,9 +4,13 @@ body parser's and the video decoder's.
 A worker can die between requests (the OOM killer, a crash); its `ProcessPoolExecutor` is
 then broken for good and refuses every later task. Here the request that finds the pool
 broken replaces it, once (requests that find it broken meanwhile wait for that replacement),
-and is then served by the new pool. A request whose work was in the dying worker gets a
-503 with Retry-After. A replacement that cannot start leaves the pool unusable, and the
-gateway unready, until one does: the next request, or readiness probe, tries again.
+and is then served by the new pool. When a worker dies, every task the pool held fails with
+it: each finds out whether it was the one running in that worker (a marker file it creates
+in the worker when it starts and removes when it ends is still there) and only that one
+gets a 503 with Retry-After; the others were waiting and are submitted again, once, to the
+replacement (a second death is a 503 for them too, so no task is retried forever). A
+replacement that cannot start leaves the pool unusable, and the gateway unready, until one
+does: the next request, or readiness probe, tries again.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -41,6 +49,7 @@ class WorkerPool:
         self.starts = 0  # pools started, the first included
         self._pool: ProcessPoolExecutor | None = None
         self._replacing = asyncio.Lock()
+        self._marker_dir: str | None = None
 
     def start(self) -> None:
         """Start the processes now, without waiting for them (from the lifespan)."""
@@ -52,21 +61,36 @@ class WorkerPool:
         pool, self._pool = self._pool, None
         if pool is not None:
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        markers, self._marker_dir = self._marker_dir, None
+        if markers is not None:
+            shutil.rmtree(markers, ignore_errors=True)
+
+    def _markers(self) -> str:
+        """The folder of this pool's markers (made at the first task)."""
+        if self._marker_dir is None:
+            self._marker_dir = tempfile.mkdtemp(prefix="iris-pool-")
+        return self._marker_dir
 
     async def run(
         self, fn: Callable[..., Any], *args: Any, abandoned: Callable[[Future], None] | None = None
     ) -> Any:
         """`fn(*args)` in a worker. A request that goes away leaves its task running;
         `abandoned`, if given, is then called with its future once done."""
-        future = await self.submit(fn, *args)
-        try:
-            return await asyncio.shield(asyncio.wrap_future(future))
-        except asyncio.CancelledError:
-            if abandoned is not None:
-                future.add_done_callback(abandoned)
-            raise
-        except BrokenProcessPool:
-            raise self.lost() from None
+        for attempt in range(2):
+            marker = os.path.join(self._markers(), uuid.uuid4().hex)
+            future = await self.submit(_tracked, marker, fn, *args)
+            try:
+                return await asyncio.shield(asyncio.wrap_future(future))
+            except asyncio.CancelledError:
+                future.add_done_callback(lambda _, marker=marker: _discard(marker))
+                if abandoned is not None:
+                    future.add_done_callback(abandoned)
+                raise
+            except BrokenProcessPool:
+                if _discard(marker) or attempt:  # it ran in the dead worker, or died twice
+                    raise self.lost() from None
+                log.info("a task queued in a broken %s pool is submitted again", self.name)
+        raise AssertionError("unreachable")
 
     async def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """`fn(*args)` submitted to the pool, replaced first if it is found broken."""
@@ -141,3 +165,23 @@ class WorkerPool:
         self.starts += 1
         context = multiprocessing.get_context("spawn")
         return ProcessPoolExecutor(self.workers, mp_context=context)
+
+
+def _tracked(marker: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """In a worker: `fn(*args)`, `marker` there while it runs. A marker left when the pool
+    breaks names the task that was in the worker that died."""
+    with open(marker, "x"):
+        pass
+    try:
+        return fn(*args)
+    finally:
+        os.remove(marker)
+
+
+def _discard(marker: str) -> bool:
+    """Remove `marker`; whether it was there."""
+    try:
+        os.remove(marker)
+    except FileNotFoundError:
+        return False
+    return True

@@ -101,9 +101,16 @@ async def chat_completions(
                 gateway.key_limits.take_prompt_tokens(caller.key_id, tokens * body.n)
                 taken += tokens * body.n
 
-            prompt = await gateway.prompts.chat(
-                messages, body.mm_hashes, salts, plan.tools, thinking.template_kwargs, take
-            )
+            try:
+                prompt = await gateway.prompts.chat(
+                    messages, body.mm_hashes, salts, plan.tools, thinking.template_kwargs, take
+                )
+            except APIError as err:
+                if err.status == 503 and taken:
+                    # The decode never ran (the bytes in flight stayed full) or its worker
+                    # died: the key gets back what it paid ahead for it.
+                    gateway.key_limits.charge_prompt_tokens(caller.key_id, -taken)
+                raise
             # Each of the n choices is routed and prefilled on its own: n x the prompt,
             # settled against what the videos took before their decode.
             charged = prompt.prompt_tokens * body.n - taken

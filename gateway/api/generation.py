@@ -397,6 +397,8 @@ async def run_once_more_if_a_pod_fails(
         if attempt:
             jobs = [Job(job.index, job.prompt, job.sampling) for job in jobs]
         generations = await start_all(gateway, jobs, request_id, failed)
+        for prompt in {id(job.prompt): job.prompt for job in jobs}.values():
+            prompt.release_videos()  # accepted: frames only an encode still running needs
         for generation in generations:
             generation.on_tokens = charge
         try:

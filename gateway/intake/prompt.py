@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -32,6 +33,8 @@ from gateway.intake.video_plan import (
     plan_video,
 )
 from gateway.intake.videos import (
+    GroupPayload,
+    ReleasedGroup,
     VideoDecoder,
     VideoGroups,
     check_group_count,
@@ -50,6 +53,8 @@ from iris.multimodal import (
 )
 from iris.multimodal.video import SampledVideo
 
+T = TypeVar("T")
+
 
 @dataclass
 class PreparedPrompt:
@@ -63,6 +68,15 @@ class PreparedPrompt:
     # Half-open token spans a pod never resumes inside (images whose tokens attend to each
     # other both ways, Gemma 3): the pod's block manager passes the same to the resume rule.
     uncut_spans: list[tuple[int, int]] = field(default_factory=list)
+
+    def release_videos(self) -> None:
+        """Drop this prompt's video frame groups (every choice is accepted: an encode still
+        running keeps its own): the frames, and their share of the bytes in flight, go once
+        nothing else holds them. A retry that must encode one of them again is a 503."""
+        self.images = [
+            ReleasedGroup(len(payload)) if isinstance(payload, GroupPayload) else payload
+            for payload in self.images
+        ]
 
     @property
     def prompt_tokens(self) -> int:
@@ -206,10 +220,11 @@ class PromptBuilder:
         if not video_refs:
             return await asyncio.to_thread(self._expand, ids, items, datas, "messages", salts)
         left = self._tokens_left(ids, items, len(video_refs))
-        check_plans(plans, self.videos.limits, left)
+        decoded = self._decoded_bytes(plans)
+        check_plans(plans, self.videos.limits, left, decoded, self.videos.memory.limit)
         if charge is not None:
             charge(sum(plan.tokens for plan in plans))
-        videos = await self._decode_videos(video_datas, plans, left)
+        videos = await self._decode_videos(video_datas, plans, decoded, left)
         del video_datas  # the container files: only the sampled frames are kept
         return await asyncio.to_thread(self._with_videos, ids, items, datas, videos, salts)
 
@@ -387,39 +402,51 @@ class PromptBuilder:
             return []
         assert self.videos is not None
         decoder, sampling = self.videos, self.adapter.video_sampling
-        headers = await asyncio.gather(
-            *(decoder.probe(data, ref.param) for ref, data in zip(refs, datas, strict=True))
+        headers = await _all(
+            decoder.probe(data, ref.param) for ref, data in zip(refs, datas, strict=True)
         )
         return [
             plan_video(header, ref.param, decoder.limits, sampling, self.adapter)
             for ref, header in zip(refs, headers, strict=True)
         ]
 
+    def _decoded_bytes(self, plans: list[VideoPlan]) -> list[int]:
+        """Each video's bound on its decoded frames' bytes, from its plan; a video with no
+        declared duration gets at most its share of the gateway-wide bound."""
+        assert self.videos is not None
+        fps, limits = self.adapter.video_sampling.fps, self.videos.limits
+        share = self.videos.memory.limit // self.max_videos
+        return [decoded_bytes_bound(plan, limits, fps, share) for plan in plans]
+
     async def _decode_videos(
-        self, datas: list[bytes], plans: list[VideoPlan], tokens_left: int | None
+        self,
+        datas: list[bytes],
+        plans: list[VideoPlan],
+        decoded: list[int],
+        tokens_left: int | None,
     ) -> list[SampledVideo]:
-        """Each video decoded in the pool once its frames' bytes are reserved in the
-        gateway-wide bound, under what the request's other videos leave; a 400 when their
-        frame groups together pass `video_max_groups`."""
+        """The request's videos decoded in the pool once all their frames' bytes
+        (`decoded`, each video's bound) are reserved together in the gateway-wide bound: a
+        request never waits on its own frames. Each is decoded under its part and what the
+        request's other videos leave; a 400 when their frame groups together pass
+        `video_max_groups`. The first refusal cancels the other decodes."""
         assert self.videos is not None
         decoder, sampling = self.videos, self.adapter.video_sampling
-        memory = decoder.memory
+        reservation = await decoder.memory.reserve(sum(decoded), "messages")
 
-        async def one(data: bytes, plan: VideoPlan) -> SampledVideo:
-            most = decoded_bytes_bound(plan, decoder.limits, sampling.fps, memory.limit)
-            reservation = await memory.reserve(most, plan.param)
+        async def one(data: bytes, plan: VideoPlan, most: int) -> SampledVideo:
             limits = decode_limits(plan, plans, decoder.limits, tokens_left, most)
-            try:
-                video = await decoder.decode(data, sampling, plan.param, limits)
-            except BaseException:
-                reservation.release()
-                raise
-            reservation.settle(video.decoded_bytes)
-            reservation.hold_with(video)
+            video = await decoder.decode(data, sampling, plan.param, limits)
+            reservation.hold_part(video, video.decoded_bytes)
             return video
 
-        pairs = zip(datas, plans, strict=True)
-        videos = list(await asyncio.gather(*(one(data, plan) for data, plan in pairs)))
+        try:
+            videos = await _all(
+                one(data, plan, most)
+                for data, plan, most in zip(datas, plans, decoded, strict=True)
+            )
+        finally:
+            reservation.release()  # what no video's frames took (all of it on a refusal)
         check_group_count(
             sum(video.num_groups for video in videos), decoder.limits.max_groups, "messages"
         )
@@ -458,3 +485,18 @@ class PromptBuilder:
         if self.adapter.bidirectional_image_spans:
             uncut = [(start, end + 1) for item in items for start, end in item.offsets]
         return PreparedPrompt(padded, items, datas, salts, uncut)
+
+
+async def _all(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Each awaitable's result, in order; the first to fail cancels the others (a refused
+    video's sibling stops decoding, its frames and reservation released) and is raised."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_awaited(each)) for each in awaitables]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable

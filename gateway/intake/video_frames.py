@@ -23,6 +23,7 @@ import numpy as np
 from iris.multimodal.video import FrameStore, SampledVideo, VideoLimits, VideoSampling
 
 _SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux
+SEGMENT_PREFIX = "iris-vf-"  # the gateway names each decode's segment: iris-vf-<uuid>
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,17 @@ class SharedVideo:
 
 
 class SharedFrames(FrameStore):
-    """In a worker: frames kept in one segment, created at the first frame with room for
+    """In a worker: frames kept in segment `name` (chosen by the gateway, which removes it
+    whatever becomes of the worker), created at the first frame with room for
     what `limits` allow (`max_decoded_bytes`, at most `max_frames` frames of its size).
     Each frame's pages are reserved before it is written (a full /dev/shm is an OSError
     there, never a SIGBUS later); when they cannot be, the frames move to the worker's own
     memory and the video goes back pickled, as any result does."""
 
-    def __init__(self, limits: VideoLimits) -> None:
+    def __init__(self, limits: VideoLimits, name: str) -> None:
         super().__init__()
         self.limits = limits
+        self.name = name
         self.segment: SharedMemory | None = None
         self.shared = True
         self.used = 0
@@ -70,7 +73,7 @@ class SharedFrames(FrameStore):
             if self.segment is None:
                 most = self.limits.max_frames * nbytes
                 size = min(self.limits.max_decoded_bytes, most)
-                self.segment = SharedMemory(create=True, size=max(size, nbytes))
+                self.segment = SharedMemory(self.name, create=True, size=max(size, nbytes))
             os.posix_fallocate(self.segment._fd, self.used, nbytes)
         except OSError:
             return False

@@ -1,12 +1,14 @@
 """The gateway-wide bound on decoded video bytes in flight (`video_max_inflight_bytes`).
 
-Before a video is decoded it reserves what its frames will take once resized (from its
-header: grid frames x target width x height x 3; without a duration, all that one video
-may take). A reservation that does not fit waits, first come first served, up to
-`video_queue_timeout_s`, then the request gets a 503 with Retry-After. After the decode it
-is settled to the frames actually kept, and it lasts as long as they do: it is released
-when the sampled video is freed (whichever thread drops it), so the bound counts what the
-gateway's process holds, not what a request thinks it holds.
+Before a request's videos are decoded they reserve, together and at once, what their frames
+will take once resized (from each header: grid frames x target width x height x 3; without
+a duration, a share of the bound): one reservation per request, so a request never waits
+for memory that only its own frames hold. A reservation that does not fit waits, first
+come first served, up to `video_queue_timeout_s`, then the request gets a 503 with
+Retry-After. As each video is decoded its frames take their part of it (`hold_part`),
+which lasts as long as they do: it is released when the sampled video is freed (whichever
+thread drops it), so the bound counts what the gateway's process holds, not what a request
+thinks it holds; what no frame took is released when the decodes end.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ class VideoMemory:
             metrics.VIDEO_REFUSALS.labels("video_queue_timeout_s").inc()
             raise APIError(
                 503,
-                f"decoded videos in flight are at the limit of {self.limit} bytes "
-                f"(video_max_inflight_bytes) and this one waited {self.timeout_s:g} s "
-                "(video_queue_timeout_s); send the request again",
+                f"this request's videos need {nbytes} bytes of decoded frames, and "
+                f"{self.used} of the limit of {self.limit} bytes (video_max_inflight_bytes) "
+                f"were in use after it waited {self.timeout_s:g} s (video_queue_timeout_s); "
+                "send the request again",
                 param=param,
                 code="overloaded",
                 retry_after=self.retry_after_s,
@@ -90,25 +93,24 @@ class VideoMemory:
 
 
 class Reservation:
-    """One video's share of the bound: `settle` to the frames kept, `hold_with` the object
-    that keeps them, `release` when the decode failed."""
+    """A request's share of the bound: `hold_part` for each video's frames as they are
+    decoded, `release` what is left when the decodes end (all of it when one failed)."""
 
     def __init__(self, memory: VideoMemory, loop: asyncio.AbstractEventLoop, nbytes: int):
         self.memory = memory
         self.loop = loop
         self.nbytes = nbytes
 
-    def settle(self, actual: int) -> None:
-        """Keep only `actual` bytes (never more than reserved: the decode was bounded by it)."""
-        assert 0 <= actual <= self.nbytes, (actual, self.nbytes)
-        self.memory.release(self.nbytes - actual)
-        self.nbytes = actual
-
-    def hold_with(self, owner: object) -> None:
-        """Release when `owner` is freed, from whichever thread frees it."""
-        weakref.finalize(owner, _release_from_any_thread, self.memory, self.loop, self.nbytes)
+    def hold_part(self, owner: object, nbytes: int) -> None:
+        """`nbytes` of this reservation (never more than is left: each decode was bounded
+        by its part) now belong to `owner`: released when it is freed, from whichever thread
+        frees it."""
+        assert 0 <= nbytes <= self.nbytes, (nbytes, self.nbytes)
+        self.nbytes -= nbytes
+        weakref.finalize(owner, _release_from_any_thread, self.memory, self.loop, nbytes)
 
     def release(self) -> None:
+        """Hand back what no video's frames took."""
         self.memory.release(self.nbytes)
         self.nbytes = 0
 

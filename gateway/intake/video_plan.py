@@ -6,7 +6,8 @@ into grid frames, frame groups, tokens (groups x the adapter's tokens per group:
 bound, timestamps not counted) and decoded bytes (grid frames x target width x height x 3,
 at most). Each bound is checked on these numbers and refused as a 400 naming its setting.
 A video whose container declares no duration is planned at nothing and decoded under what
-the others leave (groups, tokens, bytes), refused at the first bound it crosses.
+the others leave (groups, tokens) and a share of the bytes in flight, refused at the first
+bound it crosses.
 """
 
 from __future__ import annotations
@@ -77,9 +78,17 @@ def plan_video(
     return VideoPlan(param, header, size, groups, int(tokens_per_group), patch)
 
 
-def check_plans(plans: list[VideoPlan], limits: VideoLimits, tokens_left: int | None) -> None:
-    """400 when the request's videos together make more groups than `video_max_groups`, or
-    more tokens than the context has left after the text and images."""
+def check_plans(
+    plans: list[VideoPlan],
+    limits: VideoLimits,
+    tokens_left: int | None,
+    decoded_bytes: list[int],
+    inflight_limit: int,
+) -> None:
+    """400 when the request's videos together make more groups than `video_max_groups`,
+    more tokens than the context has left after the text and images, or more decoded bytes
+    (`decoded_bytes`, each video's `decoded_bytes_bound`) than the gateway may hold in all
+    (`video_max_inflight_bytes`): they are reserved together, so no wait could let them in."""
     groups = sum(plan.groups or 0 for plan in plans)
     if groups > limits.max_groups:
         raise refused(
@@ -97,14 +106,24 @@ def check_plans(plans: list[VideoPlan], limits: VideoLimits, tokens_left: int | 
             "max_model_len",
             "context_length_exceeded",
         )
+    needed = sum(decoded_bytes)
+    if needed > inflight_limit:
+        raise refused(
+            f"the request's videos would take {needed} bytes once decoded "
+            f"({' + '.join(str(each) for each in decoded_bytes)}), over the limit of "
+            f"{inflight_limit}",
+            "messages",
+            "video_max_inflight_bytes",
+        )
 
 
-def decoded_bytes_bound(plan: VideoPlan, limits: VideoLimits, fps: float, most: int) -> int:
+def decoded_bytes_bound(plan: VideoPlan, limits: VideoLimits, fps: float, share: int) -> int:
     """The bytes the video's kept frames may take: the grid frames up to its declared length
     and the slack past it (t = k/fps <= duration + 1 s) x the frame's bytes; without a
-    duration, what `max_frames` allow, at most `most` (the whole in-flight bound)."""
+    duration, what `max_frames` allow, at most `share` (the in-flight bound over the videos
+    a request may hold: one such video never takes the whole gateway's bound)."""
     if plan.header.duration_s is None:
-        return min(most, limits.max_frames * plan.frame_bytes)
+        return min(share, limits.max_frames * plan.frame_bytes)
     frames = math.floor((plan.header.duration_s + _SLACK_S) * fps) + 1
     return min(frames, limits.max_frames) * plan.frame_bytes
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 
 from gateway import metrics
@@ -20,7 +21,7 @@ from gateway.errors import APIError, bad_request
 from gateway.intake.budget import ImageBudget
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.intake.sources import decode_base64_image
-from gateway.intake.video_frames import SharedFrames, SharedVideo, receive
+from gateway.intake.video_frames import SEGMENT_PREFIX, SharedFrames, SharedVideo, receive
 from gateway.intake.video_frames import remove as remove_frames
 from gateway.intake.video_memory import VideoMemory
 from gateway.worker_pool import WorkerPool
@@ -39,10 +40,13 @@ from iris.multimodal.video import (
 log = logging.getLogger(__name__)
 
 
-def _decode(data: bytes, limits: VideoLimits, sampling: VideoSampling) -> SharedVideo | str:
-    """In a worker: the sampled video, its frames in shared memory (video_frames.py), or
-    "setting\0message" for a refusal."""
-    store = SharedFrames(limits)
+def _decode(
+    data: bytes, limits: VideoLimits, sampling: VideoSampling, name: str
+) -> SharedVideo | str:
+    """In a worker: the sampled video, its frames in shared memory segment `name`
+    (video_frames.py), or "setting\0message" for a refusal."""
+    remove_frames(name)  # an earlier try of this decode, whose worker died, may have left it
+    store = SharedFrames(limits, name)
     try:
         video = sample_video(data, limits, sampling, store)
     except VideoDecodeError as err:
@@ -101,22 +105,28 @@ class VideoDecoder:
         video's (the request's remaining groups, the bytes reserved for it)."""
         metrics.VIDEO_DECODES.inc()
         started = time.monotonic()
-        shared = await self.pool.run(
-            _decode, data, limits or self.limits, sampling, abandoned=_remove_unread
-        )
+        # The gateway names the frames' segment, so that it can remove it whatever became
+        # of the worker (killed mid-decode, it could not).
+        name = f"{SEGMENT_PREFIX}{uuid.uuid4().hex}"
+        try:
+            shared = await self.pool.run(
+                _decode,
+                data,
+                limits or self.limits,
+                sampling,
+                name,
+                abandoned=lambda _: remove_frames(name),
+            )
+        except asyncio.CancelledError:
+            raise  # the decode still runs: `abandoned` removes the segment once it is done
+        except BaseException:
+            remove_frames(name)
+            raise
         outcome = receive(_refused_or(shared, param))
         metrics.VIDEO_DECODE_SECONDS.observe(time.monotonic() - started)
         metrics.VIDEO_FRAMES_DECODED.inc(outcome.source_frames)
         metrics.VIDEO_SECONDS.inc(outcome.duration_s)
         return outcome
-
-
-def _remove_unread(future) -> None:
-    """The request went away while its video decoded: its frames' segment goes."""
-    if not future.cancelled() and future.exception() is None:
-        outcome = future.result()
-        if isinstance(outcome, SharedVideo):
-            remove_frames(outcome.name)
 
 
 def _refused_or(outcome, param: str):
@@ -177,6 +187,27 @@ class GroupPayload:
 
     def __bytes__(self) -> bytes:
         return self.video.group_payload(self.group)
+
+
+class ReleasedGroup:
+    """A frame group whose frames were released once its request's choices were accepted:
+    its size stays known; its bytes, needed only by a retry that must encode it again (the
+    cache lost it), are a 503."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        raise APIError(
+            503,
+            "a video's frames were released once the request was accepted, and a retry "
+            "needs them again; send the request again",
+            code="overloaded",
+            retry_after=1,
+        )
 
 
 @dataclass

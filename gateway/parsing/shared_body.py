@@ -46,12 +46,19 @@ class SharedBody:
             segment = SharedMemory(create=True, size=max(capacity, 1))
         except OSError:
             return None
+        # Reserving the pages zeroes them: a syscall without the GIL, off the loop.
+        reserving = asyncio.ensure_future(
+            asyncio.to_thread(os.posix_fallocate, segment._fd, 0, segment.size)
+        )
         try:
-            # Reserving the pages zeroes them: a syscall without the GIL, off the loop.
-            await asyncio.to_thread(os.posix_fallocate, segment._fd, 0, segment.size)
+            await asyncio.shield(reserving)
         except OSError:
             _remove(segment)
             return None
+        except BaseException:
+            # The request went away: the segment goes once the thread is done with its fd.
+            reserving.add_done_callback(lambda _: _remove(segment))
+            raise
         return cls(segment)
 
     @property
@@ -78,10 +85,14 @@ class SharedBody:
         bigger = await SharedBody.create(capacity)
         if bigger is None:
             return None
-        for start in range(0, self.size, COPY_WINDOW_BYTES):
-            end = min(start + COPY_WINDOW_BYTES, self.size)
-            bigger.segment.buf[start:end] = self.segment.buf[start:end]
-            await asyncio.sleep(0)
+        try:
+            for start in range(0, self.size, COPY_WINDOW_BYTES):
+                end = min(start + COPY_WINDOW_BYTES, self.size)
+                bigger.segment.buf[start:end] = self.segment.buf[start:end]
+                await asyncio.sleep(0)
+        except BaseException:  # cancelled while it grew: the new segment is nobody's
+            bigger.release()
+            raise
         bigger.size = self.size
         self.release()
         return bigger

@@ -40,6 +40,9 @@ class PodScript:
     fail_after_accept: int = 0
     # Calls that fail UNAVAILABLE after their first token: this many upcoming ones.
     fail_after_first_token: int = 0
+    # When set, a call holds its stream open after its first token until the test sets it
+    # (or 180 s pass, longer than any test waits): a deterministic "still generating".
+    token_gate: threading.Event | None = None
 
 
 class FakePod(llm_pb2_grpc.LLMServicer):
@@ -57,6 +60,7 @@ class FakePod(llm_pb2_grpc.LLMServicer):
         self.script.refusals.clear()
         self.script.accept_delay_s = 0.0
         self.script.accept_gate = None
+        self.script.token_gate = None
         self.script.fail_after_accept = self.script.fail_after_first_token = 0
         if text is not None:
             self.script.text = text
@@ -104,6 +108,8 @@ class FakePod(llm_pb2_grpc.LLMServicer):
                     self.script.fail_after_first_token -= int(fail)
                 if fail:
                     context.abort(grpc.StatusCode.UNAVAILABLE, "engine step failed: injected")
+                if self.script.token_gate is not None:
+                    self.script.token_gate.wait(180)
         usage = llm_pb2.Usage(
             prompt_tokens=n,
             completion_tokens=len(self.script.text),

@@ -6,10 +6,14 @@ next request. No pod is needed: every case is refused before routing."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import math
 import struct
 import threading
+from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import av
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
@@ -17,9 +21,11 @@ from prometheus_client import REGISTRY
 from gateway.app import create_app
 from gateway.auth import key_id
 from gateway.intake.video_memory import VideoMemory
+from gateway.intake.video_plan import decoded_bytes_bound, plan_video
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from iris.models import load_adapter
+from iris.multimodal.video import VideoLimits, probe_video
 from tests.fixtures.videos import encode_video, source_frames
 from tests.gateway.helpers import data_url, png_bytes
 
@@ -273,3 +279,102 @@ def test_a_videos_tokens_are_charged_to_its_key_before_the_decode(tiny_qwen3_vl_
 
 def _sample(name: str) -> float:
     return REGISTRY.get_sample_value(name) or 0.0
+
+
+def _bytes_bound(gateway, data: bytes) -> int:
+    """What the gateway reserves for `data`'s frames, from its header."""
+    prompts = gateway.prompts
+    header = probe_video(data, prompts.videos.limits)
+    sampling = prompts.adapter.video_sampling
+    plan = plan_video(header, "p", prompts.videos.limits, sampling, prompts.adapter)
+    return decoded_bytes_bound(plan, prompts.videos.limits, sampling.fps, 1 << 62)
+
+
+def test_two_videos_over_the_bytes_in_flight_together_are_a_400(gateway_and_client):
+    """An idle gateway's bound holds either of a request's videos but not both: they are
+    reserved together, so the request is refused at once (a 400 naming the setting), never
+    left waiting for frames only it holds; no decode runs."""
+    gateway, client = gateway_and_client
+    decoder = gateway.prompts.videos
+    default = decoder.memory
+    data = encode_video(source_frames(8, 64, 32), fps=4)  # 2 s: 2 groups, 4 with its twin
+    one = _bytes_bound(gateway, data)
+    decoder.memory = VideoMemory(one * 3 // 2, timeout_s=0, retry_after_s=2)
+    decodes = _sample("iris_gateway_video_decodes_total")
+    try:
+        error = _refused(gateway, client, data_url(data, MKV), data_url(data, MKV))
+        assert decoder.memory.used == 0
+    finally:
+        decoder.memory = default
+    assert "(video_max_inflight_bytes)" in error["message"], error
+    assert f"{one} + {one}" in error["message"], error
+    assert _sample("iris_gateway_video_decodes_total") == decodes
+
+
+def live_video(frames) -> bytes:
+    """`frames` as FFV1 in Matroska written as a live stream: no declared duration."""
+    out = io.BytesIO()
+    with av.open(out, mode="w", format="matroska", options={"live": "1"}) as video:
+        stream = video.add_stream("ffv1", rate=4)
+        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.pix_fmt = "yuv444p"
+        stream.time_base = Fraction(1, 4)
+        for index, pixels in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            frame.pts = index
+            for packet in stream.encode(frame):
+                video.mux(packet)
+        for packet in stream.encode():
+            video.mux(packet)
+    return out.getvalue()
+
+
+def test_a_video_without_a_duration_reserves_a_share_of_the_bound(gateway_and_client):
+    """A video that declares no duration reserves at most the bound over
+    `max_videos_per_request`, not all of it: with half the bound held by others it is
+    decoded at once (its frames fit that share), where the whole bound would wait."""
+    gateway, client = gateway_and_client
+    data = live_video(source_frames(16, 64, 32))
+    assert probe_video(data, VideoLimits()).duration_s is None
+    prompts = gateway.prompts
+    decoder, default = prompts.videos, prompts.videos.memory
+    sampling = prompts.adapter.video_sampling
+    frame = 3 * math.prod(sampling.resized(64, 32))
+    limit = 2 * prompts.max_videos * 8 * frame  # the share holds the video's 8 frames twice
+    assert decoder.limits.max_frames * frame > limit // prompts.max_videos
+    decoder.memory = VideoMemory(limit, timeout_s=0, retry_after_s=2)
+    decoder.memory.used = limit - limit // prompts.max_videos  # held by other requests
+    decodes = _sample("iris_gateway_video_decodes_total")
+    try:
+        response = _chat(gateway, client, data_url(data, MKV))
+    finally:
+        decoder.memory = default
+    assert "video_queue_timeout_s" not in response.text, response.text
+    assert _sample("iris_gateway_video_decodes_total") == decodes + 1
+
+
+def test_a_video_that_never_decodes_for_a_503_costs_its_key_nothing(tiny_qwen3_vl_dir):
+    """The tokens taken before the decode are given back when the request gets a 503
+    instead (the bytes in flight stayed full): the work never ran."""
+    key = "sk-video-refund"
+    settings = GatewaySettings.load(
+        model=str(tiny_qwen3_vl_dir),
+        llm_addresses=["127.0.0.1:9"],
+        encoder_addresses=["127.0.0.1:9"],
+        cache_address="127.0.0.1:9",
+        api_keys=[key],
+        key_prompt_tokens_per_s=0.0001,  # nothing refills during the test
+        key_prompt_token_burst=100_000,
+    )
+    gateway = Gateway(settings, load_adapter(tiny_qwen3_vl_dir))
+    with TestClient(create_app(settings, gateway)) as client:
+        memory = gateway.prompts.videos.memory = VideoMemory(1 << 30, timeout_s=0)
+        memory.used = memory.limit  # held by other requests' frames
+        response = client.post(
+            "/v1/chat/completions",
+            json={**_body(gateway, data_url(SMALL, MKV)), "n": 2},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    assert response.status_code == 503, response.text
+    assert "(video_queue_timeout_s)" in response.json()["error"]["message"]
+    assert gateway.key_limits.level(key_id(key), "prompt tokens") == pytest.approx(100_000, abs=1)

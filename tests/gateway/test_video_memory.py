@@ -12,7 +12,9 @@ docs/design/multimodal.md ("Video", memory) states, plus 50 MB. Times are printe
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import io
+import threading
 import time
 from fractions import Fraction
 
@@ -83,7 +85,8 @@ def clip_720p(seconds: int = 60, fps: int = 2) -> bytes:
 @pytest.fixture(scope="module")
 def door(tiny_qwen3_vl_dir, cache_process, tmp_path_factory):
     adapter = load_adapter(tiny_qwen3_vl_dir)
-    pod_server, pod_address, _ = serve_pod(PodScript(adapter.fingerprint))
+    script = PodScript(adapter.fingerprint)
+    pod_server, pod_address, pod = serve_pod(script)
     encoder_server, encoder_address, encoder = serve_encoder()
     port, metrics_port = free_port(), free_port()
     env = {
@@ -105,7 +108,7 @@ def door(tiny_qwen3_vl_dir, cache_process, tmp_path_factory):
     child, url = start_gateway(env, port, log)
     try:
         door = Door(url, f"http://127.0.0.1:{metrics_port}/metrics", child, tiny_qwen3_vl_dir.name)
-        door.encoder = encoder
+        door.encoder, door.script, door.pod = encoder, script, pod
         # A small clip first: the decode pool's process starts and imports what it needs.
         small = encode_video(source_frames(8, 64, 32, seed=61), fps=4)  # 2 s: 2 groups
         response = door.chat(small)
@@ -120,18 +123,16 @@ def door(tiny_qwen3_vl_dir, cache_process, tmp_path_factory):
         encoder_server.stop(0)
 
 
+def _data_url(data: bytes) -> str:
+    return f"data:{MKV};base64," + base64.b64encode(data).decode()
+
+
 class Door:
     def __init__(self, url: str, metrics: str, child, model: str) -> None:
         self.url, self.metrics, self.child, self.model = url, metrics, child, model
 
     def chat(self, *videos: bytes) -> httpx.Response:
-        parts = [
-            {
-                "type": "video_url",
-                "video_url": {"url": f"data:{MKV};base64," + base64.b64encode(data).decode()},
-            }
-            for data in videos
-        ]
+        parts = [{"type": "video_url", "video_url": {"url": _data_url(data)}} for data in videos]
         content = [{"type": "text", "text": "What happens?"}, *parts]
         body = {
             "model": self.model,
@@ -146,6 +147,9 @@ class Door:
 
     def counters(self) -> dict[str, float]:
         return scrape(self.metrics)
+
+    def inflight_bytes(self) -> float:
+        return self.counters().get("iris_gateway_video_inflight_bytes", 0.0)
 
     def refusals(self, setting: str) -> float:
         return scrape(self.metrics, {"setting": setting}).get(
@@ -222,3 +226,47 @@ def video_bound(
     serialized copy in the gateway, and the file in the gateway and in the two jobs that
     carry it to the worker (header, decode)."""
     return 2 * distinct * frame + group * frame + 2 * source_frame + 2 * encode_message + 3 * file
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_videos_frames_are_released_while_its_answer_is_generated(door, stream):
+    """Once every choice is accepted and its groups are encoded, the request's frames and
+    their share of the bound go: `video_inflight_bytes` is back to 0 while the pod still
+    generates (it holds the call open after the first token), streamed or whole."""
+    data = encode_video(source_frames(8, 64, 32, seed=4 + stream), fps=4)  # 2 s: 2 groups
+    encoded = door.encoded()
+    requests = len(door.pod.requests)
+    gate = door.script.token_gate = threading.Event()
+    parts = [{"type": "video_url", "video_url": {"url": _data_url(data)}}]
+    body = {
+        "model": door.model,
+        "messages": [{"role": "user", "content": parts}],
+        "max_tokens": 2,
+        "stream": stream,
+    }
+    url = door.url + "/v1/chat/completions"
+    try:
+        if stream:
+            with httpx.stream("POST", url, json=body, timeout=120) as response:
+                assert response.status_code == 200, response.read()
+                lines = response.iter_lines()
+                assert any('"Hello"' in line for line in lines)  # the first token: still open
+                _released(door, encoded, gate)
+                assert any(line == "data: [DONE]" for line in lines)
+            return
+        with concurrent.futures.ThreadPoolExecutor(1) as client:
+            whole = client.submit(httpx.post, url, json=body, timeout=120)
+            assert wait_until(lambda: len(door.pod.requests) > requests, 60, 0.05)
+            _released(door, encoded, gate)
+            assert whole.result().status_code == 200, whole.result().text
+    finally:
+        gate.set()
+        door.script.token_gate = None
+
+
+def _released(door: Door, encoded: int, gate: threading.Event) -> None:
+    """The groups encoded and the frames' bytes released while the pod holds the answer;
+    then the pod goes on."""
+    assert wait_until(lambda: door.encoded() == encoded + 2, 60, 0.05)
+    assert wait_until(lambda: door.inflight_bytes() == 0, 60, 0.05), door.inflight_bytes()
+    gate.set()

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,26 @@ async def test_a_task_whose_worker_dies_is_a_503_with_retry_after(pool):
     assert lost.value.status == 503 and lost.value.retry_after == 7
     assert "test worker process stopped" in lost.value.message
     assert await pool.run(os.getpid) > 0  # the next task is served by a new pool
+
+
+def exit_when(flag: str) -> None:
+    """Kill the worker once `flag` exists (so that the test can queue work behind it)."""
+    while not os.path.exists(flag):
+        time.sleep(0.01)
+    os._exit(1)
+
+
+async def test_only_the_task_in_the_dead_worker_gets_a_503(pool, tmp_path):
+    """A task queued behind the one whose worker dies is served by the replacement."""
+    flag = tmp_path / "die"
+    dying = asyncio.ensure_future(pool.run(exit_when, str(flag)))
+    queued = asyncio.ensure_future(pool.run(os.getpid))
+    await asyncio.sleep(0)  # both are submitted: the second waits behind the first
+    flag.touch()
+    with pytest.raises(APIError) as lost:
+        await dying
+    assert lost.value.status == 503
+    assert await queued > 0 and pool.starts == 2
 
 
 async def test_a_replacement_that_cannot_start_leaves_the_pool_down_until_one_does(pool):

@@ -1,12 +1,13 @@
 """Chat and completion prompts → padded ids and items, with the real tiny adapters."""
 
+import asyncio
 import threading
 
 import numpy as np
 import pytest
 
-from gateway.errors import APIError
-from gateway.intake.prompt import PromptBuilder
+from gateway.errors import APIError, bad_request
+from gateway.intake.prompt import PromptBuilder, _all
 from gateway.intake.remote import RemoteImageFetcher
 from gateway.tenancy import RequestSalts
 from iris.multimodal import DecodePolicy, image_identity, pad_values_for
@@ -173,3 +174,26 @@ class _CountingAdapter:
 
     def __getattr__(self, name):
         return getattr(self._adapter, name)
+
+
+async def test_the_first_refused_video_cancels_its_siblings_work():
+    """A request's videos are probed and decoded together (`_all`): the first refusal is
+    raised and the others are cancelled before it is (asyncio.gather would leave them
+    running, holding their decode and frames for a request already answered)."""
+    cancelled = []
+
+    async def refused():
+        raise bad_request("messages[0].content[0]: refused (video_max_frames)", "messages")
+
+    async def sibling():
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async with asyncio.timeout(60):
+        with pytest.raises(APIError, match="video_max_frames"):
+            await _all([sibling(), refused()])
+    assert cancelled == [True]
+    assert await _all([asyncio.sleep(0, "a"), asyncio.sleep(0, "b")]) == ["a", "b"]

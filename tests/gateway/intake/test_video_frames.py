@@ -6,21 +6,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import uuid
 
 import numpy as np
 import pytest
 
-from gateway.intake.video_frames import SharedFrames, SharedVideo, receive
-from iris.multimodal.video import VideoDecodeError, VideoLimits, VideoSampling, sample_video
+from gateway.errors import APIError
+from gateway.intake.video_frames import SEGMENT_PREFIX, SharedFrames, SharedVideo, receive
+from gateway.intake.videos import VideoDecoder, _decode
+from iris.multimodal.video import VideoLimits, VideoSampling, sample_video
 from tests.fixtures.videos import encode_video, source_frames
 
+SHM = "/dev/shm"
 SAMPLING = VideoSampling(min_pixels=16 * 32 * 32, max_pixels=64 * 32 * 32)
 
 
 def test_frames_received_from_shared_memory_are_the_decoded_ones():
     data = encode_video(source_frames(12, 96, 64), fps=4)
     plain = sample_video(data, VideoLimits(), SAMPLING)
-    store = SharedFrames(VideoLimits())
+    store = SharedFrames(VideoLimits(), f"{SEGMENT_PREFIX}test-{uuid.uuid4().hex}")
     shared = store.hand_over(sample_video(data, VideoLimits(), SAMPLING, store))
     assert isinstance(shared, SharedVideo)
     video = receive(shared)
@@ -42,14 +46,52 @@ def test_a_slow_clip_keeps_each_decoded_frame_once():
 
 
 def test_a_refused_decode_leaves_no_segment():
+    """The decode path a worker runs: refused past its first frames, its segment goes."""
     data = encode_video(source_frames(12, 96, 64), fps=4)
     limits = dataclasses.replace(VideoLimits(), max_frames=3)
-    store = SharedFrames(limits)
-    with pytest.raises(VideoDecodeError):
-        sample_video(data, limits, SAMPLING, store)
-    name = store.segment.name
-    store.remove()
-    assert store.segment is None and not os.path.exists(f"/dev/shm/{name}")
+    before = set(os.listdir(SHM))
+    outcome = _decode(data, limits, SAMPLING, f"{SEGMENT_PREFIX}test-{uuid.uuid4().hex}")
+    assert outcome.startswith("video_max_frames\0"), outcome
+    assert set(os.listdir(SHM)) - before == set()
+
+
+_SEEN: set[str] | None = None  # in the worker: /dev/shm as the decode began
+
+
+def _segment_made() -> bool:
+    """In the worker: whether a segment appeared in /dev/shm since the first call."""
+    global _SEEN
+    now = set(os.listdir(SHM))
+    if _SEEN is None:
+        _SEEN = now
+    return bool(now - _SEEN)
+
+
+@dataclasses.dataclass(frozen=True)
+class DyingSampling(VideoSampling):
+    """Kills the worker that decodes with it once the decode's segment exists (its frames
+    are being kept): a worker killed mid-decode, whenever it is scheduled."""
+
+    def __getattribute__(self, name: str):
+        if name == "fps" and _segment_made():
+            os._exit(1)
+        return super().__getattribute__(name)
+
+
+async def test_a_worker_killed_mid_decode_leaves_no_segment():
+    """The gateway names the segment, so it removes it when the worker dies (a 503)."""
+    data = encode_video(source_frames(12, 96, 64), fps=4)
+    sampling = DyingSampling(min_pixels=SAMPLING.min_pixels, max_pixels=SAMPLING.max_pixels)
+    decoder = VideoDecoder(1, VideoLimits())
+    decoder.start()
+    before = set(os.listdir(SHM))
+    try:
+        with pytest.raises(APIError) as lost:
+            await decoder.decode(data, sampling, "messages[0].content[0]")
+        assert lost.value.status == 503
+    finally:
+        await decoder.stop()
+    assert set(os.listdir(SHM)) - before == set()
 
 
 def test_a_group_hashed_where_its_frames_lie_has_its_packed_identity():

@@ -26,9 +26,10 @@ class Frames:
 def test_a_reservation_waits_until_a_holders_frames_are_freed_on_another_thread():
     async def scenario():
         memory = VideoMemory(100, timeout_s=60)
-        first = await memory.reserve(80, "a")
+        first = await memory.reserve(90, "a")
         frames = Frames()
-        first.hold_with(frames)
+        first.hold_part(frames, 80)
+        first.release()  # what the frames did not take
         waiting = asyncio.ensure_future(memory.reserve(50, "b"))
         await asyncio.sleep(0)
         assert not waiting.done() and memory.used == 80
@@ -38,12 +39,23 @@ def test_a_reservation_waits_until_a_holders_frames_are_freed_on_another_thread(
         await asyncio.to_thread(holder.clear)
         second = await waiting
         assert memory.used == 50
-        second.settle(20)
-        assert memory.used == 20
+        kept = Frames()
+        second.hold_part(kept, 20)
         second.release()
+        assert memory.used == 20
+        del kept
+        assert memory.used == 0 or await _released(memory)
         assert memory.used == 0
 
     asyncio.run(scenario())
+
+
+async def _released(memory: VideoMemory) -> bool:
+    """The finalizer hands the bytes back on the loop: let it run."""
+    async with asyncio.timeout(60):
+        while memory.used:
+            await asyncio.sleep(0)
+    return True
 
 
 def test_a_wait_that_runs_out_is_a_503_with_retry_after():
@@ -55,7 +67,9 @@ def test_a_wait_that_runs_out_is_a_503_with_retry_after():
             await memory.reserve(60, "b")
         assert refused.value.status == 503
         assert refused.value.retry_after == 3
-        assert "video_max_inflight_bytes" in refused.value.message
+        message = refused.value.message
+        assert "video_max_inflight_bytes" in message
+        assert "need 60 bytes" in message and "60 of the limit of 100 bytes" in message
         assert _refusals("video_queue_timeout_s") == before + 1
         assert memory.used == 60 and not memory._waiting
         held.release()

@@ -4,6 +4,8 @@ gone once released."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from multiprocessing.shared_memory import SharedMemory
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from gateway.parsing.shared_body import BodyBuffer, SharedBody, page_rounded
 
 MIB = 1024 * 1024
+SHM = "/dev/shm"
 
 
 async def test_past_the_spill_size_the_chunks_land_in_one_segment_in_order():
@@ -118,3 +121,26 @@ async def test_a_body_is_released_once():
     body = await SharedBody.create(10)
     body.release()
     body.release()  # the route and the door both release it: the second does nothing
+
+
+async def test_a_body_cancelled_while_it_grows_leaves_no_new_segment():
+    """The request goes away while its body moves to a bigger segment (its pages being
+    reserved, or the body being copied a window at a time): that segment is removed."""
+    body = await SharedBody.create(3 * MIB)
+    assert body is not None and body.write(b"x" * 3 * MIB)
+    before = set(os.listdir(SHM))
+    growing = asyncio.ensure_future(body.grown(8 * MIB))
+    async with asyncio.timeout(60):
+        while not (new := set(os.listdir(SHM)) - before):
+            await asyncio.sleep(0)
+        (name,) = new
+        while os.stat(os.path.join(SHM, name)).st_blocks * 512 < 8 * MIB:  # pages reserved
+            await asyncio.sleep(0)
+    growing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await growing
+    async with asyncio.timeout(60):  # removed at once in the copy, once its thread is done
+        while os.path.exists(os.path.join(SHM, name)):
+            await asyncio.sleep(0.01)
+    assert body.to_bytes() == b"x" * 3 * MIB  # the old one is kept for its owner to release
+    body.release()
