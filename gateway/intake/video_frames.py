@@ -23,7 +23,7 @@ import numpy as np
 from iris.multimodal.video import FrameStore, SampledVideo, VideoLimits, VideoSampling
 
 _SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux
-SEGMENT_PREFIX = "iris-vf-"  # the gateway names each decode's segment: iris-vf-<uuid>
+SEGMENT_PREFIX = "iris-vf-"  # the gateway names each decode's segment: iris-vf-<its pid>-<uuid>
 
 
 @dataclass(frozen=True)

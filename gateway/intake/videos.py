@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -107,7 +108,7 @@ class VideoDecoder:
         started = time.monotonic()
         # The gateway names the frames' segment, so that it can remove it whatever became
         # of the worker (killed mid-decode, it could not).
-        name = f"{SEGMENT_PREFIX}{uuid.uuid4().hex}"
+        name = f"{SEGMENT_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
         try:
             shared = await self.pool.run(
                 _decode,

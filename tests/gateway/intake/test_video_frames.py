@@ -49,10 +49,10 @@ def test_a_refused_decode_leaves_no_segment():
     """The decode path a worker runs: refused past its first frames, its segment goes."""
     data = encode_video(source_frames(12, 96, 64), fps=4)
     limits = dataclasses.replace(VideoLimits(), max_frames=3)
-    before = set(os.listdir(SHM))
-    outcome = _decode(data, limits, SAMPLING, f"{SEGMENT_PREFIX}test-{uuid.uuid4().hex}")
+    name = f"{SEGMENT_PREFIX}test-{uuid.uuid4().hex}"
+    outcome = _decode(data, limits, SAMPLING, name)
     assert outcome.startswith("video_max_frames\0"), outcome
-    assert set(os.listdir(SHM)) - before == set()
+    assert not os.path.exists(f"{SHM}/{name}")
 
 
 _SEEN: set[str] | None = None  # in the worker: /dev/shm as the decode began
@@ -84,14 +84,16 @@ async def test_a_worker_killed_mid_decode_leaves_no_segment():
     sampling = DyingSampling(min_pixels=SAMPLING.min_pixels, max_pixels=SAMPLING.max_pixels)
     decoder = VideoDecoder(1, VideoLimits())
     decoder.start()
-    before = set(os.listdir(SHM))
+    # This process's segments only: other test workers may make and remove their own meanwhile.
+    mine = f"{SEGMENT_PREFIX}{os.getpid()}-"
+    before = {name for name in os.listdir(SHM) if name.startswith(mine)}
     try:
         with pytest.raises(APIError) as lost:
             await decoder.decode(data, sampling, "messages[0].content[0]")
         assert lost.value.status == 503
     finally:
         await decoder.stop()
-    assert set(os.listdir(SHM)) - before == set()
+    assert {name for name in os.listdir(SHM) if name.startswith(mine)} - before == set()
 
 
 def test_a_group_hashed_where_its_frames_lie_has_its_packed_identity():

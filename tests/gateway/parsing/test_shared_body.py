@@ -5,6 +5,7 @@ gone once released."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from multiprocessing.shared_memory import SharedMemory
 
@@ -123,15 +124,26 @@ async def test_a_body_is_released_once():
     body.release()  # the route and the door both release it: the second does nothing
 
 
+def own_segments() -> set[str]:
+    """The /dev/shm segments this process has open (other test workers make their own)."""
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(SHM + "/"):
+                names.add(os.path.basename(target))
+    return names
+
+
 async def test_a_body_cancelled_while_it_grows_leaves_no_new_segment():
     """The request goes away while its body moves to a bigger segment (its pages being
     reserved, or the body being copied a window at a time): that segment is removed."""
     body = await SharedBody.create(3 * MIB)
     assert body is not None and body.write(b"x" * 3 * MIB)
-    before = set(os.listdir(SHM))
+    before = own_segments()
     growing = asyncio.ensure_future(body.grown(8 * MIB))
     async with asyncio.timeout(60):
-        while not (new := set(os.listdir(SHM)) - before):
+        while not (new := own_segments() - before):
             await asyncio.sleep(0)
         (name,) = new
         while os.stat(os.path.join(SHM, name)).st_blocks * 512 < 8 * MIB:  # pages reserved
