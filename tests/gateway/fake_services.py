@@ -45,12 +45,51 @@ class PodScript:
     token_gate: threading.Event | None = None
 
 
+class EventFeed:
+    """A fake pod's KV event batches (or None, which ends a stream), sent to every open
+    StreamKVEvents stream as a real pod sends its events to every watcher: several gateways
+    (a test's in-process one, a session's gateway process) may watch the same fake pod, and
+    none may take a batch meant for all. A batch put while no stream is open waits for the
+    next stream to open."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: list[queue.Queue] = []
+        self._backlog: list = []
+
+    def put(self, batch) -> None:
+        with self._lock:
+            for stream in self._streams:
+                stream.put(batch)
+            if not self._streams:
+                self._backlog.append(batch)
+
+    def subscribe(self) -> queue.Queue:
+        stream: queue.Queue = queue.Queue()
+        with self._lock:
+            for batch in self._backlog:
+                stream.put(batch)
+            self._backlog.clear()
+            self._streams.append(stream)
+        return stream
+
+    def unsubscribe(self, stream: queue.Queue, unsent: list) -> None:
+        """`stream` has closed; what it had not sent goes to the next stream if no other
+        stream is open (one that is already had every batch)."""
+        with self._lock:
+            self._streams.remove(stream)
+            if not self._streams:
+                while not stream.empty():
+                    unsent.append(stream.get_nowait())
+                self._backlog.extend(unsent)
+
+
 class FakePod(llm_pb2_grpc.LLMServicer):
     def __init__(self, script: PodScript) -> None:
         self.script = script
         self.requests: list[llm_pb2.GenerateRequest] = []
         self.metadata: list[dict] = []
-        self.events: queue.Queue = queue.Queue()  # KVEventBatch, or None to end the stream
+        self.events = EventFeed()  # KVEventBatch, or None to end the streams
         self.snapshots = 0
         self.lock = threading.Lock()
 
@@ -142,19 +181,23 @@ class FakePod(llm_pb2_grpc.LLMServicer):
     def StreamKVEvents(self, request, context):
         if self.script.events_unimplemented:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "no KV events")
-        while context.is_active():
-            try:
-                batch = self.events.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if not context.is_active():
-                # A stream whose gateway has gone (an earlier test's) must not swallow the
-                # batch meant for the gateway subscribed now: hand it back.
-                self.events.put(batch)
-                return
-            if batch is None:
-                return
-            yield batch
+        stream, unsent = self.events.subscribe(), []
+        try:
+            while context.is_active():
+                try:
+                    batch = stream.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if not context.is_active():
+                    # A stream whose gateway has gone (an earlier test's) must not swallow
+                    # the batch meant for the gateway that subscribes next: hand it back.
+                    unsent.append(batch)
+                    return
+                if batch is None:
+                    return
+                yield batch
+        finally:
+            self.events.unsubscribe(stream, unsent)
 
 
 class FakeEncoder(encoder_pb2_grpc.EncoderServicer):
