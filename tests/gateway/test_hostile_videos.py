@@ -6,14 +6,11 @@ next request. No pod is needed: every case is refused before routing."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import struct
 import threading
-from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import av
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
@@ -26,7 +23,7 @@ from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from iris.models import load_adapter
 from iris.multimodal.video import VideoLimits, probe_video
-from tests.fixtures.videos import encode_video, source_frames
+from tests.fixtures.videos import encode_video, mux_video, source_frames
 from tests.gateway.helpers import data_url, png_bytes
 
 
@@ -248,20 +245,27 @@ def test_a_video_over_the_bytes_in_flight_waits_then_gets_a_503(gateway_and_clie
     assert _sample("iris_gateway_video_decodes_total") == decodes
 
 
-def test_a_videos_tokens_are_charged_to_its_key_before_the_decode(tiny_qwen3_vl_dir):
-    """The key pays the tokens planned from the header before the decode runs: a decode
-    that is then refused has still cost them."""
-    key = "sk-video-charge"
-    settings = GatewaySettings.load(
-        model=str(tiny_qwen3_vl_dir),
+def keyed_settings(model_dir, key: str, **extra) -> GatewaySettings:
+    """A gateway whose one API key has a prompt-token bucket that does not refill during a
+    test (its services unreachable: these requests end at the door or in intake)."""
+    return GatewaySettings.load(
+        model=str(model_dir),
         llm_addresses=["127.0.0.1:9"],
         encoder_addresses=["127.0.0.1:9"],
         cache_address="127.0.0.1:9",
         api_keys=[key],
-        key_prompt_tokens_per_s=0.0001,  # nothing refills during the test
+        key_prompt_tokens_per_s=0.0001,
         key_prompt_token_burst=100_000,
-        video_max_decode_s=1e-9,  # every decode is refused once it runs
+        **extra,
     )
+
+
+def test_a_videos_tokens_are_charged_to_its_key_before_the_decode(tiny_qwen3_vl_dir):
+    """The key pays the tokens planned from the header before the decode runs: a decode
+    that is then refused has still cost them."""
+    key = "sk-video-charge"
+    # every decode is refused once it runs
+    settings = keyed_settings(tiny_qwen3_vl_dir, key, video_max_decode_s=1e-9)
     adapter = load_adapter(tiny_qwen3_vl_dir)
     gateway = Gateway(settings, adapter)
     tokens_per_group, _ = adapter.video_group_token_count(*adapter.video_sampling.resized(64, 32))
@@ -313,20 +317,8 @@ def test_two_videos_over_the_bytes_in_flight_together_are_a_400(gateway_and_clie
 
 def live_video(frames) -> bytes:
     """`frames` as FFV1 in Matroska written as a live stream: no declared duration."""
-    out = io.BytesIO()
-    with av.open(out, mode="w", format="matroska", options={"live": "1"}) as video:
-        stream = video.add_stream("ffv1", rate=4)
-        stream.width, stream.height = frames.shape[2], frames.shape[1]
-        stream.pix_fmt = "yuv444p"
-        stream.time_base = Fraction(1, 4)
-        for index, pixels in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-            frame.pts = index
-            for packet in stream.encode(frame):
-                video.mux(packet)
-        for packet in stream.encode():
-            video.mux(packet)
-    return out.getvalue()
+    size = (frames.shape[2], frames.shape[1])
+    return mux_video(enumerate(frames), size, fps=4, container_options={"live": "1"})
 
 
 def test_a_video_without_a_duration_reserves_a_share_of_the_bound(gateway_and_client):
@@ -357,15 +349,7 @@ def test_a_video_that_never_decodes_for_a_503_costs_its_key_nothing(tiny_qwen3_v
     """The tokens taken before the decode are given back when the request gets a 503
     instead (the bytes in flight stayed full): the work never ran."""
     key = "sk-video-refund"
-    settings = GatewaySettings.load(
-        model=str(tiny_qwen3_vl_dir),
-        llm_addresses=["127.0.0.1:9"],
-        encoder_addresses=["127.0.0.1:9"],
-        cache_address="127.0.0.1:9",
-        api_keys=[key],
-        key_prompt_tokens_per_s=0.0001,  # nothing refills during the test
-        key_prompt_token_burst=100_000,
-    )
+    settings = keyed_settings(tiny_qwen3_vl_dir, key)
     gateway = Gateway(settings, load_adapter(tiny_qwen3_vl_dir))
     with TestClient(create_app(settings, gateway)) as client:
         memory = gateway.prompts.videos.memory = VideoMemory(1 << 30, timeout_s=0)

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
-import io
 import threading
 import time
-from fractions import Fraction
 
-import av
 import httpx
 import numpy as np
 import pytest
@@ -26,7 +23,7 @@ import pytest
 from iris.models import load_adapter
 from iris.up.metrics_page import scrape
 from iris.up.processes import free_port, wait_until
-from tests.fixtures.videos import encode_video, source_frames
+from tests.fixtures.videos import encode_video, mux_video, source_frames
 from tests.gateway.fake_services import PodScript, serve_encoder, serve_pod
 from tests.gateway.gateway_process import start_gateway
 from tests.gateway.process_memory import MB, describe, maps_library, peak_growth, tree
@@ -40,46 +37,32 @@ ENCODE_MESSAGE = 3 * MB  # max_encode_message_bytes (the scripted encoder takes 
 
 def sparse_video() -> bytes:
     """Two black 640x640 FFV1 frames at pts 0 and 299.5 s in Matroska (about 2 KB)."""
-    out = io.BytesIO()
-    with av.open(out, mode="w", format="matroska") as container:
-        stream = container.add_stream("ffv1", rate=2)
-        stream.width = stream.height = 640
-        stream.pix_fmt = "yuv420p"
-        stream.time_base = Fraction(1, 2)
-        for pts in (0, 599):
-            frame = av.VideoFrame.from_ndarray(np.zeros((640, 640, 3), np.uint8), format="rgb24")
-            frame.pts = pts
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return out.getvalue()
+    black = np.zeros((640, 640, 3), np.uint8)
+    return mux_video([(0, black), (599, black)], (640, 640), fps=2, pix_fmt="yuv420p")
 
 
 def clip_720p(seconds: int = 60, fps: int = 2) -> bytes:
     """A 1280x720 MPEG-4 clip whose every frame differs (a moving gradient): each of the
     grid's frames is a distinct decoded frame."""
-    out = io.BytesIO()
     height, width = 720, 1280
     ys, xs = np.mgrid[0:height, 0:width]
-    with av.open(out, mode="w", format="matroska") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height = width, height
-        stream.pix_fmt = "yuv420p"
-        stream.time_base = Fraction(1, fps)
-        stream.options = {"qscale": "10"}
+
+    def gradients():
         pixels = np.empty((height, width, 3), np.uint8)
         for k in range(seconds * fps):
             pixels[..., 0] = (xs // 4 + k * 9) % 256
             pixels[..., 1] = (ys // 4 + k * 5) % 256
             pixels[..., 2] = ((xs + ys) // 8 + k * 3) % 256
-            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-            frame.pts = k
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return out.getvalue()
+            yield k, pixels
+
+    return mux_video(
+        gradients(),
+        (width, height),
+        fps,
+        "mpeg4",
+        pix_fmt="yuv420p",
+        codec_options={"qscale": "10"},
+    )
 
 
 @pytest.fixture(scope="module")

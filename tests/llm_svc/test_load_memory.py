@@ -116,6 +116,21 @@ def test_loading_grows_anonymous_memory_by_the_weights_alone(request, checkpoint
     )
 
 
+def created_storages(args, kwargs, out):
+    """(tensor, storage) for each output of a torch op that shares no storage with the op's
+    inputs: what the op created, on a device other than meta."""
+    inputs = {
+        t.untyped_storage().data_ptr()
+        for t in tree_leaves((args, kwargs))
+        if isinstance(t, torch.Tensor) and t.device.type != "meta"
+    }
+    for t in tree_leaves(out):
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in inputs:
+                yield t, storage
+
+
 class CreatedBytes(TorchDispatchMode):
     """Sums the bytes of every tensor a torch op creates (an output sharing no storage with
     the op's inputs) on a device other than meta, and notes the largest float32 one."""
@@ -127,19 +142,10 @@ class CreatedBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {
-            t.untyped_storage().data_ptr()
-            for t in tree_leaves((args, kwargs))
-            if isinstance(t, torch.Tensor) and t.device.type != "meta"
-        }
-        for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-                continue
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in inputs:
-                self.total += storage.nbytes()
-                if t.dtype == torch.float32:
-                    self.largest_float32 = max(self.largest_float32, storage.nbytes())
+        for t, storage in created_storages(args, kwargs, out):
+            self.total += storage.nbytes()
+            if t.dtype == torch.float32:
+                self.largest_float32 = max(self.largest_float32, storage.nbytes())
         return out
 
 
@@ -180,16 +186,8 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {
-            t.untyped_storage().data_ptr()
-            for t in tree_leaves((args, kwargs))
-            if isinstance(t, torch.Tensor) and t.device.type != "meta"
-        }
-        for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-                continue
-            storage = t.untyped_storage()
-            if storage.nbytes() and storage.data_ptr() not in inputs:
+        for _, storage in created_storages(args, kwargs, out):
+            if storage.nbytes():
                 self.live += storage.nbytes()
                 self.peak = max(self.peak, self.live)
                 weakref.finalize(storage, self._freed, storage.nbytes())
