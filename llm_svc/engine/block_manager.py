@@ -4,13 +4,18 @@ model with sliding-window layers also their own pages (window_pages.py)."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 
 from iris.multimodal import PrefixResumeRule
-from llm_svc.engine.radix_cache import RadixCache
+from llm_svc.engine.host_tier import PAGE, STATE, WINDOW, LoadFailedError
+from llm_svc.engine.radix_cache import DEVICE, RadixCache
 from llm_svc.engine.sequence import Sequence
 from llm_svc.engine.state_pool import StatePool
 from llm_svc.engine.window_pages import WindowPages, pages_per_sequence
+
+log = logging.getLogger(__name__)
 
 
 class BlockManager:
@@ -154,25 +159,50 @@ class BlockManager:
         if self.cache is None:
             return 0
         mark = len(self.cache.events)
-        freed = self.cache.evict(self.cache.num_unreferenced)
+        freed = self.cache.evict(self.cache.num_unreferenced, spill=False)
         self.free_pages.extend(freed)
         if self.windows is not None:
             self.windows.free_pages.extend(
-                self.cache.evict_windows(self.cache.num_window_unreferenced)
+                self.cache.evict_windows(self.cache.num_window_unreferenced, spill=False)
             )
+        host_freed = self.cache.drop_all_host() if self.cache.host is not None else 0
         if not announce:
             del self.cache.events[mark:]
-        return len(freed)
+        return len(freed) + host_freed
 
     def match_prefix(self, seq: Sequence) -> int:
         """Share the cached pages of `seq`'s longest cached prefix; returns tokens matched.
 
-        At least one token is left to compute, since its logits give the next token.
+        At least one token is left to compute, since its logits give the next token. With
+        the host tier, the part of the prefix held only in host memory is copied back
+        first (`_load`), as far as the device pools have room; the rest is prefilled.
         """
         if self.cache is None or seq.block_table:
             return 0
         nodes = self._resumable_nodes(seq)
-        self.cache.acquire(nodes)
+        on_device = 0
+        while on_device < len(nodes) and nodes[on_device].tier == DEVICE:
+            on_device += 1
+        self.cache.acquire(nodes[:on_device])
+        started = time.perf_counter()
+        if on_device < len(nodes):
+            loaded = self._load(nodes[on_device:])
+            self._cut(seq, nodes, on_device + loaded)
+        host = self.cache.host
+        if self.windows is not None and host is not None:
+            self._load_windows(seq, nodes)
+        if host is not None and not seq.tier_counted:
+            # Once per sequence (a waiting one is matched again at every step).
+            seq.tier_counted = True
+            from_host = max(0, len(nodes) - on_device)
+            most = self.resume_rule.resumable_blocks(seq.num_tokens, uncut_spans=seq.uncut_spans)
+            lookups = host.stats.page_lookups
+            lookups["device"] += len(nodes) - from_host
+            lookups["host"] += from_host
+            lookups["miss"] += max(0, most - len(nodes))
+            host.stats.host_hit_tokens += from_host * self.page_size
+            if from_host:
+                host.stats.load_seconds.append(time.perf_counter() - started)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size
@@ -180,26 +210,141 @@ class BlockManager:
             self.windows.adopt(seq, nodes)
         return seq.num_computed_tokens
 
+    def _cut(self, seq: Sequence, nodes: list, held: int) -> None:
+        """Keep of `nodes` (the first `held` on the device and held by `seq`, the rest not
+        loaded) the resume point the rule allows within the first `held`; release the
+        rest of those."""
+        del nodes[held:]  # not loaded: never held
+        # Window pages may still be in host memory: `_load_windows` brings them next.
+        keep = self._rule_blocks(seq, nodes, device_only=False)
+        self.cache.release(nodes[keep:])
+        del nodes[keep:]
+
+    def _load(self, nodes: list) -> int:
+        """Copy host `nodes` (a chain under device nodes `seq` holds) to the device, in
+        order, each then held; returns how many. Stops where the device has no page (or
+        snapshot slot) left, or at a failed copy, whose node and host-only descendants the
+        cache drops."""
+        cache, states = self.cache, self.states
+        cache.pin(nodes)
+        loaded = 0
+        for node in nodes:
+            page = self._device_page()
+            if page is None:
+                break
+            slot = None
+            if node.snapshot is not None:
+                slot = self._snapshot_slot()
+                if slot is None:
+                    self.free_pages.append(page)
+                    cache.host.stats.misses[STATE] += 1
+                    break
+            try:
+                cache.load(node, page, slot)
+            except LoadFailedError as err:
+                log.warning("host tier: %s; the prefix from there is prefilled", err)
+                self.free_pages.append(page)
+                if slot is not None:
+                    states.give_snapshot(slot)
+                cache.drop_host(node)
+                break
+            loaded += 1
+            cache.host.stats.hits[STATE] += slot is not None
+        cache.unpin(nodes[loaded:])
+        stats = cache.host.stats
+        stats.hits[PAGE] += loaded
+        stats.misses[PAGE] += len(nodes) - loaded
+        return loaded
+
+    def _device_page(self) -> int | None:
+        if not self.free_pages:
+            self.free_pages.extend(self.cache.evict(1))
+        return self.free_pages.popleft() if self.free_pages else None
+
+    def _snapshot_slot(self) -> int | None:
+        """A device snapshot slot, evicting cached pages until one frees (None: none can)."""
+        slot = self.states.take_snapshot()
+        while slot is None and self.cache.num_unreferenced:
+            self.free_pages.extend(self.cache.evict(1))
+            slot = self.states.take_snapshot()
+        return slot
+
+    def _load_windows(self, seq: Sequence, nodes: list) -> None:
+        """The window pages `seq`'s next query reads, copied back where only host memory
+        holds them; where the window pool has no room (or a copy fails), the resume point
+        moves back to one whose window pages are all on the device. The window pages
+        already there are held meanwhile, so making room never takes one of them."""
+        cache, stats = self.cache, self.cache.host.stats
+        reading = nodes[self.windows.first_block(len(nodes) * self.page_size) :]
+        held = [node for node in reading if node.window_page is not None]
+        for node in held:
+            cache.acquire_window(node)
+        complete = True
+        for node in reading:
+            if node.window_page is not None:
+                continue
+            page = None
+            if node.host_window is not None:
+                cache.pin_window(node)
+                page = self._window_page()
+            if page is None:
+                cache.unpin_window(node)
+                stats.misses[WINDOW] += node.host_window is not None
+                complete = False
+                break
+            try:
+                cache.load_window(node, page)
+            except LoadFailedError as err:
+                log.warning("host tier: %s; that window is prefilled", err)
+                self.windows.free_pages.append(page)
+                cache.drop_host_window(node)
+                complete = False
+                break
+            cache.acquire_window(node)
+            held.append(node)
+            stats.hits[WINDOW] += 1
+        for node in held:
+            cache.release_window(node)
+        if not complete:
+            keep = self._rule_blocks(seq, nodes, device_only=True)
+            cache.release(nodes[keep:])
+            del nodes[keep:]
+
+    def _window_page(self) -> int | None:
+        free = self.windows.free_pages
+        if not free:
+            free.extend(self.cache.evict_windows(1))
+        return free.popleft() if free else None
+
     def _resumable_nodes(self, seq: Sequence) -> list:
-        """The cached nodes `seq` resumes from: the held prefix, cut where the shared rule
-        says (iris.multimodal.PrefixResumeRule, which the gateway counts with too). The
-        walk stops at the most the rule could allow, so a long prompt is not walked past it.
-        For a hybrid model the rule also asks which depths keep a state snapshot."""
+        """The cached nodes `seq` resumes from: the held prefix (in either tier), cut where
+        the shared rule says (iris.multimodal.PrefixResumeRule, which the gateway counts
+        with too). The walk stops at the most the rule could allow, so a long prompt is not
+        walked past it. For a hybrid model the rule also asks which depths keep a state
+        snapshot, for a model with sliding layers which blocks keep their window page."""
         rule = self.resume_rule
-        spans = seq.uncut_spans
-        most = rule.resumable_blocks(seq.num_tokens, uncut_spans=spans)
+        most = rule.resumable_blocks(seq.num_tokens, uncut_spans=seq.uncut_spans)
         held = self.cache.match(seq.token_ids[: most * self.page_size], seq.cache_salt)
+        return held[: self._rule_blocks(seq, held, device_only=False)]
+
+    def _rule_blocks(self, seq: Sequence, held: list, device_only: bool) -> int:
+        """The rule's resume depth over `held` nodes: windows and snapshots in either tier,
+        or (`device_only`) on the device alone."""
         windows = None
         if self.windows is not None:
-            windows = lambda index: held[index].window_page is not None  # noqa: E731
-        blocks = rule.resumable_blocks(
+            if device_only:
+                windows = lambda index: held[index].window_page is not None  # noqa: E731
+            else:
+                windows = lambda index: (  # noqa: E731
+                    held[index].window_page is not None or held[index].host_window is not None
+                )
+        return self.resume_rule.resumable_blocks(
             seq.num_tokens,
             held_blocks=len(held),
-            uncut_spans=spans,
+            uncut_spans=seq.uncut_spans,
             snapshots=lambda depth: held[depth - 1].snapshot is not None,
             windows=windows,
         )
-        return held[:blocks]
 
     def peek_prefix(self, seq: Sequence) -> int:
         """Tokens of `seq` the prefix cache holds, without taking them: a load estimate

@@ -76,6 +76,8 @@ class EngineConfig:
     max_model_len_given: bool | None = None
     num_pages: int | None = None
     kv_cache_bytes: int | None = None
+    # Host memory for pages the device pools let go (llm_svc/engine/host_tier.py); 0: off.
+    host_kv_bytes: int = 0
     gpu_memory_utilization: float = 0.9
     memory_budget_bytes: int | None = None
     max_held_embedding_bytes: int = 1 << 30
@@ -137,6 +139,8 @@ class EngineConfig:
             raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
             raise ValueError(f"memory_budget_bytes must be >= 1, got {self.memory_budget_bytes}")
+        if self.host_kv_bytes < 0:
+            raise ValueError(f"host_kv_bytes must be >= 0, got {self.host_kv_bytes}")
         if self.kv_cache_bytes is not None and self.kv_cache_bytes < 1:
             raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

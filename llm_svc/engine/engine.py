@@ -151,7 +151,7 @@ class LLMEngine:
         self.fingerprint = processor_fingerprint(config.model_dir, config.model_revision)
         cache = None
         if config.enable_prefix_caching:
-            cache = RadixCache(config.page_size, self.fingerprint)
+            cache = RadixCache(config.page_size, self.fingerprint, host=self.runner.host_tier)
         # The model's real layer kinds (windows; a hybrid model's linear layers with their
         # snapshot interval): GetModelInfo reports them, and the gateway builds this same
         # rule from them.
@@ -418,6 +418,8 @@ class LLMEngine:
         if self.step_fault is not None:
             self.step_fault()
         pending = self._inflight.pending if self._inflight is not None else None
+        if self.runner.host_tier is not None:  # pages copied back must be in before reads
+            self.runner.host_tier.before_step()
         inputs = self.runner.prepare(chunks, pending)
         logits = self.runner.run(inputs, image_rows)
         for chunk in chunks:

@@ -15,6 +15,7 @@ from llm_svc.engine.attention import AttentionMetadata, KVCache, make_backend
 from llm_svc.engine.attention.kinds import KindsBackend
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.embeddings.assembly import assemble_input_embeds, deepstack_rows
+from llm_svc.engine.host_tier import HostTier
 from llm_svc.engine.kv_sizing import KindPages, kv_budget
 from llm_svc.engine.models import load_model
 from llm_svc.engine.models.config import SLIDING
@@ -61,7 +62,11 @@ class ModelRunner:
         mc = self.model_config
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
         self.rank = 0 if group is None else group.rank
+        # Rank 0 under tensor parallelism: the state pool's and host tier's operations, in
+        # order, for the other ranks to replay (llm_svc/engine/parallel/channel.py).
+        self.journal: list[tuple[int, int, int]] | None = [] if group and self.rank == 0 else None
         self.state_pool: StatePool | None = None
+        self.host_tier: HostTier | None = None
         kinds = mc.layer_types or ()
         self.sliding_layers = [i for i, kind in enumerate(kinds) if kind == SLIDING]
         self.full_layers = [i for i in range(mc.num_layers) if i not in self.sliding_layers]
@@ -72,6 +77,7 @@ class ModelRunner:
             self.window = mc.sliding_window
             self.num_pages, self.num_window_pages = self._kind_sizing(config)
             self._allocate_kinds(config)
+            self._attach_host_tier(config)
             return
         if mc.is_hybrid:
             # This rank's heads' states; rank 0 journals its pool's resets and copies for
@@ -82,7 +88,7 @@ class ModelRunner:
             self.num_pages = sizing.num_pages
             self.state_pool = StatePool(
                 self.linear_shape, mc.num_linear_layers, sizing.running_slots,
-                sizing.snapshot_slots, self.device, record=group is not None and self.rank == 0,
+                sizing.snapshot_slots, self.device, journal=self.journal,
             )  # fmt: skip
             log.info(
                 "linear-attention states: %d running + %d snapshot slots of %d bytes (fp32)",
@@ -96,6 +102,22 @@ class ModelRunner:
         )  # fmt: skip
         self.backend = make_backend(config.attention_backend, self.kv_cache)
         log.info("KV cache: %d pages of %d tokens", self.num_pages, self.page_size)
+        self._attach_host_tier(config)
+
+    def _attach_host_tier(self, config: EngineConfig) -> None:
+        """The host tier for the pools just made (`host_kv_bytes`; 0: none). Every rank
+        makes the same one: its slots follow the pools, which every rank sizes alike."""
+        if not config.host_kv_bytes or not config.enable_prefix_caching:
+            return
+        self.host_tier = HostTier(
+            config.host_kv_bytes, self.kv_cache, self.window_cache, self.state_pool,
+            self.device, self.journal,
+        )  # fmt: skip
+        slots = self.host_tier.capacity
+        log.info(
+            "host KV tier: %d bytes, %d pages, %d window pages, %d state snapshots",
+            self.host_tier.sizing.total_bytes, slots["page"], slots["window"], slots["state"],
+        )  # fmt: skip
 
     def _allocate_kinds(self, config: EngineConfig) -> None:
         mc, dtype = self.model_config, config.torch_dtype

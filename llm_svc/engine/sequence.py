@@ -102,6 +102,7 @@ class Sequence:
         self.detokenizer: Any = None
         self.context: contextvars.Context | None = None  # the caller's, for off-loop work
         self.peeked_prefix_tokens: int | None = None  # cached prefix seen while waiting
+        self.tier_counted = False  # its prefix's tiers counted (host tier's lookups)
         self.embeddings: dict[int, torch.Tensor] = {}
         self.accepted = False
         self.error: Exception | None = None

@@ -8,8 +8,9 @@ Slots [0, running_slots) belong to running sequences (one each, so admission, bo
 was after the first `depth` pages of a cached prefix (docs/design/engine.md).
 
 Under tensor parallelism every rank holds a pool of its own heads' states, with the same
-slots: rank 0's pool keeps a journal of its resets and copies (`record`), which the step
-channel carries to the other ranks; they `replay` it before the step that follows.
+slots: rank 0's pool writes its resets and copies into the runner's journal (`journal`),
+which the step channel carries to the other ranks; they `replay` it before the step that
+follows.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ class StatePool:
         running_slots: int,
         snapshot_slots: int,
         device: torch.device,
-        record: bool = False,
+        journal: list[tuple[int, int, int]] | None = None,
     ) -> None:
         self.shape = shape
-        # (RESET, slot, 0) and (COPY, source, target) since the last `take_journal`.
-        self.journal: list[tuple[int, int, int]] | None = [] if record else None
+        # Rank 0 under tensor parallelism: (RESET, slot, 0) and (COPY, source, target) are
+        # appended to the runner's journal (shared with the host tier's copies, in order).
+        self.journal = journal
         total = running_slots + snapshot_slots
         self.conv = torch.zeros(
             (num_layers, total, shape.conv_channels, shape.conv_kernel - 1),

@@ -6,8 +6,9 @@ What crosses per step (every rank runs the same forward from it):
   image rows R, position rows (1, or 3 with M-RoPE), and each sequence's query start,
   query length and context length (the attention plan is built from host lists); for a
   hybrid model also each sequence's state slot, and, in a second message when there are
-  any, rank 0's state-pool journal since the last step (J resets and copies, which the
-  other ranks replay before the step: llm_svc/engine/state_pool.py);
+  any, rank 0's journal since the last step (J state-pool resets and copies and host-tier
+  saves and loads, which the other ranks replay in order before the step:
+  llm_svc/engine/state_pool.py, llm_svc/engine/host_tier.py);
 - device, int64: input ids [T], positions [P, T], KV slots [T], block tables [B, W],
   sampled rows [N], image destination rows [R]; for a model with a window pool (sliding
   layers' pages of their own) also its slots [T] and tables [B, V];
@@ -40,7 +41,7 @@ class StepMessage:
     image_dest: torch.Tensor | None
     image_source: torch.Tensor | None
     state_slots: list[int] | None = None  # hybrid models: each sequence's slot
-    journal: list[tuple[int, int, int]] = field(default_factory=list)  # the pool's, replayed
+    journal: list[tuple[int, int, int]] = field(default_factory=list)  # rank 0's, replayed
 
 
 class StepChannel:

@@ -76,8 +76,10 @@ class ShardRunner(ModelRunner):
         return self.group.gather_columns(local, vocab)
 
     def forward(self, message: StepMessage) -> torch.Tensor:
-        if message.journal and self.rank != 0:  # rank 0's pool did them as it journaled
-            self.state_pool.replay(message.journal)
+        if message.journal and self.rank != 0:  # rank 0 did them as it journaled
+            self.replay(message.journal)
+            if self.host_tier is not None:
+                self.host_tier.before_step()
         inputs = StepInputs(
             message.input_ids, message.positions, message.meta, message.sample_rows, [],
             message.state_slots,
@@ -87,6 +89,20 @@ class ShardRunner(ModelRunner):
             rows = [ChunkImageRows(message.image_dest, message.image_source)]
         embeds, deepstack = self.assemble(inputs, rows, starts=[0])
         return self.execute(inputs, embeds, deepstack)
+
+    def replay(self, journal: list[tuple[int, int, int]]) -> None:
+        """Rank 0's state-pool and host-tier operations, in its order (runs of one kind
+        at a time)."""
+        start = 0
+        for end in range(1, len(journal) + 1):
+            if end < len(journal) and (journal[end][0] < 10) == (journal[start][0] < 10):
+                continue
+            run = journal[start:end]
+            if run[0][0] < 10:
+                self.state_pool.replay(run)
+            else:
+                self.host_tier.replay(run)
+            start = end
 
     def serve(self) -> None:
         """A rank other than 0: run each step rank 0 sends, until STOP. A step rank 0
@@ -165,7 +181,7 @@ class DriverRunner(ShardRunner):
             inputs.input_ids, inputs.positions, inputs.meta, inputs.sample_rows, dest, source,
             inputs.state_slots,
         )  # fmt: skip
-        journal = self.state_pool.journal if self.state_pool is not None else None
+        journal = self.journal
         if journal:
             message.journal = list(journal)
         with self._collective():
