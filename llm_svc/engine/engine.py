@@ -40,7 +40,7 @@ from llm_svc.engine.grammar import (
 from llm_svc.engine.grammar.request import GrammarViolation
 from llm_svc.engine.kv_events import KVEvent
 from llm_svc.engine.models.config import UnsupportedModelError
-from llm_svc.engine.outputs import EngineStats, RequestOutput
+from llm_svc.engine.outputs import EngineStats, RequestOutput, TierSnapshot
 from llm_svc.engine.parallel import make_runner
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.radix_cache import RadixCache
@@ -679,7 +679,31 @@ class LLMEngine:
             prompt_tokens=self._prompt_tokens,
             prefix_hit_tokens=self._hit_tokens,
             generation_tokens=self._generated_tokens,
+            tier=self._tier_stats(),
             **self._snapshot_stats(),
+        )
+
+    def _tier_stats(self) -> TierSnapshot | None:
+        """The host tier's counters, copied; the load times recorded since the last call
+        are taken out (the engine thread is their only writer and this their only reader)."""
+        host = self.runner.host_tier
+        if host is None:
+            return None
+        stats = host.stats
+        load_seconds = tuple(stats.load_seconds)
+        stats.load_seconds.clear()
+        return TierSnapshot(
+            page_lookups=dict(stats.page_lookups),
+            hits=dict(stats.hits),
+            misses=dict(stats.misses),
+            bytes_to_host=stats.bytes_to_host,
+            bytes_to_device=stats.bytes_to_device,
+            load_failures=stats.load_failures,
+            dropped_full=stats.dropped_full,
+            host_hit_tokens=stats.host_hit_tokens,
+            load_seconds=load_seconds,
+            fill=host.fill,
+            capacity_bytes=host.sizing.total_bytes,
         )
 
     def _snapshot_stats(self) -> dict[str, int]:

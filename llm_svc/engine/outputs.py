@@ -29,6 +29,25 @@ class RequestOutput:
     error: Exception | None = None
 
 
+@dataclass(frozen=True)
+class TierSnapshot:
+    """The host KV tier's figures at one step (llm_svc/engine/host_tier.py, TierStats):
+    counters since start, except `load_seconds`, the load times of the requests that
+    loaded from host memory since the previous snapshot (each is in exactly one)."""
+
+    page_lookups: dict[str, int]  # full prompt pages by where they were: device, host, miss
+    hits: dict[str, int]  # units copied back, by kind: page, window, state
+    misses: dict[str, int]  # units host memory held that could not be copied back, by kind
+    bytes_to_host: int
+    bytes_to_device: int
+    load_failures: int
+    dropped_full: int  # units the host tier had no room for
+    host_hit_tokens: int  # prompt tokens admitted from host memory
+    load_seconds: tuple[float, ...]
+    fill: float  # share of the tier's bytes in use, 0..1
+    capacity_bytes: int
+
+
 @dataclass
 class EngineStats:
     """Load signals for metrics and routing."""
@@ -50,3 +69,5 @@ class EngineStats:
     snapshot_slots: int = 0
     snapshots_held: int = 0
     snapshots_skipped: int = 0
+    # The host KV tier (None: off).
+    tier: TierSnapshot | None = None

@@ -5,7 +5,9 @@ drawn from 1 to 13 tokens. Four families: Llama (full attention), Gemma 3 text (
 pool beside the full one), Qwen3-MoE (every layer slides) and Qwen3.5 (hybrid, a state
 snapshot every 2 pages). Greedy tokens must equal a run of each request alone without a
 cache (an aborted one's, a prefix of them), and at the end no sequence holds a page, a
-window page or a state slot, and the cache, dropped, gives every one back."""
+window page or a state slot, and the cache, dropped, gives every one back. Then the same
+with the host KV tier on (two rounds a family, the tier a few pools' worth, or a quarter of
+one), whose units are copied back on hits: also none of its slots is held at the end."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch
 
 from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams
 from llm_svc.engine.attention import KVCache
+from llm_svc.engine.host_tier import KINDS
 from llm_svc.engine.kv_events import BlockRemoved, WindowRemoved
 from llm_svc.engine.kv_sizing import KindPages
 from llm_svc.engine.models.config import SLIDING, TextModelConfig
@@ -117,6 +120,19 @@ def _run(engine: LLMEngine, requests, rng: random.Random) -> tuple[dict, set]:
     raise AssertionError(f"not done in {STEP_LIMIT} steps: {sorted(engine.requests)}")
 
 
+def _pool_bytes(model_dir, pool: dict, chunk: int) -> int:
+    """What the device pools of `pool` take (the host tier is sized against it)."""
+    probe = LLMEngine(_config(model_dir, max_num_batched_tokens=chunk, **pool))
+    runner = probe.runner
+    tensors = [runner.kv_cache.k, runner.kv_cache.v]
+    if runner.window_cache is not None:
+        tensors += [runner.window_cache.k, runner.window_cache.v]
+    if runner.state_pool is not None:
+        tensors += [runner.state_pool.conv, runner.state_pool.recurrent]
+    probe.close()
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def _assert_nothing_held(engine: LLMEngine) -> None:
     blocks = engine.blocks
     windows, states = blocks.windows, blocks.states
@@ -132,6 +148,10 @@ def _assert_nothing_held(engine: LLMEngine) -> None:
         assert sorted(windows.free_pages) == list(range(1, windows.num_pages))
     if states is not None:
         assert states.num_free_snapshots == states.snapshot_slots
+    tier = engine.runner.host_tier
+    if tier is not None:
+        assert all(tier.used(kind) == 0 for kind in KINDS)
+        assert blocks.cache.num_nodes == 0
 
 
 @pytest.mark.parametrize("family", sorted(CHECKPOINTS))
@@ -162,4 +182,36 @@ def test_random_requests_over_shared_prefixes_equal_each_run_alone(family):
         engine.close()
     # The draw did stress what it is meant to.
     assert preemptions > 0 and evictions > 0, (preemptions, evictions)
+    alone.engine.close()
+
+
+@pytest.mark.parametrize("family", sorted(CHECKPOINTS))
+def test_random_requests_with_the_host_tier_equal_each_run_alone(family):
+    rng = random.Random(zlib.crc32(b"host " + family.encode()))
+    model_dir = CHECKPOINTS[family]()
+    alone = Alone(model_dir)
+    vocab = min(alone.engine.model_config.vocab_size, 300)
+    host_hits = 0
+    for round_ in range(2):
+        chunk = rng.randint(1, 13)
+        pool = _pool_args(model_dir, chunk, rng)
+        # Round 0: room for every unit; round 1: a quarter of the device pools' bytes, so
+        # the tier drops units while loads and saves go on.
+        factor = 3.0 if round_ == 0 else 0.25
+        host = int(_pool_bytes(model_dir, pool, chunk) * factor)
+        config = _config(model_dir, max_num_batched_tokens=chunk, overlap_scheduling=bool(round_),
+                         host_kv_bytes=host, **pool)  # fmt: skip
+        engine = LLMEngine(config, tokenizer=alone.engine.tokenizer)
+        requests = _requests(rng, vocab)
+        tokens, aborted = _run(engine, requests, rng)
+        for index, (prompt, new) in enumerate(requests):
+            want = alone(prompt)[:new]
+            got = tokens[str(index)]
+            if str(index) in aborted:
+                want = want[: len(got)]
+            assert got == want, (family, round_, chunk, index)
+        host_hits += sum(engine.runner.host_tier.stats.hits.values())
+        _assert_nothing_held(engine)
+        engine.close()
+    assert host_hits > 0  # units did come back from host memory
     alone.engine.close()
