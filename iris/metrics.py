@@ -49,7 +49,9 @@ LABEL_STATUS = "status"  # HTTP or gRPC status
 LABEL_ROUTE = "route"  # HTTP route
 LABEL_WHERE = "where"  # gateway body parse: loop | process
 LABEL_DEPLOYMENT = "deployment"  # operator: encoder | llm
-LABEL_KIND = "kind"  # operator: encoder | llm
+LABEL_KIND = "kind"  # operator: encoder | llm; LLM pod's host KV tier: page | window | state
+LABEL_TIER = "tier"  # LLM pod's KV page lookups: device | host | miss
+LABEL_DIRECTION = "direction"  # LLM pod's KV tier copies: to_host | to_device
 LABEL_STAGE = "stage"  # encoder: claim, prepare, batch_wait, tower, store
 
 # --- LLM pod (llm_svc) ---------------------------------------------------------------
@@ -71,6 +73,23 @@ LLM_REQUESTS_FINISHED = "iris_llm_requests_finished_total"  # counter, label rea
 LLM_PREEMPTIONS = "iris_llm_preemptions_total"  # counter
 LLM_GRAMMAR_COMPILES = "iris_llm_grammar_compiles_total"  # counter: compiles started
 LLM_GRAMMAR_COMPILE_TIMEOUTS = "iris_llm_grammar_compile_timeouts_total"  # counter: workers killed
+# The host KV tier (IRIS_LLM_HOST_KV_BYTES; docs/design/engine.md, "KV tiers"), every series
+# exported from the start, at 0 on a pod without the tier. Full pages of admitted prompts'
+# resumable prefixes by where they were (label tier: device | host | miss).
+LLM_KV_TIER_PAGES = "iris_llm_kv_tier_pages_total"  # counter, label tier
+# Units copied back from host memory, and units it held that could not be (no device room,
+# or a failed copy), label kind: page | window | state.
+LLM_KV_TIER_HITS = "iris_llm_kv_tier_hits_total"  # counter, label kind
+LLM_KV_TIER_MISSES = "iris_llm_kv_tier_misses_total"  # counter, label kind
+LLM_KV_TIER_BYTES = "iris_llm_kv_tier_bytes_total"  # counter, label direction
+LLM_KV_TIER_LOAD_FAILURES = "iris_llm_kv_tier_load_failures_total"  # counter: failed copies back
+LLM_KV_TIER_DROPPED = "iris_llm_kv_tier_dropped_total"  # counter: units the tier had no room for
+# histogram: per request that loaded from host memory, the time its loads took
+LLM_KV_TIER_LOAD_SECONDS = "iris_llm_kv_tier_load_seconds"
+LLM_KV_TIER_FILL_RATIO = "iris_llm_kv_tier_fill_ratio"  # gauge, 0..1 of the tier's bytes
+LLM_KV_TIER_CAPACITY_BYTES = "iris_llm_kv_tier_capacity_bytes"  # gauge (0: no tier)
+# counter: prompt tokens served from host memory (the host part of the prefix-cache hits)
+LLM_KV_TIER_HOST_HIT_TOKENS = "iris_llm_kv_tier_host_hit_tokens_total"
 
 # --- encoder (encoder_svc) -----------------------------------------------------------
 ENCODER_QUEUED_IMAGES = "iris_encoder_queued_images"  # gauge

@@ -57,6 +57,12 @@ class LLMSettings(GrpcServiceSettings):
     max_model_len: int | None = Field(None, gt=1)
     kv_cache_bytes: int | None = Field(None, gt=0)
     kv_num_pages: int | None = Field(None, gt=0)
+    # Host memory (bytes, per rank) for the KV pages, window pages and state snapshots the
+    # device pools let go: kept there and copied back on a hit instead of prefilled again;
+    # 0: off. More than the host memory left to the pod is refused at start
+    # (docs/design/engine.md, "KV tiers"; the chart's llm.hostKVBytes adds it to the pod's
+    # memory request and limit).
+    host_kv_bytes: int = Field(0, ge=0)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     memory_budget_bytes: int | None = Field(None, gt=0)  # CPU only: the pod's whole budget
     max_held_embedding_bytes: int = Field(1 << 30, gt=0)

@@ -28,6 +28,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         max_model_len=settings.max_model_len,
         num_pages=settings.kv_num_pages,
         kv_cache_bytes=settings.kv_cache_bytes,
+        host_kv_bytes=settings.host_kv_bytes,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         memory_budget_bytes=settings.memory_budget_bytes,
         max_held_embedding_bytes=settings.max_held_embedding_bytes,

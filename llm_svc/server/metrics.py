@@ -17,9 +17,16 @@ from prometheus_client.registry import Collector
 
 from iris import metrics as names
 from llm_svc.engine import EngineStats
+from llm_svc.engine.host_tier import KINDS as TIER_KINDS
+from llm_svc.engine.outputs import TierSnapshot
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
+# A request's loads from the host tier: a page within RAM takes microseconds, gigabytes
+# over PCIe tens to hundreds of milliseconds.
+TIER_LOAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+TIER_PLACES = ("device", "host", "miss")  # where a prompt's full pages were (page lookups)
+TIER_DIRECTIONS = ("to_host", "to_device")
 
 
 class LLMMetrics:
@@ -64,6 +71,7 @@ class LLMMetrics:
             names.LLM_REQUESTS_FINISHED, "Requests finished", [names.LABEL_REASON], registry=reg
         )
         self.preemptions = Counter(names.LLM_PREEMPTIONS, "Requests preempted", registry=reg)
+        self._tier_metrics(reg)
         self.tokens_per_second = Gauge(
             names.LLM_TOKENS_PER_SECOND, "Generated tokens per second", registry=reg
         )
@@ -72,6 +80,62 @@ class LLMMetrics:
         self._samples: deque[tuple[float, int]] = deque()  # (when, tokens)
         self._admitted_prompt = self._admitted_hits = 0
         self._preemptions = 0
+        self._tier_seen: dict[tuple[str, str], int] = {}  # the tier's counters, last seen
+
+    def _tier_metrics(self, reg: CollectorRegistry) -> None:
+        """The host KV tier's series, each labelled one exported from the start (0 on a pod
+        without the tier), so the dashboard's panels and the recording rules have data."""
+        self.tier_pages = Counter(
+            names.LLM_KV_TIER_PAGES, "Full prompt pages looked up, by where they were",
+            [names.LABEL_TIER], registry=reg,
+        )  # fmt: skip
+        self.tier_hits = Counter(
+            names.LLM_KV_TIER_HITS, "Units copied back from the host KV tier, by kind",
+            [names.LABEL_KIND], registry=reg,
+        )  # fmt: skip
+        self.tier_misses = Counter(
+            names.LLM_KV_TIER_MISSES,
+            "Units the host KV tier held that could not be copied back, by kind",
+            [names.LABEL_KIND], registry=reg,
+        )  # fmt: skip
+        self.tier_bytes = Counter(
+            names.LLM_KV_TIER_BYTES, "Bytes copied between the device and the host KV tier",
+            [names.LABEL_DIRECTION], registry=reg,
+        )  # fmt: skip
+        self.tier_load_failures = Counter(
+            names.LLM_KV_TIER_LOAD_FAILURES,
+            "Copies back from the host KV tier that failed (their tokens were prefilled)",
+            registry=reg,
+        )
+        self.tier_dropped = Counter(
+            names.LLM_KV_TIER_DROPPED,
+            "Units the device let go that the host KV tier had no room for",
+            registry=reg,
+        )
+        self.tier_load_seconds = Histogram(
+            names.LLM_KV_TIER_LOAD_SECONDS,
+            "Per request that loaded from the host KV tier, the time its loads took",
+            buckets=TIER_LOAD_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.tier_fill = Gauge(
+            names.LLM_KV_TIER_FILL_RATIO, "Share of the host KV tier's bytes in use, 0..1",
+            registry=reg,
+        )  # fmt: skip
+        self.tier_capacity = Gauge(
+            names.LLM_KV_TIER_CAPACITY_BYTES, "Bytes of the host KV tier (0: none)", registry=reg
+        )
+        self.tier_host_hit_tokens = Counter(
+            names.LLM_KV_TIER_HOST_HIT_TOKENS,
+            "Prompt tokens served from the host KV tier (part of the prefix-cache hits)",
+            registry=reg,
+        )
+        for place in TIER_PLACES:
+            self.tier_pages.labels(place)
+        for kind in TIER_KINDS:
+            self.tier_hits.labels(kind)
+            self.tier_misses.labels(kind)
+        for direction in TIER_DIRECTIONS:
+            self.tier_bytes.labels(direction)
 
     def watch_grammars(self, pool) -> None:
         """Export the grammar compile pool's counts (read at scrape time)."""
@@ -87,6 +151,35 @@ class LLMMetrics:
         if stats.preemptions > self._preemptions:
             self.preemptions.inc(stats.preemptions - self._preemptions)
             self._preemptions = stats.preemptions
+        if stats.tier is not None:
+            self._observe_tier(stats.tier)
+
+    def _observe_tier(self, tier: TierSnapshot) -> None:
+        """The tier's counters advance by what grew since the last snapshot; its load times
+        are each in one snapshot only."""
+        for place, count in tier.page_lookups.items():
+            self._advance(self.tier_pages.labels(place), ("pages", place), count)
+        for kind, count in tier.hits.items():
+            self._advance(self.tier_hits.labels(kind), ("hits", kind), count)
+        for kind, count in tier.misses.items():
+            self._advance(self.tier_misses.labels(kind), ("misses", kind), count)
+        self._advance(self.tier_bytes.labels("to_host"), ("bytes", "to_host"), tier.bytes_to_host)
+        self._advance(
+            self.tier_bytes.labels("to_device"), ("bytes", "to_device"), tier.bytes_to_device
+        )
+        self._advance(self.tier_load_failures, ("load_failures", ""), tier.load_failures)
+        self._advance(self.tier_dropped, ("dropped", ""), tier.dropped_full)
+        self._advance(self.tier_host_hit_tokens, ("host_hit_tokens", ""), tier.host_hit_tokens)
+        for seconds in tier.load_seconds:
+            self.tier_load_seconds.observe(seconds)
+        self.tier_fill.set(tier.fill)
+        self.tier_capacity.set(tier.capacity_bytes)
+
+    def _advance(self, counter, key: tuple[str, str], total: int) -> None:
+        seen = self._tier_seen.get(key, 0)
+        if total > seen:
+            counter.inc(total - seen)
+            self._tier_seen[key] = total
 
     def observe_admitted(self, prompt_tokens: int, cached_tokens: int, image_tokens: int) -> None:
         self.prompt_tokens.inc(prompt_tokens)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from iris.metrics import LLM_GRPC_PORT, LLM_METRICS_PORT
 from iris.settings import SettingsError
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
+from llm_svc.server.builder import engine_config
 from llm_svc.settings import LLMSettings
 from tests.llm_svc.server.pods import dead_address
 
@@ -35,6 +36,20 @@ def test_settings_defaults_and_pod_name_sources(monkeypatch):
     assert LLMSettings.load(pod_name="from-flag").pod_name == "from-flag"
     monkeypatch.setenv("IRIS_LLM_MAX_WAITING", "0")
     with pytest.raises(SettingsError, match="IRIS_LLM_MAX_WAITING"):
+        LLMSettings.load()
+
+
+def test_host_kv_bytes_reaches_the_engine_config(monkeypatch, tiny_idefics3_dir):
+    for name in list(os.environ):
+        if name.startswith("IRIS_LLM_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("IRIS_LLM_MODEL", str(tiny_idefics3_dir))
+    monkeypatch.setenv("IRIS_LLM_DEVICE", "cpu")
+    assert engine_config(LLMSettings.load()).host_kv_bytes == 0  # off unless set
+    monkeypatch.setenv("IRIS_LLM_HOST_KV_BYTES", str(48 << 30))
+    assert engine_config(LLMSettings.load()).host_kv_bytes == 48 << 30
+    monkeypatch.setenv("IRIS_LLM_HOST_KV_BYTES", "-1")
+    with pytest.raises(SettingsError, match="IRIS_LLM_HOST_KV_BYTES"):
         LLMSettings.load()
 
 

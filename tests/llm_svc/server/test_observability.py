@@ -35,6 +35,17 @@ LLM_METRICS = [
     names.LLM_PREEMPTIONS,
     names.LLM_GRAMMAR_COMPILES,
     names.LLM_GRAMMAR_COMPILE_TIMEOUTS,
+    # The host KV tier's, at 0 on a pod without one (the dashboard panel has data).
+    names.LLM_KV_TIER_PAGES,
+    names.LLM_KV_TIER_HITS,
+    names.LLM_KV_TIER_MISSES,
+    names.LLM_KV_TIER_BYTES,
+    names.LLM_KV_TIER_LOAD_FAILURES,
+    names.LLM_KV_TIER_DROPPED,
+    names.LLM_KV_TIER_LOAD_SECONDS,
+    names.LLM_KV_TIER_FILL_RATIO,
+    names.LLM_KV_TIER_CAPACITY_BYTES,
+    names.LLM_KV_TIER_HOST_HIT_TOKENS,
 ]
 
 
