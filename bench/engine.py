@@ -34,7 +34,8 @@ bench/engine_tp.py; `--device cuda` runs the engine parts on a GPU; `--only atte
 fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py; `--only hybrid` the prefix
 cache on a hybrid linear-attention model, see bench/engine_hybrid.py; `--only families` each
 decoder family's decode against HF generate at the demo's size, see
-bench/engine_families.py).
+bench/engine_families.py; `--only tiers` one pod's host KV tier on an image chat with think
+time, see bench/engine_tiers.py).
 """
 
 from __future__ import annotations
@@ -451,9 +452,16 @@ def main() -> None:
             "tp",
             "hybrid",
             "families",
+            "tiers",
         ],
         default="all",
     )
+    parser.add_argument("--tier-conversations", type=int, default=16, help="--only tiers")
+    parser.add_argument("--tier-turns", type=int, default=4, help="--only tiers")
+    parser.add_argument(
+        "--tier-host-factor", type=float, default=8.0,
+        help="--only tiers: host tier bytes over the device pool's",
+    )  # fmt: skip
     parser.add_argument("--hybrid-k", type=int, default=4, help="--only hybrid: pages/snapshot")
     parser.add_argument("--fp8-batch", type=int, default=8, help="--only fp8: requests")
     parser.add_argument("--fp8-prompt", type=int, default=32, help="--only fp8: prompt tokens")
@@ -500,6 +508,11 @@ def main() -> None:
         from bench.engine_families import bench_families
 
         bench_families(directory, ROOT / ".cache" / "models", args)
+        return
+    if args.only == "tiers":
+        from bench.engine_tiers import bench_tiers
+
+        bench_tiers(directory, args)
         return
     if args.only == "attention":
         from bench.attention import bench_attention
