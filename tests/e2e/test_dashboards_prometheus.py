@@ -249,6 +249,9 @@ RECORDED = [
     "iris:gateway_routing_precision:ratio_rate5m",
     # Every reason's regret series is exported from the start: the share is 0, not absent.
     "iris:gateway_routing_regret:ratio_rate5m",
+    # The pods run without a host KV tier, but export its series at 0 from the start.
+    "iris:llm_kv_tier_bytes:rate5m",
+    "iris:llm_kv_tier_fill:max",
 ]
 
 
