@@ -105,13 +105,14 @@ class ModelRunner:
         self._attach_host_tier(config)
 
     def _attach_host_tier(self, config: EngineConfig) -> None:
-        """The host tier for the pools just made (`host_kv_bytes`; 0: none). Every rank
-        makes the same one: its slots follow the pools, which every rank sizes alike."""
+        """The host tier for the pools just made (`host_kv_bytes`, the pod's; 0: none).
+        Under tensor parallelism the ranks share the budget: each holds its heads' share of
+        every unit, with the same slots (its pools are the same share of the pod's)."""
         if not config.host_kv_bytes or not config.enable_prefix_caching:
             return
         self.host_tier = HostTier(
-            config.host_kv_bytes, self.kv_cache, self.window_cache, self.state_pool,
-            self.device, self.journal,
+            config.host_kv_bytes // config.tensor_parallel_size, self.kv_cache,
+            self.window_cache, self.state_pool, self.device, self.journal,
         )  # fmt: skip
         slots = self.host_tier.capacity
         log.info(

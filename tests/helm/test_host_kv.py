@@ -1,5 +1,5 @@
 """The chart's host KV tier: llm.hostKVBytes sets the LLM pod's IRIS_LLM_HOST_KV_BYTES and,
-as pinned host memory counts against the pod's cgroup, adds tensorParallelSize x that many
+as pinned host memory counts against the pod's cgroup, adds that many
 bytes to each memory request and limit that is set, whatever unit those are written in."""
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def test_bytes_set_the_env_and_grow_request_and_limit(render):
     assert _memory(container) == ((16 + 64) * GI, (32 + 64) * GI)
 
 
-def test_every_rank_holds_its_own_tier(render):
+def test_the_ranks_share_the_pods_tier(render):
     sets = ("--set", f"llm.hostKVBytes={8 * GI}", "--set", "llm.tensorParallelSize=4")
     container = _container(render("default", *sets))
-    assert _env(container)["IRIS_LLM_HOST_KV_BYTES"] == str(8 * GI)  # per rank
-    assert _memory(container) == ((16 + 32) * GI, (32 + 32) * GI)
+    assert _env(container)["IRIS_LLM_HOST_KV_BYTES"] == str(8 * GI)  # the pod's, split
+    assert _memory(container) == ((16 + 8) * GI, (32 + 8) * GI)
 
 
 @pytest.mark.parametrize(
