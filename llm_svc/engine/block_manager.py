@@ -61,6 +61,7 @@ class BlockManager:
         # radix tree (a node per page), and cost nothing.
         self.full_layers = full_layers
         self.snapshot_interval = self.resume_rule.snapshot_interval or 1
+        self.store = None  # a StoreLink when the pods share a KV store (engine/store_link.py)
         self.num_snapshots_skipped = 0  # boundaries passed with every snapshot slot in use
         if cache is not None and states is not None:
             cache.snapshot_freed = states.give_snapshot
@@ -179,6 +180,11 @@ class BlockManager:
         """
         if self.cache is None or seq.block_table:
             return 0
+        if self.store is not None and not seq.store_checked:
+            seq.store_checked = True  # once: a waiting sequence is matched at every step
+            most = self.resume_rule.resumable_blocks(seq.num_tokens, uncut_spans=seq.uncut_spans)
+            interval = self.snapshot_interval if self.states is not None else None
+            self.store.fetch_into(self.cache, seq, most, self.windows is not None, interval)
         nodes = self._resumable_nodes(seq)
         on_device = 0
         while on_device < len(nodes) and nodes[on_device].tier == DEVICE:
@@ -384,6 +390,10 @@ class BlockManager:
             node, created = self.cache.insert(
                 parent, tokens, seq.block_table[index], seq.cache_salt, window_page
             )
+            if created and self.store is not None:
+                self.store.published(node, PAGE, node.page, seq.cache_salt)
+                if window_page is not None and node.window_page == window_page:
+                    self.store.published(node, WINDOW, window_page, seq.cache_salt)
             if not created:
                 self.cache.acquire([node])
                 self.free_pages.append(seq.block_table[index])
@@ -417,6 +427,8 @@ class BlockManager:
             return
         self.states.copy(seq.state_slot, slot)
         self.cache.attach_snapshot(node, slot)
+        if self.store is not None:
+            self.store.published(node, STATE, slot, seq.cache_salt)
 
     def release(self, seq: Sequence) -> None:
         """Give back every page of `seq` (cached ones stay cached, unreferenced)."""

@@ -9,6 +9,7 @@ import torch
 
 from iris.mtls import TLSFiles
 from llm_svc.engine.attention import check_backend_name
+from llm_svc.engine.kv_store import KVStoreConfig
 from llm_svc.engine.models.config import TextModelConfig
 from llm_svc.engine.models.gated_deltanet import KERNEL_CHOICES
 from llm_svc.engine.parallel.checks import check_tensor_parallel
@@ -78,6 +79,9 @@ class EngineConfig:
     kv_cache_bytes: int | None = None
     # Host memory for pages the device pools let go (llm_svc/engine/host_tier.py); 0: off.
     host_kv_bytes: int = 0
+    # The KV store shared by the pods (llm_svc/engine/kv_store.py); None: off. Needs the
+    # host tier, which its pages are loaded into.
+    kv_store: KVStoreConfig | None = None
     gpu_memory_utilization: float = 0.9
     memory_budget_bytes: int | None = None
     max_held_embedding_bytes: int = 1 << 30
@@ -141,6 +145,18 @@ class EngineConfig:
             raise ValueError(f"memory_budget_bytes must be >= 1, got {self.memory_budget_bytes}")
         if self.host_kv_bytes < 0:
             raise ValueError(f"host_kv_bytes must be >= 0, got {self.host_kv_bytes}")
+        if self.kv_store is not None:
+            if not self.host_kv_bytes or not self.enable_prefix_caching:
+                raise ValueError(
+                    "a kv store (IRIS_LLM_KV_STORE) needs the prefix cache and the host tier "
+                    "(IRIS_LLM_HOST_KV_BYTES > 0): its pages are loaded into the host tier"
+                )
+            if self.tensor_parallel_size > 1:
+                raise ValueError(
+                    f"a kv store (IRIS_LLM_KV_STORE) is not supported with "
+                    f"tensor_parallel_size {self.tensor_parallel_size}: every rank would "
+                    f"have to find its own shard of each page; use 1"
+                )
         if self.kv_cache_bytes is not None and self.kv_cache_bytes < 1:
             raise ValueError(f"kv_cache_bytes must be >= 1, got {self.kv_cache_bytes}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:

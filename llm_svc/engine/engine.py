@@ -39,8 +39,9 @@ from llm_svc.engine.grammar import (
 )
 from llm_svc.engine.grammar.request import GrammarViolation
 from llm_svc.engine.kv_events import KVEvent
+from llm_svc.engine.kv_store import KVStoreClient
 from llm_svc.engine.models.config import UnsupportedModelError
-from llm_svc.engine.outputs import EngineStats, RequestOutput, TierSnapshot
+from llm_svc.engine.outputs import EngineStats, RequestOutput, StoreSnapshot, TierSnapshot
 from llm_svc.engine.parallel import make_runner
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.radix_cache import RadixCache
@@ -48,6 +49,7 @@ from llm_svc.engine.sampling import SampledToken, Sampler, StepSample
 from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import Scheduler
 from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
+from llm_svc.engine.store_link import StoreLink
 from llm_svc.engine.validation import check_cache_salt, check_request
 from llm_svc.engine.window_pages import WindowNeed, WindowPages
 
@@ -170,6 +172,7 @@ class LLMEngine:
             getattr(runner, "state_pool", None), windows,
             full_layers=windows is None or bool(runner.full_layers),
         )  # fmt: skip
+        self.kv_store = self._connect_store(cache)
         self.image_token_id = self.adapter.image_token_id if self.adapter else None
         # A video frame group's placeholder (Qwen families' <|video_pad|>) is never text.
         video = self.adapter.config.get("video_token_id") if self.adapter else None
@@ -242,9 +245,24 @@ class LLMEngine:
             worker_module=config.grammar_worker_module,
         )
 
+    def _connect_store(self, cache: RadixCache | None) -> KVStoreClient | None:
+        """The shared KV store's client when configured (the config made sure the host
+        tier is on), linked to the block manager; the tier's generations follow the
+        device units either way."""
+        host = self.runner.host_tier
+        if cache is not None and host is not None:
+            cache.left = host.left
+        if self.config.kv_store is None:
+            return None
+        client = KVStoreClient(self.config.kv_store)
+        self.blocks.store = StoreLink(client, host, self.fingerprint)
+        return client
+
     def close(self) -> None:
-        """Stop the embedding fetcher (and its source's connections), the compilers and
-        the other tensor-parallel ranks."""
+        """Stop the embedding fetcher (and its source's connections), the compilers,
+        the KV store's writer and the other tensor-parallel ranks."""
+        if self.kv_store is not None:
+            self.kv_store.close()
         self.runner.close()
         if self.fetcher is not None:
             self.fetcher.close()
@@ -680,6 +698,7 @@ class LLMEngine:
             prefix_hit_tokens=self._hit_tokens,
             generation_tokens=self._generated_tokens,
             tier=self._tier_stats(),
+            store=self._store_stats(),
             **self._snapshot_stats(),
         )
 
@@ -704,6 +723,29 @@ class LLMEngine:
             load_seconds=load_seconds,
             fill=host.fill,
             capacity_bytes=host.sizing.total_bytes,
+        )
+
+    def _store_stats(self) -> StoreSnapshot | None:
+        """The KV store client's counters, copied; the lookup times recorded since the last
+        call are taken out (lookups run on the engine thread, as this does: nothing appends
+        meanwhile). The writer thread adds to the other counters: an int read is atomic."""
+        store = getattr(self, "kv_store", None)
+        if store is None:
+            return None
+        stats = store.stats
+        fetch_seconds = tuple(stats.fetch_seconds)
+        del stats.fetch_seconds[: len(fetch_seconds)]
+        return StoreSnapshot(
+            hits=stats.hits,
+            misses=stats.misses,
+            bytes_read=stats.bytes_read,
+            bytes_written=stats.bytes_written,
+            checksum_failures=stats.checksum_failures,
+            dropped_writes=stats.dropped_writes,
+            skipped_writes=stats.skipped_writes,
+            errors=stats.errors,
+            available=stats.available,
+            fetch_seconds=fetch_seconds,
         )
 
     def _snapshot_stats(self) -> dict[str, int]:

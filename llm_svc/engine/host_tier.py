@@ -113,6 +113,18 @@ class _Pages:
         self.k = torch.empty(shape, dtype=device.k.dtype, pin_memory=pin)
         self.v = torch.empty(shape, dtype=device.v.dtype, pin_memory=pin)
 
+    def device_bytes(self, page: int) -> bytes:
+        """Device `page`'s K then V, as bytes (the store's payload)."""
+        k, v = self.device_k[:, page].reshape(-1), self.device_v[:, page].reshape(-1)
+        return _as_bytes(torch.cat([k, v]))
+
+    def fill(self, slot: int, payload: bytes) -> None:
+        """Host `slot` from a store payload (`device_bytes`'s layout)."""
+        flat = torch.frombuffer(bytearray(payload), dtype=self.k.dtype)
+        half = flat.numel() // 2
+        self.k[:, slot].copy_(flat[:half].view(self.k[:, slot].shape))
+        self.v[:, slot].copy_(flat[half:].view(self.v[:, slot].shape))
+
     def save(self, page: int, slot: int) -> None:
         self.k[:, slot].copy_(self.device_k[:, page], non_blocking=True)
         self.v[:, slot].copy_(self.device_v[:, page], non_blocking=True)
@@ -133,6 +145,17 @@ class _States:
             (slots, *recurrent.shape), dtype=recurrent.dtype, pin_memory=pin
         )
 
+    def device_bytes(self, device_slot: int) -> bytes:
+        conv = self.pool.conv[:, device_slot].reshape(-1)
+        recurrent = self.pool.recurrent[:, device_slot].reshape(-1)
+        return _as_bytes(torch.cat([conv, recurrent]))
+
+    def fill(self, slot: int, payload: bytes) -> None:
+        flat = torch.frombuffer(bytearray(payload), dtype=self.conv.dtype)
+        count = self.conv[slot].numel()
+        self.conv[slot].copy_(flat[:count].view(self.conv[slot].shape))
+        self.recurrent[slot].copy_(flat[count:].view(self.recurrent[slot].shape))
+
     def save(self, device_slot: int, slot: int) -> None:
         self.conv[slot].copy_(self.pool.conv[:, device_slot], non_blocking=True)
         self.recurrent[slot].copy_(self.pool.recurrent[:, device_slot], non_blocking=True)
@@ -140,6 +163,10 @@ class _States:
     def load(self, slot: int, device_slot: int) -> None:
         self.pool.conv[:, device_slot].copy_(self.conv[slot], non_blocking=True)
         self.pool.recurrent[:, device_slot].copy_(self.recurrent[slot], non_blocking=True)
+
+
+def _as_bytes(values: torch.Tensor) -> bytes:
+    return values.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
 
 
 def _page_bytes(cache: KVCache) -> int:
@@ -229,6 +256,12 @@ class HostTier:
         self.journal = journal
         self.stats = TierStats()
         self.fail_loads = 0  # a test hook: the next N loads fail (LoadFailedError)
+        # Each device unit's generation: raised when the unit leaves the tree or the device
+        # (`left`), so a store write queued before can tell it was reused.
+        self.generations = {kind: [0] * device_slots[kind] for kind in KINDS}
+        self.generations[WINDOW] = [0] * (device_slots[WINDOW] + 1)  # the null page too
+        # Snapshot slots are numbered after the running ones.
+        self.generations[STATE] = [0] * (states.conv.shape[1] if states is not None else 0)
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._device = device
         self._pending = False
@@ -276,6 +309,27 @@ class HostTier:
         self.stats.bytes_to_device += self.sizing.unit_bytes[kind]
         if self.journal is not None:
             self.journal.append((LOAD[kind], slot, device_index))
+
+    def unit_bytes(self, kind: str) -> int:
+        return self.sizing.unit_bytes[kind]
+
+    def device_bytes(self, kind: str, device_index: int) -> bytes:
+        """A device unit's bytes (read by the store's writer thread)."""
+        units = self._units[kind]
+        return units.device_bytes(device_index) if units is not None else b""
+
+    def fill_slot(self, kind: str, slot: int, payload: bytes) -> bool:
+        """Host `slot` from a store payload; False (nothing written) when its length is
+        not this pod's unit's."""
+        if len(payload) != self.sizing.unit_bytes[kind]:
+            return False
+        if payload:
+            self._units[kind].fill(slot, payload)
+        return True
+
+    def left(self, kind: str, device_index: int) -> None:
+        """A device unit left the tree or the device: writes queued for it are void."""
+        self.generations[kind][device_index] += 1
 
     def replay(self, entries: list[tuple[int, int, int]]) -> None:
         """Another rank's copies (rank 0's journal), in order."""

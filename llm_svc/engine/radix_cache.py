@@ -115,6 +115,9 @@ class RadixCache:
         self._host_nodes: OrderedDict[RadixNode, None] = OrderedDict()
         self._host_windows: OrderedDict[RadixNode, None] = OrderedDict()
         self.num_host_nodes = 0
+        # Called as (kind, device index) when a device unit leaves the tree or the device
+        # (HostTier.left: a store write queued for it is then void).
+        self.left: Callable[[str, int], None] = lambda kind, index: None
         self.snapshot_freed = snapshot_freed
         self.window_freed = window_freed
         self.fingerprint = fingerprint
@@ -283,6 +286,7 @@ class RadixCache:
             self.visited += 1
             self.num_window_unreferenced -= 1
             freed.append(node.window_page)
+            self.left(WINDOW, node.window_page)
             slot = self._host_slot(WINDOW) if spill and self.host is not None else None
             if slot is not None:
                 self.host.save(WINDOW, node.window_page, slot)
@@ -309,6 +313,7 @@ class RadixCache:
             self.visited += 1
             self.num_unreferenced -= 1
             freed.append(node.page)
+            self.left(PAGE, node.page)
             parent = node.parent
             parent.device_children -= 1
             if not (spill and self.host is not None and self._spill(node)):
@@ -334,11 +339,13 @@ class RadixCache:
         self.num_nodes -= 1
         self.events.append(BlockRemoved(node.block_hash))
         if node.snapshot is not None:
+            self.left(STATE, node.snapshot)
             self.snapshot_freed(node.snapshot)
             node.snapshot = None
         if node.window_page is not None:  # leaves with its node (unreferenced, queued)
             _unlink_window(node)
             self.num_window_unreferenced -= 1
+            self.left(WINDOW, node.window_page)
             self.window_freed(node.window_page)
             node.window_page = None
         self._drop_host_window(node, announce=False)
@@ -363,11 +370,13 @@ class RadixCache:
         host.save(PAGE, node.page, page_slot)
         if state_slot is not None:
             host.save(STATE, node.snapshot, state_slot)
+            self.left(STATE, node.snapshot)
             self.snapshot_freed(node.snapshot)
             node.snapshot = state_slot
         if node.window_page is not None:
             _unlink_window(node)
             self.num_window_unreferenced -= 1
+            self.left(WINDOW, node.window_page)
             window_slot = self._host_slot(WINDOW)
             if window_slot is not None:
                 host.save(WINDOW, node.window_page, window_slot)
@@ -449,6 +458,51 @@ class RadixCache:
 
     def _unqueue_host(self, node: RadixNode) -> None:
         self._host_nodes.pop(node, None)
+
+    def insert_host(
+        self, parent: RadixNode, tokens: Sequence[int], salt: bytes, units: dict
+    ) -> RadixNode | None:
+        """A host-only node under `parent` from the KV store's `units` (kind -> payload or
+        None; the page's is required), pinned (`unpin` when done), announced as stored.
+        None when the host tier has no room for its page or a payload has the wrong size
+        (a snapshot or window page without room is left out: the rule then resumes
+        before it)."""
+        key = tuple(tokens)
+        if key in parent.children:
+            return None
+        if parent.tier == HOST:
+            self._unqueue_host(parent)  # it is getting a child
+        host, slots = self.host, {}
+        for kind in (PAGE, STATE, WINDOW):
+            payload = units.get(kind)
+            if payload is None or not host.has(kind):
+                continue
+            slot = self._host_slot(kind)
+            if slot is not None and not host.fill_slot(kind, slot, payload):
+                host.give(kind, slot)
+                slot = None
+            if slot is None and kind == PAGE:
+                break
+            if slot is not None:
+                slots[kind] = slot
+        if PAGE not in slots:
+            for kind, slot in slots.items():
+                host.give(kind, slot)
+            if parent.tier == HOST and not parent.children and not parent.pinned:
+                self._host_nodes[parent] = None
+            return None
+        node = RadixNode(key, slots[PAGE], next_block_hash(parent.block_hash, key), parent)
+        node.tier, node.pinned, node.last_used = HOST, True, next(self._clock)
+        node.snapshot, node.host_window = slots.get(STATE), slots.get(WINDOW)
+        parent.children[key] = node
+        self.num_nodes += 1
+        self.num_host_nodes += 1
+        self.events.append(BlockStored(node.block_hash, parent.block_hash, key))
+        if node.snapshot is not None:
+            self.events.append(SnapshotStored(node.block_hash))
+        if host.has(WINDOW) and node.host_window is None:
+            self.events.append(WindowRemoved(node.block_hash))
+        return node
 
     def pin(self, nodes: Sequence[RadixNode]) -> None:
         """Host nodes about to be loaded: the tier may not drop them meanwhile."""

@@ -103,6 +103,7 @@ class Sequence:
         self.context: contextvars.Context | None = None  # the caller's, for off-loop work
         self.peeked_prefix_tokens: int | None = None  # cached prefix seen while waiting
         self.tier_counted = False  # its prefix's tiers counted (host tier's lookups)
+        self.store_checked = False  # the KV store was asked for its pages
         self.embeddings: dict[int, torch.Tensor] = {}
         self.accepted = False
         self.error: Exception | None = None
