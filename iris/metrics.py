@@ -51,7 +51,8 @@ LABEL_WHERE = "where"  # gateway body parse: loop | process
 LABEL_DEPLOYMENT = "deployment"  # operator: encoder | llm
 LABEL_KIND = "kind"  # operator: encoder | llm; LLM pod's host KV tier: page | window | state
 LABEL_TIER = "tier"  # LLM pod's KV page lookups: device | host | miss
-LABEL_DIRECTION = "direction"  # LLM pod's KV tier copies: to_host | to_device
+# LLM pod's KV tier copies: to_host | to_device; its KV store's bytes: read | written
+LABEL_DIRECTION = "direction"
 LABEL_STAGE = "stage"  # encoder: claim, prepare, batch_wait, tower, store
 
 # --- LLM pod (llm_svc) ---------------------------------------------------------------
@@ -90,6 +91,23 @@ LLM_KV_TIER_FILL_RATIO = "iris_llm_kv_tier_fill_ratio"  # gauge, 0..1 of the tie
 LLM_KV_TIER_CAPACITY_BYTES = "iris_llm_kv_tier_capacity_bytes"  # gauge (0: no tier)
 # counter: prompt tokens served from host memory (the host part of the prefix-cache hits)
 LLM_KV_TIER_HOST_HIT_TOKENS = "iris_llm_kv_tier_host_hit_tokens_total"
+# The KV store shared by the pods (IRIS_LLM_KV_STORE; llm_svc/engine/kv_store.py), every
+# series exported from the start, at 0 on a pod without a store (configured 0).
+LLM_KV_STORE_CONFIGURED = "iris_llm_kv_store_configured"  # gauge: 1 a store is set, 0 off
+# gauge: 1 the store answers (or is tried again after retry_s), 0 it failed or is off
+LLM_KV_STORE_UP = "iris_llm_kv_store_up"
+LLM_KV_STORE_HITS = "iris_llm_kv_store_hits_total"  # counter: pages read from the store
+# counter: lookups that ended at a page the store did not hold (a run's end, not per page)
+LLM_KV_STORE_MISSES = "iris_llm_kv_store_misses_total"
+LLM_KV_STORE_BYTES = "iris_llm_kv_store_bytes_total"  # counter, label direction: read | written
+LLM_KV_STORE_FETCH_SECONDS = "iris_llm_kv_store_fetch_seconds"  # histogram: per lookup
+# counter: values whose checksum failed (dropped, never served)
+LLM_KV_STORE_CHECKSUM_FAILURES = "iris_llm_kv_store_checksum_failures_total"
+# counter: pages not written (the write queue full, or the store failing)
+LLM_KV_STORE_DROPPED_WRITES = "iris_llm_kv_store_dropped_writes_total"
+# counter: pages not written because their buffer was reused before the writer read it
+LLM_KV_STORE_SKIPPED_WRITES = "iris_llm_kv_store_skipped_writes_total"
+LLM_KV_STORE_ERRORS = "iris_llm_kv_store_errors_total"  # counter: failed round trips
 
 # --- encoder (encoder_svc) -----------------------------------------------------------
 ENCODER_QUEUED_IMAGES = "iris_encoder_queued_images"  # gauge

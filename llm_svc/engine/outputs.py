@@ -48,6 +48,24 @@ class TierSnapshot:
     capacity_bytes: int
 
 
+@dataclass(frozen=True)
+class StoreSnapshot:
+    """The shared KV store's figures at one step (llm_svc/engine/kv_store.py, StoreStats):
+    counters since start, except `fetch_seconds`, the lookups' durations since the previous
+    snapshot (each is in exactly one)."""
+
+    hits: int  # pages read from the store
+    misses: int  # lookups that ended at a page the store did not have
+    bytes_read: int
+    bytes_written: int
+    checksum_failures: int  # values dropped, never served
+    dropped_writes: int  # the write queue was full or the store unusable
+    skipped_writes: int  # the page's buffer was reused before the writer read it
+    errors: int  # failed round trips (the store then left alone for retry_s)
+    available: bool
+    fetch_seconds: tuple[float, ...]
+
+
 @dataclass
 class EngineStats:
     """Load signals for metrics and routing."""
@@ -71,3 +89,5 @@ class EngineStats:
     snapshots_skipped: int = 0
     # The host KV tier (None: off).
     tier: TierSnapshot | None = None
+    # The KV store shared by the pods (None: off).
+    store: StoreSnapshot | None = None

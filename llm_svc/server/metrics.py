@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from iris import metrics as names
 from llm_svc.engine import EngineStats
 from llm_svc.engine.host_tier import KINDS as TIER_KINDS
-from llm_svc.engine.outputs import TierSnapshot
+from llm_svc.engine.outputs import StoreSnapshot, TierSnapshot
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
@@ -27,6 +27,10 @@ TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.
 TIER_LOAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 TIER_PLACES = ("device", "host", "miss")  # where a prompt's full pages were (page lookups)
 TIER_DIRECTIONS = ("to_host", "to_device")
+# A store lookup: one round trip per 64 pages to a Redis on the same network takes about a
+# millisecond; a slow or distant store up to its timeout (IRIS_LLM_KV_STORE_TIMEOUT_S).
+STORE_FETCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+STORE_DIRECTIONS = ("read", "written")
 
 
 class LLMMetrics:
@@ -72,6 +76,7 @@ class LLMMetrics:
         )
         self.preemptions = Counter(names.LLM_PREEMPTIONS, "Requests preempted", registry=reg)
         self._tier_metrics(reg)
+        self._store_metrics(reg)
         self.tokens_per_second = Gauge(
             names.LLM_TOKENS_PER_SECOND, "Generated tokens per second", registry=reg
         )
@@ -137,6 +142,56 @@ class LLMMetrics:
         for direction in TIER_DIRECTIONS:
             self.tier_bytes.labels(direction)
 
+    def _store_metrics(self, reg: CollectorRegistry) -> None:
+        """The shared KV store's series, exported from the start (0 on a pod without a
+        store, whose `configured` is 0: the recording rules and the alert tell it apart
+        from a store that is down)."""
+        self.store_configured = Gauge(
+            names.LLM_KV_STORE_CONFIGURED, "1 when a KV store is configured, 0 when off",
+            registry=reg,
+        )  # fmt: skip
+        self.store_up = Gauge(
+            names.LLM_KV_STORE_UP,
+            "1 while the KV store is used, 0 after a failure (for its retry time) or when off",
+            registry=reg,
+        )
+        self.store_hits = Counter(
+            names.LLM_KV_STORE_HITS, "Pages read from the KV store", registry=reg
+        )
+        self.store_misses = Counter(
+            names.LLM_KV_STORE_MISSES,
+            "KV store lookups that ended at a page the store did not hold",
+            registry=reg,
+        )
+        self.store_bytes = Counter(
+            names.LLM_KV_STORE_BYTES, "Page bytes read from and written to the KV store",
+            [names.LABEL_DIRECTION], registry=reg,
+        )  # fmt: skip
+        self.store_fetch_seconds = Histogram(
+            names.LLM_KV_STORE_FETCH_SECONDS, "Per KV store lookup, the time it took",
+            buckets=STORE_FETCH_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self.store_checksum_failures = Counter(
+            names.LLM_KV_STORE_CHECKSUM_FAILURES,
+            "KV store values whose checksum failed (dropped, never served)",
+            registry=reg,
+        )
+        self.store_dropped_writes = Counter(
+            names.LLM_KV_STORE_DROPPED_WRITES,
+            "Pages not written to the KV store (the write queue full, or the store failing)",
+            registry=reg,
+        )
+        self.store_skipped_writes = Counter(
+            names.LLM_KV_STORE_SKIPPED_WRITES,
+            "Pages not written to the KV store: their buffer was reused first",
+            registry=reg,
+        )
+        self.store_errors = Counter(
+            names.LLM_KV_STORE_ERRORS, "KV store round trips that failed", registry=reg
+        )
+        for direction in STORE_DIRECTIONS:
+            self.store_bytes.labels(direction)
+
     def watch_grammars(self, pool) -> None:
         """Export the grammar compile pool's counts (read at scrape time)."""
         self.registry.register(GrammarCollector(pool))
@@ -153,6 +208,8 @@ class LLMMetrics:
             self._preemptions = stats.preemptions
         if stats.tier is not None:
             self._observe_tier(stats.tier)
+        if stats.store is not None:
+            self._observe_store(stats.store)
 
     def _observe_tier(self, tier: TierSnapshot) -> None:
         """The tier's counters advance by what grew since the last snapshot; its load times
@@ -174,6 +231,23 @@ class LLMMetrics:
             self.tier_load_seconds.observe(seconds)
         self.tier_fill.set(tier.fill)
         self.tier_capacity.set(tier.capacity_bytes)
+
+    def _observe_store(self, store: StoreSnapshot) -> None:
+        """As the tier's: counters advance by what grew, each lookup time observed once."""
+        self.store_configured.set(1)
+        self.store_up.set(1 if store.available else 0)
+        self._advance(self.store_hits, ("store_hits", ""), store.hits)
+        self._advance(self.store_misses, ("store_misses", ""), store.misses)
+        self._advance(self.store_bytes.labels("read"), ("store_bytes", "read"), store.bytes_read)
+        self._advance(
+            self.store_bytes.labels("written"), ("store_bytes", "written"), store.bytes_written
+        )
+        self._advance(self.store_checksum_failures, ("store_checksum", ""), store.checksum_failures)
+        self._advance(self.store_dropped_writes, ("store_dropped", ""), store.dropped_writes)
+        self._advance(self.store_skipped_writes, ("store_skipped", ""), store.skipped_writes)
+        self._advance(self.store_errors, ("store_errors", ""), store.errors)
+        for seconds in store.fetch_seconds:
+            self.store_fetch_seconds.observe(seconds)
 
     def _advance(self, counter, key: tuple[str, str], total: int) -> None:
         seen = self._tier_seen.get(key, 0)

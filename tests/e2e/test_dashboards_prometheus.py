@@ -252,6 +252,10 @@ RECORDED = [
     # The pods run without a host KV tier, but export its series at 0 from the start.
     "iris:llm_kv_tier_bytes:rate5m",
     "iris:llm_kv_tier_fill:max",
+    # Nor a KV store, whose series are exported at 0 from the start too.
+    "iris:llm_kv_store_hits:rate5m",
+    "iris:llm_kv_store_bytes:rate5m",
+    "iris:llm_kv_store_dropped_writes:rate5m",
 ]
 
 

@@ -46,6 +46,17 @@ LLM_METRICS = [
     names.LLM_KV_TIER_FILL_RATIO,
     names.LLM_KV_TIER_CAPACITY_BYTES,
     names.LLM_KV_TIER_HOST_HIT_TOKENS,
+    # The shared KV store's, at 0 on a pod without one (configured 0).
+    names.LLM_KV_STORE_CONFIGURED,
+    names.LLM_KV_STORE_UP,
+    names.LLM_KV_STORE_HITS,
+    names.LLM_KV_STORE_MISSES,
+    names.LLM_KV_STORE_BYTES,
+    names.LLM_KV_STORE_FETCH_SECONDS,
+    names.LLM_KV_STORE_CHECKSUM_FAILURES,
+    names.LLM_KV_STORE_DROPPED_WRITES,
+    names.LLM_KV_STORE_SKIPPED_WRITES,
+    names.LLM_KV_STORE_ERRORS,
 ]
 
 
