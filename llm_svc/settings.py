@@ -5,11 +5,11 @@ from __future__ import annotations
 import socket
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from iris.metrics import CACHE_GRPC_PORT, LLM_GRPC_PORT, LLM_METRICS_PORT
-from iris.settings import GrpcServiceSettings
+from iris.settings import AddressList, GrpcServiceSettings
 
 
 class LLMSettings(GrpcServiceSettings):
@@ -63,6 +63,24 @@ class LLMSettings(GrpcServiceSettings):
     # (docs/design/engine.md, "KV tiers"; the chart's llm.hostKVBytes adds it to the pod's
     # memory request and limit).
     host_kv_bytes: int = Field(0, ge=0)
+    # The KV store every pod shares (llm_svc/engine/kv_store.py; docs/design/running.md,
+    # "KV store"): pages entering the host tier are written there, and a pod whose own
+    # tiers miss loads them from it instead of prefilling. off | memory (a dict in this
+    # process under the name `kv_store_url`: NOT shared between pods, for tests) | redis
+    # (`kv_store_url`, redis:// or rediss://) | redis-cluster (`kv_store_cluster_nodes`,
+    # host:port seeds, JSON or comma-separated). Needs the host tier (host_kv_bytes > 0).
+    kv_store: Literal["off", "memory", "redis", "redis-cluster"] = "off"
+    kv_store_url: str = ""
+    kv_store_cluster_nodes: AddressList = []
+    kv_store_password: str | None = None
+    kv_store_tls: bool = False
+    kv_store_tls_verify: bool = True
+    kv_store_tls_ca_file: str | None = None
+    kv_store_tls_cert_file: str | None = None
+    kv_store_tls_key_file: str | None = None
+    kv_store_timeout_s: float = Field(0.5, gt=0)  # per read or write round trip
+    kv_store_write_queue: int = Field(1024, ge=1)  # pages waiting to be written; then dropped
+    kv_store_retry_s: float = Field(5.0, ge=0)  # after a failure, left alone this long
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     memory_budget_bytes: int | None = Field(None, gt=0)  # CPU only: the pod's whole budget
     max_held_embedding_bytes: int = Field(1 << 30, gt=0)
@@ -115,3 +133,23 @@ class LLMSettings(GrpcServiceSettings):
     # Failed engine steps and probes in a row (no successful step between) before the pod
     # exits non-zero to be restarted; a device error (CUDA, not out-of-memory) exits at once.
     max_consecutive_step_failures: int = Field(3, ge=1)
+
+    @model_validator(mode="after")
+    def _kv_store_complete(self) -> LLMSettings:
+        """A store needs its address and the host tier its pages are loaded into."""
+        if self.kv_store == "redis" and not self.kv_store_url:
+            raise ValueError(
+                "kv_store redis (IRIS_LLM_KV_STORE) needs kv_store_url "
+                "(IRIS_LLM_KV_STORE_URL, redis://host:port/db)"
+            )
+        if self.kv_store == "redis-cluster" and not self.kv_store_cluster_nodes:
+            raise ValueError(
+                "kv_store redis-cluster (IRIS_LLM_KV_STORE) needs at least one host:port "
+                "seed in kv_store_cluster_nodes (IRIS_LLM_KV_STORE_CLUSTER_NODES)"
+            )
+        if self.kv_store != "off" and self.host_kv_bytes == 0:
+            raise ValueError(
+                f"kv_store {self.kv_store} (IRIS_LLM_KV_STORE) needs the host KV tier: set "
+                f"host_kv_bytes (IRIS_LLM_HOST_KV_BYTES) > 0, its pages are loaded there"
+            )
+        return self

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from llm_svc.engine import EngineConfig, LLMEngine
+from llm_svc.engine.kv_store import KVStoreConfig
 from llm_svc.server.grammar_hook import grammar_worker_from_env
 from llm_svc.settings import LLMSettings
 
@@ -29,6 +30,7 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         num_pages=settings.kv_num_pages,
         kv_cache_bytes=settings.kv_cache_bytes,
         host_kv_bytes=settings.host_kv_bytes,
+        kv_store=kv_store_config(settings),
         gpu_memory_utilization=settings.gpu_memory_utilization,
         memory_budget_bytes=settings.memory_budget_bytes,
         max_held_embedding_bytes=settings.max_held_embedding_bytes,
@@ -55,6 +57,26 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         grammar_worker_module=grammar_worker_from_env(),
         tensor_parallel_size=settings.tensor_parallel_size,
         tensor_parallel_timeout_s=settings.tensor_parallel_timeout_s,
+    )
+
+
+def kv_store_config(settings: LLMSettings) -> KVStoreConfig | None:
+    """The shared KV store's configuration (IRIS_LLM_KV_STORE_*), None when off."""
+    if settings.kv_store == "off":
+        return None
+    return KVStoreConfig(
+        kind=settings.kv_store,
+        url=settings.kv_store_url,
+        cluster_nodes=tuple(settings.kv_store_cluster_nodes),
+        password=settings.kv_store_password or None,
+        tls=settings.kv_store_tls,
+        tls_verify=settings.kv_store_tls_verify,
+        tls_ca_file=settings.kv_store_tls_ca_file,
+        tls_cert_file=settings.kv_store_tls_cert_file,
+        tls_key_file=settings.kv_store_tls_key_file,
+        timeout_s=settings.kv_store_timeout_s,
+        write_queue=settings.kv_store_write_queue,
+        retry_s=settings.kv_store_retry_s,
     )
 
 

@@ -53,6 +53,61 @@ def test_host_kv_bytes_reaches_the_engine_config(monkeypatch, tiny_idefics3_dir)
         LLMSettings.load()
 
 
+def test_kv_store_settings_reach_the_engine_config(monkeypatch, tiny_idefics3_dir):
+    for name in list(os.environ):
+        if name.startswith("IRIS_LLM_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("IRIS_LLM_MODEL", str(tiny_idefics3_dir))
+    monkeypatch.setenv("IRIS_LLM_DEVICE", "cpu")
+    assert engine_config(LLMSettings.load()).kv_store is None  # off unless set
+    monkeypatch.setenv("IRIS_LLM_HOST_KV_BYTES", str(64 << 20))
+    monkeypatch.setenv("IRIS_LLM_KV_STORE", "redis-cluster")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_CLUSTER_NODES", "10.0.0.1:7000, 10.0.0.2:7001")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_PASSWORD", "s3cret")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_TLS", "true")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_TLS_VERIFY", "false")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_TLS_CA_FILE", "/etc/kv/ca.pem")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_TIMEOUT_S", "0.25")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_WRITE_QUEUE", "64")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_RETRY_S", "2")
+    store = engine_config(LLMSettings.load()).kv_store
+    assert store is not None and store.kind == "redis-cluster"
+    assert store.cluster_nodes == ("10.0.0.1:7000", "10.0.0.2:7001")
+    assert (store.password, store.tls, store.tls_verify) == ("s3cret", True, False)
+    assert store.tls_ca_file == "/etc/kv/ca.pem" and store.tls_cert_file is None
+    assert (store.timeout_s, store.write_queue, store.retry_s) == (0.25, 64, 2.0)
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_CLUSTER_NODES", '["[::1]:7000"]')  # JSON list
+    assert engine_config(LLMSettings.load()).kv_store.cluster_nodes == ("[::1]:7000",)
+    monkeypatch.setenv("IRIS_LLM_KV_STORE", "memory")
+    monkeypatch.setenv("IRIS_LLM_KV_STORE_URL", "shared-by-this-process")
+    store = engine_config(LLMSettings.load()).kv_store
+    assert (store.kind, store.url) == ("memory", "shared-by-this-process")
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"IRIS_LLM_KV_STORE": "disk"}, "IRIS_LLM_KV_STORE"),
+        ({"IRIS_LLM_KV_STORE": "redis"}, "IRIS_LLM_KV_STORE_URL"),
+        ({"IRIS_LLM_KV_STORE": "redis-cluster"}, "IRIS_LLM_KV_STORE_CLUSTER_NODES"),
+        ({"IRIS_LLM_KV_STORE": "memory", "IRIS_LLM_HOST_KV_BYTES": "0"}, "IRIS_LLM_HOST_KV_BYTES"),
+        ({"IRIS_LLM_KV_STORE_TIMEOUT_S": "0"}, "IRIS_LLM_KV_STORE_TIMEOUT_S"),
+        ({"IRIS_LLM_KV_STORE_WRITE_QUEUE": "0"}, "IRIS_LLM_KV_STORE_WRITE_QUEUE"),
+        ({"IRIS_LLM_KV_STORE_RETRY_S": "-1"}, "IRIS_LLM_KV_STORE_RETRY_S"),
+        ({"IRIS_LLM_KV_STORE_CLUSTER_NODES": "nohost"}, "IRIS_LLM_KV_STORE_CLUSTER_NODES"),
+    ],
+)
+def test_a_bad_kv_store_setting_is_refused_naming_it(monkeypatch, env, named):
+    for name in list(os.environ):
+        if name.startswith("IRIS_LLM_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("IRIS_LLM_HOST_KV_BYTES", str(64 << 20))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=named):
+        LLMSettings.load()
+
+
 def test_the_cli_module_imports_no_torch():
     code = "import sys, llm_svc.cli; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
