@@ -320,7 +320,7 @@ class RadixCache:
                 self._remove_device_node(node)
             if parent.device_children or parent.parent is None or parent.ref:
                 if parent.parent is None and not parent.children and parent.salt:
-                    del self.roots[parent.salt]  # an emptied tenant namespace goes
+                    self.roots.pop(parent.salt, None)  # an emptied tenant namespace goes
                 continue
             # The parent is a leaf of the device tree now. Used no later than the node just
             # evicted (a released chain): it goes next, so a chain leaves tail first. Used
@@ -441,7 +441,7 @@ class RadixCache:
             return
         if parent.parent is None:
             if parent.salt:
-                del self.roots[parent.salt]
+                self.roots.pop(parent.salt, None)
         elif parent.tier == HOST and not parent.pinned:
             # Childless now: it may go. Used no later than its child: it goes next.
             self._host_nodes[parent] = None
