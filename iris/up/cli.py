@@ -32,6 +32,23 @@ def command(
     cache: Annotated[
         str, typer.Option(help="Embedding store: memory | redis | redis-cluster")
     ] = "memory",
+    kv_store: Annotated[
+        str,
+        typer.Option(
+            help="KV store the LLM pods share: off | memory | redis | redis-cluster. redis and"
+            " redis-cluster start their own redis-server(s) on loopback (maxmemory,"
+            " allkeys-lru), apart from the embedding cache's; memory lives inside each pod's"
+            " process and is NOT shared between pods (for trying the path on one pod)"
+        ),
+    ] = "off",
+    host_kv_bytes: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Each LLM pod's host KV tier in bytes (IRIS_LLM_HOST_KV_BYTES; a store needs"
+            " it). Default: 256 MiB with --kv-store, off without",
+        ),
+    ] = None,
     router: Annotated[str, typer.Option(help="Routing: prefix | round-robin")] = "prefix",
     embedding_reuse: Annotated[
         str, typer.Option(help="on: share image embeddings; off: encode every image afresh")
@@ -74,6 +91,8 @@ def command(
             encoders=encoders,
             gateways=gateways,
             cache=cache,
+            kv_store=kv_store,
+            host_kv_bytes=host_kv_bytes,
             router=router,
             embedding_reuse=embedding_reuse == "on",
             api_keys=tuple(api_key or ()),

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 # `iris up --router` names → the gateway's built-in router configs.
 ROUTER_POLICIES = {"prefix": "prefix-aware", "round-robin": "round-robin"}
+KV_STORES = ("off", "memory", "redis", "redis-cluster")
+DEFAULT_HOST_KV_BYTES = 256 << 20  # each pod's host tier when a store is on and none given
+# A redis-server that holds only a cache: bounded, least recently used out, nothing on disk.
+CACHE_ONLY_ARGS = ("--maxmemory-policy", "allkeys-lru", "--save", "", "--appendonly", "no")
 
 
 @dataclass
@@ -39,6 +43,14 @@ class UpConfig:
     # the same pods: each keeps its own routing state (docs/design/gateway.md).
     gateways: int = 1
     cache: str = "memory"  # memory | redis | redis-cluster (3 local masters)
+    # The KV store the LLM pods share (IRIS_LLM_KV_STORE): off | memory (in each pod's
+    # process: NOT shared between pods) | redis (a second redis-server) | redis-cluster (a
+    # second cluster of 3 masters), never the embedding cache's own store.
+    kv_store: str = "off"
+    # Each LLM pod's host KV tier (IRIS_LLM_HOST_KV_BYTES), which a store needs; None: 256
+    # MiB with a store, off without one.
+    host_kv_bytes: int | None = None
+    kv_store_maxmemory_mb: int = 512  # the store's maxmemory (allkeys-lru), per node
     router: str = "prefix"  # prefix | round-robin
     embedding_reuse: bool = True
     # Keys the gateway requires (Authorization: Bearer); none: open, as fits loopback.
@@ -56,6 +68,25 @@ class UpConfig:
     def __post_init__(self) -> None:
         if self.cache not in ("memory", "redis", "redis-cluster"):
             raise ValueError(f"cache must be memory, redis or redis-cluster, got {self.cache!r}")
+        if self.kv_store not in KV_STORES:
+            raise ValueError(
+                f"kv_store must be off, memory, redis or redis-cluster, got {self.kv_store!r}"
+            )
+        if self.host_kv_bytes is None:
+            self.host_kv_bytes = DEFAULT_HOST_KV_BYTES if self.kv_store != "off" else 0
+        if self.host_kv_bytes < 0:
+            raise ValueError(f"host_kv_bytes must be >= 0, got {self.host_kv_bytes}")
+        if self.kv_store != "off" and self.host_kv_bytes == 0:
+            raise ValueError(
+                f"kv_store {self.kv_store} needs the host KV tier (host_kv_bytes > 0): the "
+                f"store's pages are loaded into it"
+            )
+        if self.kv_store != "off" and self.tensor_parallel_size > 1:
+            raise ValueError("kv_store needs tensor_parallel_size 1 (the engine refuses more)")
+        if self.kv_store_maxmemory_mb < 1:
+            raise ValueError(
+                f"kv_store_maxmemory_mb must be >= 1, got {self.kv_store_maxmemory_mb}"
+            )
         if self.router not in ROUTER_POLICIES:
             raise ValueError(f"router must be prefix or round-robin, got {self.router!r}")
         parts = [("cache",), ("cache", "encoder"), ("cache", "encoder", "llm", "gateway")]
@@ -92,7 +123,7 @@ class Service:
     """A started (or startable) service: its process and where it listens."""
 
     name: str
-    kind: str  # cache | encoder | llm | gateway | redis
+    kind: str  # cache | encoder | llm | gateway | redis (the cache's or the KV store's)
     child: ChildProcess
     address: str  # host:port of its main endpoint
     health_url: str | None  # None: redis, which answers PING on `address` instead
@@ -118,7 +149,9 @@ class Platform:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.services: list[Service] = []
         self.redis_url: str | None = None
-        self._redis_dir: Path | None = None
+        self.kv_store_url: str | None = None  # --kv-store redis: its redis:// URL
+        self.kv_store_nodes: str | None = None  # --kv-store redis-cluster: its seeds
+        self._data_dirs: list[Path] = []  # the Redis servers' folders, removed at stop
         self._interrupted: threading.Event | None = None  # see start()
 
     # --- building ------------------------------------------------------------------------
@@ -163,47 +196,67 @@ class Platform:
         service.metrics_port = metrics_port
         return service
 
-    def _start_redis(self) -> str:
+    def _start_redis(
+        self, name: str = "redis", extra_args: tuple[str, ...] = (), flag: str = "--cache redis"
+    ) -> str:
+        """A redis-server child on a free loopback port, started; returns its URL."""
         server = shutil.which("redis-server")
         if server is None:
-            raise StartupError("--cache redis needs redis-server on PATH (scripts/setup.sh)")
+            raise StartupError(f"{flag} needs redis-server on PATH (scripts/setup.sh)")
         port = free_port()
-        self._redis_dir = Path(tempfile.mkdtemp(prefix="iris-redis-"))
-        child = ChildProcess(
-            name="redis",
-            argv=[
-                server,
-                "--bind",
-                HOST,
-                "--port",
-                str(port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self._redis_dir),
-            ],
-            log_path=self.log_dir / "redis.log",
-        )
+        folder = Path(tempfile.mkdtemp(prefix=f"iris-{name}-"))
+        self._data_dirs.append(folder)
+        argv = [server, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no"]
+        argv += ["--dir", str(folder), *extra_args]
+        child = ChildProcess(name=name, argv=argv, log_path=self.log_dir / f"{name}.log")
         child.start()
-        self.services.append(Service("redis", "redis", child, f"{HOST}:{port}", None))
+        self.services.append(Service(name, "redis", child, f"{HOST}:{port}", None))
         return f"redis://{HOST}:{port}/0"
 
-    def _start_redis_cluster(self, masters: int = 3) -> str:
+    def _start_redis_cluster(
+        self,
+        masters: int = 3,
+        name: str = "redis",
+        extra_args: tuple[str, ...] = (),
+        flag: str = "--cache redis-cluster",
+    ) -> str:
         """Three cluster masters as children, joined; returns the seed list."""
         from iris.up.redis_cluster import ClusterStartError, cluster_nodes, join
 
-        self._redis_dir = Path(tempfile.mkdtemp(prefix="iris-redis-cluster-"))
+        folder = Path(tempfile.mkdtemp(prefix=f"iris-{name}-cluster-"))
+        self._data_dirs.append(folder)
         try:
-            nodes = cluster_nodes(self._redis_dir, self.log_dir, masters)
+            nodes = cluster_nodes(folder, self.log_dir, masters, name, extra_args, flag)
             for index, (address, child) in enumerate(nodes):
                 child.start()
-                self.services.append(Service(f"redis-{index}", "redis", child, address, None))
-            join([address for address, _ in nodes], replicas=0)
+                self.services.append(Service(f"{name}-{index}", "redis", child, address, None))
+            join([address for address, _ in nodes], replicas=0, flag=flag)
         except ClusterStartError as err:
             raise StartupError(str(err)) from None
         return ",".join(address for address, _ in nodes)
+
+    def _kv_store_settings(self) -> dict[str, str]:
+        """The LLM pods' IRIS_LLM_KV_STORE* and host tier settings; starts the store's
+        own redis-server (or cluster) when it is one, beside the embedding cache's: KV
+        pages must never evict embeddings (docs/design/running.md, "KV store")."""
+        kind = self.config.kv_store
+        settings = {"host_kv_bytes": str(self.config.host_kv_bytes)}
+        if kind == "off":
+            return settings if self.config.host_kv_bytes else {}
+        settings["kv_store"] = kind
+        bounded = ("--maxmemory", f"{self.config.kv_store_maxmemory_mb}mb", *CACHE_ONLY_ARGS)
+        if kind == "memory":
+            # A name within each pod's own process: pods share nothing through it.
+            settings["kv_store_url"] = "iris-up"
+        elif kind == "redis":
+            self.kv_store_url = self._start_redis("kv-store", bounded, "--kv-store redis")
+            settings["kv_store_url"] = self.kv_store_url
+        else:
+            self.kv_store_nodes = self._start_redis_cluster(
+                3, "kv-store", bounded, "--kv-store redis-cluster"
+            )
+            settings["kv_store_cluster_nodes"] = self.kv_store_nodes
+        return settings
 
     def plan(self) -> None:
         """Pick ports and build every service's command and environment."""
@@ -227,6 +280,7 @@ class Platform:
             self.services.append(encoder)
         if "llm" not in self.config.services:
             return
+        kv_settings = self._kv_store_settings()
         for index in range(self.config.llm_pods):
             name = f"llm-{index}"
             pod = self._grpc_service(
@@ -236,6 +290,7 @@ class Platform:
                 cache_address=cache.address,
                 pod_name=name,
                 tensor_parallel_size=str(self.config.tensor_parallel_size),
+                **kv_settings,
             )
             self.services.append(pod)
         for index in range(self.config.gateways):
@@ -352,11 +407,11 @@ class Platform:
             return False
 
     def stop(self) -> None:
-        """Stop every service, gateway first, and remove the Redis data folder."""
+        """Stop every service, gateway first, and remove the Redis data folders."""
         for service in reversed(self.services):
             service.child.stop()
-        if self._redis_dir is not None:
-            shutil.rmtree(self._redis_dir, ignore_errors=True)
+        for folder in self._data_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def restart(self, name: str) -> None:
         """Start a stopped service again on the same ports (fault tests)."""

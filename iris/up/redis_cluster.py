@@ -18,11 +18,20 @@ class ClusterStartError(RuntimeError):
     """The cluster could not be started or joined; the message says which step."""
 
 
-def cluster_nodes(data_dir: Path, log_dir: Path, count: int) -> list[tuple[str, ChildProcess]]:
-    """(address, child) per node, not started yet."""
+def cluster_nodes(
+    data_dir: Path,
+    log_dir: Path,
+    count: int,
+    name: str = "redis",
+    extra_args: tuple[str, ...] = (),
+    flag: str = "--cache redis-cluster",
+) -> list[tuple[str, ChildProcess]]:
+    """(address, child) per node, not started yet: `<name>-<index>`, each with its log
+    beside the others and `extra_args` (e.g. maxmemory) on its command line; `flag` is the
+    option named when redis-server is missing."""
     server = shutil.which("redis-server")
     if server is None:
-        raise ClusterStartError("--cache redis-cluster needs redis-server on PATH")
+        raise ClusterStartError(f"{flag} needs redis-server on PATH")
     nodes = []
     for index in range(count):
         port = free_port()
@@ -31,18 +40,19 @@ def cluster_nodes(data_dir: Path, log_dir: Path, count: int) -> list[tuple[str, 
         argv = [server, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no"]
         argv += ["--dir", str(folder), "--cluster-enabled", "yes"]
         argv += ["--cluster-port", str(free_port())]  # the bus port, known free
+        argv += list(extra_args)
         child = ChildProcess(
-            name=f"redis-{index}", argv=argv, log_path=log_dir / f"redis-{index}.log"
+            name=f"{name}-{index}", argv=argv, log_path=log_dir / f"{name}-{index}.log"
         )
         nodes.append((f"{HOST}:{port}", child))
     return nodes
 
 
-def join(addresses: list[str], replicas: int) -> None:
+def join(addresses: list[str], replicas: int, flag: str = "--cache redis-cluster") -> None:
     """Make one cluster of the started nodes and wait until it says cluster_state:ok."""
     cli = shutil.which("redis-cli")
     if cli is None:
-        raise ClusterStartError("--cache redis-cluster needs redis-cli on PATH")
+        raise ClusterStartError(f"{flag} needs redis-cli on PATH")
 
     def answers(address: str, *command: str) -> str:
         host, _, port = address.rpartition(":")

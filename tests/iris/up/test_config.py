@@ -69,3 +69,59 @@ def test_a_plain_language_model_plans_no_encoder(tmp_path):
     assert [service.kind for service in platform.services] == ["cache", "llm", "gateway"]
     env = gateway_env(platform)
     assert env.get("IRIS_GATEWAY_ENCODER_ADDRESSES", "") == ""
+
+
+def llm_env(platform: Platform) -> list[dict[str, str]]:
+    return [service.child.env for service in platform.services if service.kind == "llm"]
+
+
+def test_the_kv_store_is_off_by_default_and_memory_gives_each_pod_its_own(tmp_path):
+    plain = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path, llm_pods=2))
+    plain.plan()
+    for env in llm_env(plain):
+        assert not any(name.startswith("IRIS_LLM_KV_STORE") for name in env)
+        assert "IRIS_LLM_HOST_KV_BYTES" not in env
+    memory = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path, llm_pods=2, kv_store="memory"))
+    memory.plan()
+    for env in llm_env(memory):
+        assert env["IRIS_LLM_KV_STORE"] == "memory"
+        assert env["IRIS_LLM_KV_STORE_URL"]  # a name inside each pod's own process
+        assert env["IRIS_LLM_HOST_KV_BYTES"] == str(256 << 20)  # the store needs the tier
+    assert [service.kind for service in memory.services].count("redis") == 0
+    tier_only = Platform(UpConfig(model_dir=tmp_path, log_dir=tmp_path, host_kv_bytes=1 << 20))
+    tier_only.plan()
+    (env,) = llm_env(tier_only)
+    assert env["IRIS_LLM_HOST_KV_BYTES"] == str(1 << 20) and "IRIS_LLM_KV_STORE" not in env
+
+
+def test_kv_store_redis_is_its_own_bounded_server_beside_the_caches(tmp_path):
+    config = UpConfig(model_dir=tmp_path, log_dir=tmp_path, llm_pods=2, cache="redis",
+                      kv_store="redis", kv_store_maxmemory_mb=64)  # fmt: skip
+    platform = Platform(config)
+    try:
+        platform.plan()  # starts both redis-servers (the pods are only planned)
+        store = platform.service("kv-store")
+        assert store.kind == "redis" and store.address != platform.service("redis").address
+        argv = " ".join(store.child.argv)
+        assert "--maxmemory 64mb" in argv and "--maxmemory-policy allkeys-lru" in argv
+        assert platform.kv_store_url == f"redis://{store.address}/0"
+        for env in llm_env(platform):
+            assert env["IRIS_LLM_KV_STORE"] == "redis"
+            assert env["IRIS_LLM_KV_STORE_URL"] == platform.kv_store_url
+            assert int(env["IRIS_LLM_HOST_KV_BYTES"]) > 0
+    finally:
+        platform.stop()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"kv_store": "disk"}, "kv_store must be off, memory, redis or redis-cluster"),
+        ({"kv_store": "redis", "host_kv_bytes": 0}, "needs the host KV tier"),
+        ({"kv_store": "memory", "tensor_parallel_size": 2}, "needs tensor_parallel_size 1"),
+        ({"host_kv_bytes": -1}, "host_kv_bytes must be >= 0"),
+    ],
+)
+def test_bad_kv_store_configs_are_refused(overrides, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        UpConfig(model_dir=Path("."), **overrides)
