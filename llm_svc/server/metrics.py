@@ -12,7 +12,7 @@ import time
 from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from iris import metrics as names
@@ -30,7 +30,6 @@ TIER_DIRECTIONS = ("to_host", "to_device")
 # A store lookup: one round trip per 64 pages to a Redis on the same network takes about a
 # millisecond; a slow or distant store up to its timeout (IRIS_LLM_KV_STORE_TIMEOUT_S).
 STORE_FETCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-STORE_DIRECTIONS = ("read", "written")
 
 
 class LLMMetrics:
@@ -144,53 +143,22 @@ class LLMMetrics:
 
     def _store_metrics(self, reg: CollectorRegistry) -> None:
         """The shared KV store's series, exported from the start (0 on a pod without a
-        store, whose `configured` is 0: the recording rules and the alert tell it apart
-        from a store that is down)."""
-        self.store_configured = Gauge(
-            names.LLM_KV_STORE_CONFIGURED, "1 when a KV store is configured, 0 when off",
-            registry=reg,
-        )  # fmt: skip
-        self.store_up = Gauge(
-            names.LLM_KV_STORE_UP,
-            "1 while the KV store is used, 0 after a failure (for its retry time) or when off",
-            registry=reg,
-        )
-        self.store_hits = Counter(
-            names.LLM_KV_STORE_HITS, "Pages read from the KV store", registry=reg
-        )
-        self.store_misses = Counter(
-            names.LLM_KV_STORE_MISSES,
-            "KV store lookups that ended at a page the store did not hold",
-            registry=reg,
-        )
-        self.store_bytes = Counter(
-            names.LLM_KV_STORE_BYTES, "Page bytes read from and written to the KV store",
-            [names.LABEL_DIRECTION], registry=reg,
-        )  # fmt: skip
+        store, whose `configured` is 0: the alert and the dashboard tell it apart from a
+        store that is down). Its counters are read from the client at scrape time
+        (StoreCollector): the writer thread adds to them after the last step, and an idle
+        engine takes no snapshot, so a snapshot's figures would lag until the next
+        request. The lookup times, drained on the engine thread, come with the snapshots."""
+        self.store_collector = StoreCollector()
+        reg.register(self.store_collector)
         self.store_fetch_seconds = Histogram(
             names.LLM_KV_STORE_FETCH_SECONDS, "Per KV store lookup, the time it took",
             buckets=STORE_FETCH_BUCKETS, registry=reg,
         )  # fmt: skip
-        self.store_checksum_failures = Counter(
-            names.LLM_KV_STORE_CHECKSUM_FAILURES,
-            "KV store values whose checksum failed (dropped, never served)",
-            registry=reg,
-        )
-        self.store_dropped_writes = Counter(
-            names.LLM_KV_STORE_DROPPED_WRITES,
-            "Pages not written to the KV store (the write queue full, or the store failing)",
-            registry=reg,
-        )
-        self.store_skipped_writes = Counter(
-            names.LLM_KV_STORE_SKIPPED_WRITES,
-            "Pages not written to the KV store: their buffer was reused first",
-            registry=reg,
-        )
-        self.store_errors = Counter(
-            names.LLM_KV_STORE_ERRORS, "KV store round trips that failed", registry=reg
-        )
-        for direction in STORE_DIRECTIONS:
-            self.store_bytes.labels(direction)
+
+    def watch_store(self, client) -> None:
+        """Export the KV store client's counters (llm_svc/engine/kv_store.py,
+        KVStoreClient; None: no store, every series at 0)."""
+        self.store_collector.client = client
 
     def watch_grammars(self, pool) -> None:
         """Export the grammar compile pool's counts (read at scrape time)."""
@@ -233,19 +201,7 @@ class LLMMetrics:
         self.tier_capacity.set(tier.capacity_bytes)
 
     def _observe_store(self, store: StoreSnapshot) -> None:
-        """As the tier's: counters advance by what grew, each lookup time observed once."""
-        self.store_configured.set(1)
-        self.store_up.set(1 if store.available else 0)
-        self._advance(self.store_hits, ("store_hits", ""), store.hits)
-        self._advance(self.store_misses, ("store_misses", ""), store.misses)
-        self._advance(self.store_bytes.labels("read"), ("store_bytes", "read"), store.bytes_read)
-        self._advance(
-            self.store_bytes.labels("written"), ("store_bytes", "written"), store.bytes_written
-        )
-        self._advance(self.store_checksum_failures, ("store_checksum", ""), store.checksum_failures)
-        self._advance(self.store_dropped_writes, ("store_dropped", ""), store.dropped_writes)
-        self._advance(self.store_skipped_writes, ("store_skipped", ""), store.skipped_writes)
-        self._advance(self.store_errors, ("store_errors", ""), store.errors)
+        """Each lookup time once (the counters are read at scrape time: StoreCollector)."""
         for seconds in store.fetch_seconds:
             self.store_fetch_seconds.observe(seconds)
 
@@ -311,3 +267,58 @@ class GrammarCollector(Collector):
             "Grammar compiles killed with their worker at the compile timeout",
             value=self.pool.num_timed_out,
         )
+
+
+class StoreCollector(Collector):
+    """The KV store client's counters since start and whether it is in use, read at scrape
+    time (ints the engine and writer threads add to; a read of one is atomic)."""
+
+    def __init__(self, client=None) -> None:
+        self.client = client
+
+    def collect(self):
+        stats = self.client.stats if self.client is not None else None
+
+        def counter(name: str, text: str, field: str):
+            value = getattr(stats, field) if stats is not None else 0
+            return CounterMetricFamily(name.removesuffix("_total"), text, value=value)
+
+        yield GaugeMetricFamily(
+            names.LLM_KV_STORE_CONFIGURED, "1 when a KV store is configured, 0 when off",
+            value=1 if stats is not None else 0,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            names.LLM_KV_STORE_UP,
+            "1 while the KV store is used, 0 after a failure (for its retry time) or when off",
+            value=1 if stats is not None and stats.available else 0,
+        )
+        yield counter(names.LLM_KV_STORE_HITS, "Pages read from the KV store", "hits")
+        yield counter(
+            names.LLM_KV_STORE_MISSES,
+            "KV store lookups that ended at a page the store did not hold",
+            "misses",
+        )
+        moved = CounterMetricFamily(
+            names.LLM_KV_STORE_BYTES.removesuffix("_total"),
+            "Page bytes read from and written to the KV store",
+            labels=[names.LABEL_DIRECTION],
+        )
+        for direction, field in (("read", "bytes_read"), ("written", "bytes_written")):
+            moved.add_metric([direction], getattr(stats, field) if stats is not None else 0)
+        yield moved
+        yield counter(
+            names.LLM_KV_STORE_CHECKSUM_FAILURES,
+            "KV store values whose checksum failed (dropped, never served)",
+            "checksum_failures",
+        )
+        yield counter(
+            names.LLM_KV_STORE_DROPPED_WRITES,
+            "Pages not written to the KV store (the write queue full, or the store failing)",
+            "dropped_writes",
+        )
+        yield counter(
+            names.LLM_KV_STORE_SKIPPED_WRITES,
+            "Pages not written to the KV store: their buffer was reused first",
+            "skipped_writes",
+        )
+        yield counter(names.LLM_KV_STORE_ERRORS, "KV store round trips that failed", "errors")

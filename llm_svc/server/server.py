@@ -108,6 +108,7 @@ class LLMServer(GrpcService):
         if engine.step_fault is None:
             engine.step_fault = step_fault_from_env()
         self.metrics.watch_grammars(engine.grammars)
+        self.metrics.watch_store(getattr(engine, "kv_store", None))
         self.worker = EngineWorker(
             engine,
             lambda events: loop.call_soon_threadsafe(self.streams.dispatch, events),
