@@ -22,6 +22,7 @@ SETTINGS = {
 SECRET_VALUES = {
     "IRIS_GATEWAY_API_KEYS": '["key-one"]',
     "IRIS_CACHE_REDIS_PASSWORD": "password",
+    "IRIS_LLM_KV_STORE_PASSWORD": "kv-password",
 }
 
 

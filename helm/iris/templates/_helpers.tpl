@@ -265,6 +265,44 @@ resources:
 {{- end }}
 {{- end }}
 
+{{/* Non-empty when the chart runs the LLM pods' KV store (kvStore, mode redis, deploy). */}}
+{{- define "iris.kvStoreDeployed" -}}
+{{- $k := .Values.kvStore }}
+{{- if and $k.enabled (eq $k.mode "redis") $k.deploy }}true{{ end }}
+{{- end }}
+
+{{/* The KV store's URL (mode redis): the chart's Service, or kvStore.external.url. */}}
+{{- define "iris.kvStoreURL" -}}
+{{- if include "iris.kvStoreDeployed" . }}
+{{- printf "redis://%s:%d/0" (include "iris.componentName" (list . "kv-store")) (int .Values.kvStore.port) }}
+{{- else }}
+{{- .Values.kvStore.external.url }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret (name, key) that holds the KV store's password; empty name = none. */}}
+{{- define "iris.kvStoreSecretName" -}}
+{{- $k := .Values.kvStore }}
+{{- if include "iris.kvStoreDeployed" . }}
+{{- default (include "iris.componentName" (list . "kv-store")) $k.auth.existingSecret }}
+{{- else if eq $k.mode "redis-cluster" }}
+{{- $k.cluster.existingSecret }}
+{{- else }}
+{{- $k.external.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "iris.kvStoreSecretKey" -}}
+{{- $k := .Values.kvStore }}
+{{- if include "iris.kvStoreDeployed" . }}
+{{- $k.auth.secretKey }}
+{{- else if eq $k.mode "redis-cluster" }}
+{{- $k.cluster.secretKey }}
+{{- else }}
+{{- $k.external.secretKey }}
+{{- end }}
+{{- end }}
+
 {{/* The port of a URL (http://h:4317, rediss://h:6380/0), or the default given. */}}
 {{- define "iris.urlPort" -}}
 {{- $url := index . 0 }}

@@ -43,4 +43,22 @@ Included once, from templates/validate.yaml.
 {{- if and $v.redis.external.existingSecret (not $v.redis.external.url) }}
 {{- fail "redis.external.existingSecret is set but redis.external.url is empty" }}
 {{- end }}
+{{- $kv := $v.kvStore }}
+{{- if $kv.enabled }}
+{{- if le (int64 ($v.llm.hostKVBytes | default 0)) 0 }}
+{{- fail "kvStore.enabled needs llm.hostKVBytes > 0: the LLM pods load the store's pages into their host KV tier (e.g. llm.hostKVBytes=68719476736 for 64 GiB)" }}
+{{- end }}
+{{- if gt (int $v.llm.tensorParallelSize) 1 }}
+{{- fail (printf "kvStore.enabled needs llm.tensorParallelSize 1 (got %d): the store is not supported under tensor parallelism" (int $v.llm.tensorParallelSize)) }}
+{{- end }}
+{{- if and (eq $kv.mode "redis") (not $kv.deploy) (not $kv.external.url) }}
+{{- fail "kvStore.external.url is required when kvStore.mode is redis and kvStore.deploy is false" }}
+{{- end }}
+{{- if and (eq $kv.mode "redis-cluster") (not $kv.cluster.nodes) }}
+{{- fail "kvStore.cluster.nodes (host:port seeds of an existing cluster) is required when kvStore.mode is redis-cluster" }}
+{{- end }}
+{{- if and $kv.auth.existingSecret $kv.auth.password }}
+{{- fail "kvStore.auth: set existingSecret or password, not both" }}
+{{- end }}
+{{- end }}
 {{- end }}
