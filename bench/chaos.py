@@ -1,5 +1,6 @@
 """Faults under steady load, counted: `iris up` supervising its services while one of them
-is killed with SIGKILL every few seconds.
+is killed with SIGKILL every few seconds (with `--kv-store redis` the LLM pods also share a KV
+store, which is killed in its turn: requests then prefill, and none may hang or be wrong).
 
 Set-up: `iris up` (2 LLM pods, 2 encoders, `--cache redis`) on the tiny random Qwen2-VL
 checkpoint, so that a few minutes send enough requests. A fixed set of prompts (text chats,
@@ -29,7 +30,7 @@ deadline (IRIS_GATEWAY_ACCEPT_TIMEOUT_S), so a request the platform cannot start
 is refused (503) rather than left without a byte.
 
     python bench/chaos.py [--duration 240] [--kill-every 15] [--clients 4] [--idle-s 10]
-        [--seed 0] [--model DIR]
+        [--seed 0] [--model DIR] [--kv-store off|redis]
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 KILLABLE = ("encoder", "llm", "cache", "redis")
+KV_STORE = "kv-store"  # with --kv-store redis: the LLM pods' shared KV store, killed too
 WINDOW_S = 10.0  # requests sent this soon after a kill do not count towards C/N
 MAX_TOKENS = 8
 ERROR_PAUSE_S = 1.0  # a client's pause after an error before its next request
@@ -253,26 +255,28 @@ def service_of(pid: int) -> tuple[str, str] | None:
         return None
     name = Path(log).stem
     if any("redis-server" in part for part in argv):  # it rewrites its process title
-        return "redis", name
+        return (KV_STORE if name.startswith(KV_STORE) else "redis"), name
     if "iris.cli" in argv:
         kind = argv[argv.index("iris.cli") + 1]
         return kind, name
     return None
 
 
-def running_services(up_pid: int) -> list[tuple[int, str, str]]:
+def running_services(up_pid: int, killable: tuple[str, ...]) -> list[tuple[int, str, str]]:
     services = []
     for pid in descendants(up_pid):
         found = service_of(pid)
-        if found is not None and found[0] in KILLABLE:
+        if found is not None and found[0] in killable:
             services.append((pid, *found))
     return services
 
 
-async def chaos(up: UpProcess, until: float, every_s: float, rng: random.Random) -> list[Kill]:
+async def chaos(
+    up: UpProcess, until: float, every_s: float, rng: random.Random, killable: tuple[str, ...]
+) -> list[Kill]:
     """Every `every_s`, kill one service at random — a kind drawn from a shuffled round of
-    the four, then one of that kind — one fault at a time: the next kill waits until
-    `iris up` has said the last victim serves again."""
+    the `killable` kinds, then one of that kind — one fault at a time: the next kill waits
+    until `iris up` has said the last victim serves again."""
     kills: list[Kill] = []
     kinds: list[str] = []
     while True:
@@ -284,9 +288,9 @@ async def chaos(up: UpProcess, until: float, every_s: float, rng: random.Random)
         if time.monotonic() >= until - 1:
             return kills
         if not kinds:  # every kind in turn, in a random order each round
-            kinds = rng.sample(KILLABLE, len(KILLABLE))
+            kinds = rng.sample(killable, len(killable))
         wanted = kinds.pop()
-        candidates = [c for c in running_services(up.process.pid) if c[1] == wanted]
+        candidates = [c for c in running_services(up.process.pid, killable) if c[1] == wanted]
         if not candidates:
             print(f"no running {wanted} to kill", flush=True)
             continue
@@ -397,7 +401,7 @@ def plot(outcomes: list[Outcome], kills: list[Kill], started: float, model: Path
     return save(fig, "chaos.png")
 
 
-def start_up(model: Path, log_dir: Path, idle_s: float) -> UpProcess:
+def start_up(model: Path, log_dir: Path, idle_s: float, kv_store: str) -> UpProcess:
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
@@ -407,6 +411,7 @@ def start_up(model: Path, log_dir: Path, idle_s: float) -> UpProcess:
     }
     argv = [sys.executable, "-m", "iris.cli", "up", "--model", str(model), "--llm-pods", "2"]
     argv += ["--encoders", "2", "--cache", "redis", "--log-dir", str(log_dir)]
+    argv += ["--kv-store", kv_store]
     process = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -425,7 +430,12 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=6, help="prompts with an image")
     parser.add_argument("--texts", type=int, default=6, help="text-only prompts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--kv-store", choices=["off", "redis"], default="off",
+        help="redis: the LLM pods share a KV store (iris up --kv-store redis), killed in turn",
+    )  # fmt: skip
     args = parser.parse_args()
+    killable = KILLABLE + ((KV_STORE,) if args.kv_store == "redis" else ())
 
     if args.model is None:
         from iris.models.build import cached_tiny
@@ -434,7 +444,7 @@ def main() -> None:
         args.model = cached_tiny("qwen2_vl", home / "bench")
     rng = random.Random(args.seed)
     log_dir = Path(tempfile.mkdtemp(prefix="iris-chaos-"))
-    up = start_up(args.model, log_dir, args.idle_s)
+    up = start_up(args.model, log_dir, args.idle_s, args.kv_store)
     print(f"iris up: logs in {log_dir}")
     try:
         up.ready.wait(600)
@@ -449,7 +459,7 @@ def main() -> None:
         until = started + args.duration
 
         async def run():
-            killing = asyncio.create_task(chaos(up, until, args.kill_every, rng))
+            killing = asyncio.create_task(chaos(up, until, args.kill_every, rng, killable))
             outcomes = await load(
                 up.url, model, prompts, reference, args.clients, until, args.idle_s, rng
             )
