@@ -73,6 +73,15 @@ class KVCache:
         v_cache.index_copy_(0, slots, v)
         return k_cache, v_cache
 
+    def layer(
+        self, layer: int, slots: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`layer`'s (k, v) cache views, after storing the step's k/v there; with k and v
+        None (a layer reading another layer's KV, Gemma 4) nothing is stored."""
+        if k is None:
+            return self.k[layer], self.v[layer]
+        return self.store(layer, slots, k, v)
+
 
 @dataclass
 class AttentionMetadata:
@@ -119,4 +128,6 @@ class AttentionBackend(ABC):
         window: int | None = None,
     ) -> torch.Tensor:
         """q [T, heads, d], k/v [T, kv_heads, d] → [T, heads, d]; stores k/v in the cache.
-        `scale`: the softmax scale (None: d ** -0.5); `window`: see the module docstring."""
+        `scale`: the softmax scale (None: d ** -0.5); `window`: see the module docstring.
+        k and v None: the layer reads the KV already stored at `layer` this step (a
+        KV-shared layer, attention/kinds.py) and stores nothing."""
