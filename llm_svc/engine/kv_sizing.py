@@ -153,6 +153,8 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
         seqs.append(seq)
         if i < count:
             seq.block_table = list(range(next_page, next_page + -(-length // page)))
+            # The scratch pools are addressed by the same pages (runner.scratch_backend).
+            seq.window_table = seq.block_table
             next_page += len(seq.block_table)
             chunks.append(ScheduledChunk(seq, 0, length))
     saved = runner.__dict__.get("backend")
