@@ -19,6 +19,7 @@ from llm_svc.engine.host_tier import HostTier
 from llm_svc.engine.kv_sizing import KindPages, kv_budget
 from llm_svc.engine.models import load_model
 from llm_svc.engine.models.config import FULL, SLIDING
+from llm_svc.engine.models.decoder import SampledRows
 from llm_svc.engine.models.gated_deltanet import choose_kernels
 from llm_svc.engine.models.qwen3_5 import StepStates
 from llm_svc.engine.pending import PendingTokens
@@ -41,6 +42,7 @@ class StepInputs:
     sample_rows: torch.Tensor
     sample_chunks: list[ScheduledChunk]
     state_slots: list[int] | None = None  # hybrid models: each chunk's state slot
+    sample_entries: list[int] | None = None  # the chunk (meta entry) of each sample row
 
 
 class ModelRunner:
@@ -300,6 +302,7 @@ class ModelRunner:
         ids, positions, slots = [], [], []
         pending_flat, pending_seqs = [], []
         starts, lens, contexts, tables, sample_rows, sample_chunks = [], [], [], [], [], []
+        sample_entries = []
         mrope = any(chunk.seq.mrope_positions is not None for chunk in chunks)
         # A step whose prefill chunks hold image spans that attend both ways.
         spans = any(chunk.seq.uncut_spans and chunk.num_tokens > 1 for chunk in chunks)
@@ -333,6 +336,7 @@ class ModelRunner:
             if chunk.samples:
                 sample_rows.append(flat - 1)
                 sample_chunks.append(chunk)
+                sample_entries.append(len(starts) - 1)
         device = self.device
         meta = AttentionMetadata(
             slot_mapping=to_device(np.concatenate(slots), device),
@@ -357,6 +361,7 @@ class ModelRunner:
             sample_rows=to_device(np.asarray(sample_rows, dtype=np.int64), device),
             sample_chunks=sample_chunks,
             state_slots=[c.seq.state_slot for c in chunks] if self.state_pool else None,
+            sample_entries=sample_entries,
         )
 
     def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
@@ -376,9 +381,13 @@ class ModelRunner:
         return embeds, deepstack_rows(image_rows, starts, mc.hidden_size, mc.deepstack_levels)
 
     def forward_hidden(self, inputs: StepInputs, input_embeds, deepstack) -> torch.Tensor:
-        """The model's last hidden states [T, H]."""
+        """The model's last hidden states [T, H]; for a model that `keeps_sampled_rows`,
+        only the sample rows' [N, H] (`sampled_hidden` takes them either way)."""
         self.backend.plan(inputs.meta)
         extra = {}
+        if self.model.keeps_sampled_rows:
+            meta = inputs.meta.last_tokens(inputs.sample_entries, inputs.sample_rows)
+            extra["sampled"] = SampledRows(inputs.sample_rows, meta)
         if deepstack is not None:
             extra["deepstack"] = deepstack
         if self.state_pool is not None:
@@ -395,7 +404,11 @@ class ModelRunner:
                 deepstack=None):  # fmt: skip
         """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
         hidden = self.forward_hidden(inputs, input_embeds, deepstack)
-        return self.model.compute_logits(hidden[inputs.sample_rows])
+        return self.model.compute_logits(self.sampled_hidden(inputs, hidden))
+
+    def sampled_hidden(self, inputs: StepInputs, hidden: torch.Tensor) -> torch.Tensor:
+        """The sample rows of `forward_hidden`'s output."""
+        return hidden if self.model.keeps_sampled_rows else hidden[inputs.sample_rows]
 
 
 def _padded(tables: list[list[int]]) -> np.ndarray:

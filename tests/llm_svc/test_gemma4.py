@@ -2,8 +2,9 @@
 each layer kind's pool has its own page shape and only the layers that keep KV have a layer
 in it, the byte budget and the max_model_len rule count those pages, the memory profile
 runs on both pools, a tied head with soft-capped logits matches HF's logits, the KV-shared
-layers are read as transformers pairs them, and every option part 1 does not serve is
-refused at load by name."""
+layers are read as transformers pairs them and run on the sampled rows only, Triton reads
+both pools and the shared layers' KV as SDPA does, and every option part 1 does not serve
+is refused at load by name."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from llm_svc.engine.parallel.checks import check_tensor_parallel
 from llm_svc.engine.scheduler import ScheduledChunk
 from llm_svc.engine.sequence import Sequence
 from tests.llm_svc.checkpoints import CACHE_ROOT
+from tests.llm_svc.conftest import greedy, make_engine, run_all, token_ids
 from tests.llm_svc.family_checkpoints import VERSION, WINDOW, family_checkpoint
 
 PAGE = 4
@@ -171,3 +173,32 @@ def test_a_hidden_size_per_layer_input_left_at_its_default_is_refused(tmp_path, 
 def test_tensor_parallelism_is_refused_by_name(gemma4_dir):
     with pytest.raises(ValueError, match="one device only"):
         check_tensor_parallel(gemma4_dir, 2, "cpu")
+
+
+def test_triton_reads_both_shapes_and_the_shared_layers_kv_as_sdpa_does(monkeypatch, gemma4_dir):
+    import iris_kernels
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert iris_kernels.interpreting()
+    prompts = [[(3 * i + n) % 40 + 3 for i in range(n)] for n in (5, 29)]
+    results = {}
+    for backend in ("triton", "sdpa"):
+        engine = make_engine(gemma4_dir, max_num_batched_tokens=7, num_pages=32,
+                             attention_backend=backend, dtype="float32", device="cpu")  # fmt: skip
+        assert engine.runner.backend.full.name == engine.runner.backend.sliding.name == backend
+        requests = {f"r{i}": (ids, greedy(4)) for i, ids in enumerate(prompts)}
+        results[backend] = {rid: token_ids(out) for rid, out in run_all(engine, requests).items()}
+        engine.close()
+    assert results["triton"] == results["sdpa"]
+
+
+def test_the_kv_shared_layers_run_on_the_sampled_rows_only(gemma4_dir):
+    engine = make_engine(gemma4_dir, max_num_batched_tokens=16, dtype="float32", device="cpu")
+    seen = []
+    for layer in engine.runner.model.layers:
+        layer.register_forward_hook(lambda module, args, out: seen.append(out.shape[0]))
+    run_all(engine, {"a": (list(range(3, 23)), greedy(2))})  # 20 tokens: chunks of 16, 4
+    engine.close()
+    # Per step, four layers on every row, then the two KV-shared ones on the sampled rows;
+    # the first chunk samples nothing, so they do not run at all.
+    assert seen == [16] * 4 + [4] * 4 + [1, 1] + [1] * 6

@@ -19,7 +19,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from llm_svc.engine.transfer import to_device
 
 
 @dataclass
@@ -102,6 +105,33 @@ class AttentionMetadata:
     # slots and tables in that pool; None when every layer reads the pool above.
     window_slot_mapping: torch.Tensor | None = None
     window_block_tables: torch.Tensor | None = None
+
+    def last_tokens(self, entries: list[int], rows: torch.Tensor) -> AttentionMetadata:
+        """The same step with only the last token of sequences `entries` as queries (one
+        query each; `rows` [len(entries)] their flat indices, on the device): what layers
+        whose output only feeds the sampled rows need (Gemma 4's KV-shared layers). A last
+        token sees its whole context causally, so `attend_until` is dropped."""
+        index = None
+        if entries:
+            index = to_device(np.asarray(entries, dtype=np.int64), self.block_tables.device)
+
+        def pick(table: torch.Tensor | None) -> torch.Tensor | None:
+            if table is None:
+                return None
+            return table.index_select(0, index) if index is not None else table[:0]
+
+        window_slots = self.window_slot_mapping
+        return AttentionMetadata(
+            slot_mapping=self.slot_mapping.index_select(0, rows),
+            query_starts=list(range(len(entries))),
+            query_lens=[1] * len(entries),
+            context_lens=[self.context_lens[i] for i in entries],
+            block_tables=pick(self.block_tables),
+            window_slot_mapping=None
+            if window_slots is None
+            else window_slots.index_select(0, rows),
+            window_block_tables=pick(self.window_block_tables),
+        )
 
 
 class AttentionBackend(ABC):

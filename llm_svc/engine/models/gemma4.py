@@ -11,7 +11,9 @@ Its quirks, all here:
   queries and keys are normed per head; the softmax scale is 1.0.
 - KV-shared layers (`config.kv_source`): the last `num_kv_shared_layers` layers attend to
   the KV of the last earlier layer of their kind and compute none (no k/v projections),
-  and with `use_double_wide_mlp` their MLP is twice as wide.
+  and with `use_double_wide_mlp` their MLP is twice as wide. Writing no KV, they feed
+  only the sampled rows: from the first of them on, only those rows are computed (as
+  transformers' `_maybe_slice_kv_shared_inputs` does in generate).
 - Norms are weight·x̂ (not Gemma 3's (1 + w)), in fp32; each layer's output is multiplied
   by its `layer_scalar`; embeddings are scaled by √hidden; the tied head's logits are
   soft-capped (`final_logit_softcapping`) when set.
@@ -25,7 +27,7 @@ from torch import nn
 
 from llm_svc.engine.attention.base import AttentionBackend
 from llm_svc.engine.models.config import FULL, SLIDING, TextModelConfig
-from llm_svc.engine.models.decoder import DecoderLM
+from llm_svc.engine.models.decoder import DecoderLM, SampledRows
 from llm_svc.engine.models.layers import GatedMLP, RotaryEmbedding, apply_rotary
 
 
@@ -80,7 +82,7 @@ class Gemma4Attention(nn.Module):
             k = apply_rotary(self.k_norm(raw), cos, sin)
             v = self.v_norm(v)
         out = backend.forward(self.layer, q, k, v, scale=1.0, window=self.window)
-        return self.o_proj(out.reshape(tokens, -1))
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
 
 class Gemma4DecoderLayer(nn.Module):
@@ -109,8 +111,10 @@ class Gemma4DecoderLayer(nn.Module):
 
 
 class Gemma4LM(DecoderLM):
-    """DecoderLM with one rope per layer kind at that kind's head_dim, and soft-capped
-    logits."""
+    """DecoderLM with one rope per layer kind at that kind's head_dim, soft-capped logits,
+    and the KV-shared layers run on the sampled rows only (`keeps_sampled_rows`)."""
+
+    keeps_sampled_rows = True
 
     def __init__(self, config: TextModelConfig, layers: list[nn.Module]) -> None:
         super().__init__(
@@ -126,6 +130,43 @@ class Gemma4LM(DecoderLM):
             rotated=local.rotated,
         )  # fmt: skip
         self.softcap = config.final_logit_softcapping
+        shared = [i for i in range(config.num_layers) if config.kv_source(i) != i]
+        self.first_shared = shared[0] if shared else config.num_layers
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        backend: AttentionBackend,
+        input_embeds: torch.Tensor | None = None,
+        sampled: SampledRows | None = None,
+    ) -> torch.Tensor:
+        """Hidden states [T, H], or with `sampled` only those rows' [N, H]: the layers
+        before the first KV-shared one run on every row (they write the KV), the rest on
+        the sampled rows, attending as one query each (`sampled.meta`)."""
+        x = self.embed(input_ids) if input_embeds is None else input_embeds
+        ropes = {
+            FULL: self.rotary(positions, x.dtype),
+            SLIDING: self.local_rotary(positions, x.dtype),
+        }
+        for index, (layer, kind) in enumerate(zip(self.layers, self.layer_kinds, strict=True)):
+            if index == self.first_shared and sampled is not None:
+                if not sampled.meta.query_lens:  # no row samples: nothing more to compute
+                    x = x[:0]
+                    break
+                x, ropes = self._sampled_only(x, ropes, sampled, backend)
+            cos, sin = ropes[kind]
+            x = layer(x, cos, sin, backend)
+        if self.first_shared == len(self.layers) and sampled is not None:
+            x = x[sampled.rows]
+        return self.norm(x)
+
+    @staticmethod
+    def _sampled_only(x, ropes, sampled: SampledRows, backend: AttentionBackend):
+        """The sampled rows of x and of each rope, with `backend` planned for them."""
+        backend.plan(sampled.meta)
+        rows = sampled.rows
+        return x[rows], {kind: (cos[rows], sin[rows]) for kind, (cos, sin) in ropes.items()}
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = super().compute_logits(hidden)
