@@ -63,6 +63,8 @@ class ModelRunner:
             config.model_dir, config.torch_dtype, self.device, group
         )
         self.page_size = config.page_size
+        # Gemma 4 returns only the sampled rows' hidden states (DecoderLM.keeps_sampled_rows).
+        self.keeps_sampled_rows = getattr(self.model, "keeps_sampled_rows", False)
         mc = self.model_config
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
         self.rank = 0 if group is None else group.rank
@@ -385,7 +387,7 @@ class ModelRunner:
         only the sample rows' [N, H] (`sampled_hidden` takes them either way)."""
         self.backend.plan(inputs.meta)
         extra = {}
-        if self.model.keeps_sampled_rows:
+        if self.keeps_sampled_rows:
             meta = inputs.meta.last_tokens(inputs.sample_entries, inputs.sample_rows)
             extra["sampled"] = SampledRows(inputs.sample_rows, meta)
         if deepstack is not None:
@@ -408,7 +410,7 @@ class ModelRunner:
 
     def sampled_hidden(self, inputs: StepInputs, hidden: torch.Tensor) -> torch.Tensor:
         """The sample rows of `forward_hidden`'s output."""
-        return hidden if self.model.keeps_sampled_rows else hidden[inputs.sample_rows]
+        return hidden if self.keeps_sampled_rows else hidden[inputs.sample_rows]
 
 
 def _padded(tables: list[list[int]]) -> np.ndarray:
