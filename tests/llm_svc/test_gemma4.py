@@ -3,8 +3,8 @@ each layer kind's pool has its own page shape and only the layers that keep KV h
 in it, the byte budget and the max_model_len rule count those pages, the memory profile
 runs on both pools, a tied head with soft-capped logits matches HF's logits, the KV-shared
 layers are read as transformers pairs them and run on the sampled rows only, Triton reads
-both pools and the shared layers' KV as SDPA does, and every option part 1 does not serve
-is refused at load by name."""
+both pools and the shared layers' KV as SDPA does, every option part 1 does not serve is
+refused at load by name, and `iris models make-tiny --arch gemma4_text` builds the model."""
 
 from __future__ import annotations
 
@@ -202,3 +202,19 @@ def test_the_kv_shared_layers_run_on_the_sampled_rows_only(gemma4_dir):
     # Per step, four layers on every row, then the two KV-shared ones on the sampled rows;
     # the first chunk samples nothing, so they do not run at all.
     assert seen == [16] * 4 + [4] * 4 + [1, 1] + [1] * 6
+
+
+def test_make_tiny_builds_it_and_the_registry_knows_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from iris.cli import app
+    from iris.models import load_adapter, text_family
+
+    out = tmp_path / "g4"
+    result = CliRunner().invoke(app, ["models", "make-tiny", "--arch", "gemma4_text", str(out)])
+    assert result.exit_code == 0, result.output
+    assert text_family("Gemma4ForCausalLM") == "gemma4"
+    assert load_adapter(out).architecture == "Gemma4ForCausalLM"
+    mc = TextModelConfig.from_model_dir(out)
+    assert mc.kv_shape(FULL).head_dim > mc.kv_shape(SLIDING).head_dim
+    assert mc.attention_k_eq_v and mc.kv_sources
