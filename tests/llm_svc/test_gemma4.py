@@ -24,6 +24,7 @@ from llm_svc.engine.models.config import (
     KVShape,
     TextModelConfig,
     UnsupportedModelError,
+    sliding_layers,
 )
 from llm_svc.engine.parallel.checks import check_tensor_parallel
 from llm_svc.engine.scheduler import ScheduledChunk
@@ -218,3 +219,21 @@ def test_make_tiny_builds_it_and_the_registry_knows_it(tmp_path):
     mc = TextModelConfig.from_model_dir(out)
     assert mc.kv_shape(FULL).head_dim > mc.kv_shape(SLIDING).head_dim
     assert mc.attention_k_eq_v and mc.kv_sources
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        dict(num_hidden_layers=7),  # the default 5 : 1 pattern
+        dict(num_hidden_layers=3, layer_types=["full_attention"] + ["sliding_attention"] * 2),
+    ],
+)
+def test_layer_kinds_follow_transformers_the_last_layer_always_full(keys):
+    import transformers as tf
+
+    hf = tf.Gemma4TextConfig(hidden_size_per_layer_input=0, **keys)
+    ours = sliding_layers("Gemma4ForCausalLM", "gemma4", dict(keys))
+    assert [kind == SLIDING for kind in ours] == [
+        kind == "sliding_attention" for kind in hf.layer_types
+    ]
+    assert ours[-1] == FULL

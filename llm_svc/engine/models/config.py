@@ -271,7 +271,7 @@ class TextModelConfig:
             eos_token_ids=_eos_ids(model_dir, raw, text),
             quantization=quantization,
             layer_types=types,
-            sliding_window=text.get("sliding_window") if SLIDING in types else None,
+            sliding_window=_window(family, text) if SLIDING in types else None,
             ropes=ropes,
             hidden_act=text.get("hidden_activation") or text.get("hidden_act") or "silu",
             moe=_read_moe(family, text),
@@ -422,6 +422,11 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
     if window and text.get("use_sliding_window", True) and architecture != "LlamaForCausalLM":
         raise UnsupportedModelError(f"{architecture}: sliding_window={window} is not supported")
     return (FULL,) * n
+
+
+def _window(family: str, text: dict) -> int | None:
+    # transformers' Gemma 4 default when the config has none.
+    return text.get("sliding_window", 512 if family == "gemma4" else None)
 
 
 def _refuse_gemma4_options(architecture: str, text: dict) -> None:
