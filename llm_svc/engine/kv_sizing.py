@@ -106,7 +106,7 @@ def kv_budget(runner, config: EngineConfig, rank: int = 0) -> MemoryBudget:
         mc = runner.model_config
         weights = module_bytes(runner.model)
         peak = estimated_step_peak(
-            mc.hidden_size, mc.intermediate_size, mc.vocab_size,
+            mc.hidden_size, mc.widest_mlp, mc.vocab_size,
             config.max_num_batched_tokens, config.max_num_seqs, config.torch_dtype,
             embedding_width=mc.embedding_width,
         )  # fmt: skip

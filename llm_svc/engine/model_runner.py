@@ -18,7 +18,7 @@ from llm_svc.engine.embeddings.assembly import assemble_input_embeds, deepstack_
 from llm_svc.engine.host_tier import HostTier
 from llm_svc.engine.kv_sizing import KindPages, kv_budget
 from llm_svc.engine.models import load_model
-from llm_svc.engine.models.config import FULL, SLIDING
+from llm_svc.engine.models.config import FULL, LINEAR, SLIDING
 from llm_svc.engine.models.decoder import SampledRows
 from llm_svc.engine.models.gated_deltanet import choose_kernels
 from llm_svc.engine.models.qwen3_5 import StepStates
@@ -239,12 +239,7 @@ class ModelRunner:
         kind's K/V shape; a layer reusing another's KV holds none."""
         mc = self.model_config
         if layers is None:
-            if mc.kv_shapes is None:
-                return KVCache.bytes_per_page(
-                    mc.num_kv_layers, self.page_size, self.num_kv_heads, mc.head_dim,
-                    self.config.torch_dtype,
-                )  # fmt: skip
-            layers = [i for i in range(mc.num_layers) if mc.kv_source(i) == i]
+            layers = [i for i in range(mc.num_layers) if mc.layer_type(i) != LINEAR]
         return sum(
             KVCache.bytes_per_page(
                 1, self.page_size, *self._pool_shape(mc.layer_type(i)), self.config.torch_dtype

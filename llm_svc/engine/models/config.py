@@ -200,6 +200,12 @@ class TextModelConfig:
         return tuple(linear if kind == LINEAR else AttentionLayer() for kind in self.layer_types)
 
     @property
+    def widest_mlp(self) -> int:
+        """The widest dense MLP of any layer (Gemma 4's KV-shared layers' may be double)."""
+        shared = any(self.kv_source(i) != i for i in range(self.num_layers))
+        return self.intermediate_size * (2 if self.double_wide_mlp and shared else 1)
+
+    @property
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.partial_rotary_factor)
 
