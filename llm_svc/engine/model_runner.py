@@ -382,9 +382,9 @@ class ModelRunner:
         only the sample rows' [N, H] (`sampled_hidden` takes them either way)."""
         self.backend.plan(inputs.meta)
         extra = {}
-        if self.keeps_sampled_rows:
-            meta = inputs.meta.last_tokens(inputs.sample_entries, inputs.sample_rows)
-            extra["sampled"] = SampledRows(inputs.sample_rows, meta)
+        if self.keeps_sampled_rows and not _every_row_samples(inputs):
+            last = inputs.meta.last_tokens(inputs.sample_entries, inputs.sample_rows)
+            extra["sampled"] = SampledRows(inputs.sample_rows, last)
         if deepstack is not None:
             extra["deepstack"] = deepstack
         if self.state_pool is not None:
@@ -406,6 +406,13 @@ class ModelRunner:
     def sampled_hidden(self, inputs: StepInputs, hidden: torch.Tensor) -> torch.Tensor:
         """The sample rows of `forward_hidden`'s output."""
         return hidden if self.keeps_sampled_rows else hidden[inputs.sample_rows]
+
+
+def _every_row_samples(inputs: StepInputs) -> bool:
+    """A step of one-token chunks that all sample (plain decode): its hidden rows are the
+    sample rows already, in order."""
+    lens = inputs.meta.query_lens
+    return len(inputs.sample_entries) == len(lens) and max(lens) == 1
 
 
 def _padded(tables: list[list[int]]) -> np.ndarray:
