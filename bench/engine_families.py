@@ -23,7 +23,10 @@ Then one count, not a timing (so valid on a loaded machine; `--families-pages` r
 alone): the KV pages one sequence holds while it decodes at 4 x the window, on a tiny Gemma
 3 text model with the 5 sliding : 1 full pattern (window 64 pages of 1 token), as the
 layer-weighted sum over both pools (full-attention layers x full pages + sliding layers x
-window pages) against every layer holding every page, as full attention would.
+window pages) against every layer holding every page, as full attention would. And the
+same count on a tiny Gemma 4 text model (12 layers, 5 sliding : 1 full, full layers twice
+as wide, the last 6 reading earlier layers' KV) against the same model without KV sharing:
+the bytes of the pages one sequence holds, each pool's pages at its own page bytes.
 """
 
 from __future__ import annotations
@@ -150,6 +153,57 @@ def window_pages_ratio(cache_root: Path) -> tuple[float, int, int]:
     return (1 * full + 5 * window) / (6 * full), full, window
 
 
+def _held_bytes(directory: Path) -> tuple[int, int, int]:
+    """(bytes, full pages, window pages) one sequence holds decoding at 4 x the window."""
+    config = EngineConfig(
+        directory, page_size=1, max_num_batched_tokens=PAGES_WINDOW // 10, num_pages=1024,
+        max_num_seqs=1, enable_prefix_caching=False, device="cpu", dtype="float32",
+    )  # fmt: skip
+    engine = LLMEngine(config)
+    runner, windows, end = engine.runner, engine.blocks.windows, 4 * PAGES_WINDOW
+    prompt = [(7 * i) % 50 + 3 for i in range(end - 8)]
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    seq = engine.add_request("pages", prompt, params)
+    while seq.num_computed_tokens < end - 1:
+        engine.step()
+    windows.peak_held = 0
+    engine.step()
+    full, window = len(seq.block_table), windows.peak_held
+    held = full * runner.kv_bytes_per_page(runner.full_layers)
+    held += window * runner.kv_bytes_per_page(runner.sliding_layers)
+    engine.abort("pages")
+    engine.close()
+    return held, full, window
+
+
+def gemma4_sharing_bytes(cache_root: Path) -> tuple[int, int]:
+    """(bytes held with KV sharing, bytes held without) on the tiny Gemma 4 text model."""
+    from iris.models.build import build_atomically
+    from iris.models.text_tiny import build
+
+    kinds = (["sliding_attention"] * 5 + ["full_attention"]) * 2
+    held = []
+    for shared in (6, 0):
+        directory = build_atomically(
+            cache_root / f"bench-gemma4-shared{shared}-w{PAGES_WINDOW}-{VERSION}",
+            lambda out, shared=shared: build(
+                "gemma4_text", out, num_hidden_layers=12, sliding_window=PAGES_WINDOW,
+                layer_types=kinds, num_kv_shared_layers=shared,
+            ),
+        )  # fmt: skip
+        held.append(_held_bytes(directory)[0])
+    return held[0], held[1]
+
+
+def bench_gemma4_sharing(cache_root: Path) -> None:
+    shared, alone = gemma4_sharing_bytes(cache_root)
+    print(
+        f"KV bytes held per sequence at 4 x the window during decode (Gemma 4 text, 12 "
+        f"layers, 5 sliding : 1 full, window {PAGES_WINDOW}): with the last 6 layers reusing "
+        f"KV {shared}, without KV sharing {alone}; shared / unshared = {shared / alone:.3f}"
+    )
+
+
 def bench_window_pages(cache_root: Path) -> None:
     ratio, full, window = window_pages_ratio(cache_root)
     print(
@@ -165,6 +219,7 @@ def bench_families(demo_dir: Path, cache_root: Path, args) -> None:
 
     if args.families_pages:
         bench_window_pages(cache_root)
+        bench_gemma4_sharing(cache_root)
         return
 
     requests = make_requests(args.families_requests, 30000, 0, args.max_prompt, args.max_out)
@@ -212,3 +267,4 @@ def bench_families(demo_dir: Path, cache_root: Path, args) -> None:
         f"{arch} {ratio:.2f}" for arch, ratio in ratios.items()
     ))  # fmt: skip
     bench_window_pages(cache_root)
+    bench_gemma4_sharing(cache_root)

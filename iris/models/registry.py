@@ -30,6 +30,8 @@ class UnsupportedModelError(ValueError):
 _REFUSED = {
     "InternVLChatModel": "the remote-code InternVL layout is not supported; serve the "
     "transformers (-HF) checkpoint, InternVLForConditionalGeneration",
+    "Gemma4ForConditionalGeneration": "Gemma 4's vision and audio towers are not supported "
+    "yet; only its text model, Gemma4ForCausalLM",
 }
 
 # Plain language models (no images, no adapter) → the decoder family the engine builds.
@@ -41,6 +43,8 @@ _PLAIN_LANGUAGE_MODELS = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Gemma3ForCausalLM": "gemma3",
+    # Gemma 4 part 1: the dense text model (llm_svc/engine/models/gemma4.py).
+    "Gemma4ForCausalLM": "gemma4",
     # Hybrid: Gated DeltaNet linear attention with gated full attention every 4th layer.
     "Qwen3_5ForCausalLM": "qwen3_5",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe",
@@ -87,10 +91,10 @@ def has_adapter(architecture: str) -> bool:
 
 def text_family(architecture: str, config: dict | None = None) -> str:
     """The decoder family (llm_svc/engine/models/registry.py: "llama", "qwen2", "qwen3",
-    "qwen3_moe", "qwen2_moe", "gemma3", "qwen3_5", "qwen3_5_moe", "qwen3_vl", "qwen3_vl_moe") of an
-    architecture's language model, read from the checkpoint's `config` where the family's
-    language model varies; UnsupportedModelError naming a refused architecture or option,
-    ValueError listing every known architecture."""
+    "qwen3_moe", "qwen2_moe", "gemma3", "gemma4", "qwen3_5", "qwen3_5_moe", "qwen3_vl",
+    "qwen3_vl_moe") of an architecture's language model, read from the checkpoint's
+    `config` where the family's language model varies; UnsupportedModelError naming a
+    refused architecture or option, ValueError listing every known architecture."""
     _load_families()
     _refuse_by_name(architecture)
     if architecture in _REGISTRY:

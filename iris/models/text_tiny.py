@@ -1,6 +1,6 @@
 """Tiny random checkpoints of the plain language-model families (no vision side):
-Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3's text model and Mistral, built by transformers from a small
-config and saved with `save_pretrained`, with a built-in ChatML tokenizer.
+Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3's and Gemma 4's text models and Mistral, built by
+transformers from a small config and saved with `save_pretrained`, with a built-in ChatML tokenizer.
 
 `build(arch, out_dir, **overrides)`: `overrides` replace config keys (the engine tests use
 them for small sliding windows and router options). Norm weights are perturbed from their
@@ -18,7 +18,7 @@ from iris.models.tokenizer_build import (
     tiny_vocab,
 )
 
-TEXT_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "mistral")
+TEXT_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma4_text", "mistral")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -52,6 +52,31 @@ def _family_config(arch: str) -> tuple[str, dict]:
                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
             },
         }
+    if arch == "gemma4_text":
+        # Part 1's model: no per-layer embeddings; full layers wider than sliding ones (head
+        # dim 32, 1 KV head against 16 and 2), keys equal values on them, the last two layers
+        # reusing KV with double-wide MLPs, and soft-capped logits.
+        return "Gemma4", {
+            "head_dim": 16,
+            "global_head_dim": 32,
+            "num_global_key_value_heads": 1,
+            "attention_k_eq_v": True,
+            "hidden_size_per_layer_input": 0,
+            # Untied for the reason Gemma 3's is (tied, the tiny model repeats a token).
+            "tie_word_embeddings": False,
+            "num_hidden_layers": 6,
+            "num_kv_shared_layers": 2,
+            "use_double_wide_mlp": True,
+            "final_logit_softcapping": 30.0,
+            "sliding_window": 16,
+            "layer_types": ["sliding_attention", "full_attention"] * 3,
+            "rope_parameters": {
+                "full_attention": {
+                    "rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6,
+                },
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        }  # fmt: skip
     if arch == "mistral":
         # Every layer slides once `sliding_window` is set (the engine tests set a small one).
         return "Mistral", {"head_dim": 16, "sliding_window": 32}
@@ -64,7 +89,8 @@ def build(arch: str, out_dir: Path, seed: int = 0, **overrides) -> None:
     import transformers as tf
 
     stem, family = _family_config(arch)
-    config_cls = getattr(tf, f"{stem}TextConfig" if stem == "Gemma3" else f"{stem}Config")
+    text_config = stem in ("Gemma3", "Gemma4")
+    config_cls = getattr(tf, f"{stem}TextConfig" if text_config else f"{stem}Config")
     model_cls = getattr(tf, f"{stem}ForCausalLM")
     tokenizer = build_tokenizer(SPECIAL_TOKENS)
     ids, vocab_size = tiny_vocab(tokenizer, SPECIAL_TOKENS)
@@ -83,8 +109,9 @@ def build(arch: str, out_dir: Path, seed: int = 0, **overrides) -> None:
     torch.manual_seed(seed)
     model = model_cls(config).eval()
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
+        # Gemma 4's layer_scalar is a stored buffer: perturbed too, so it shows if ignored.
+        for name, param in [*model.named_parameters(), *model.named_buffers()]:
+            if name.endswith(("norm.weight", "layer_scalar")):
                 param.add_(torch.randn_like(param) * 0.2)
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     model.save_pretrained(str(out_dir), safe_serialization=True)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import torch
 
-from llm_svc.engine.attention import KVCache, make_backend
 from llm_svc.engine.config import DEFAULT_CPU_KV_BYTES, EngineConfig
 from llm_svc.engine.embeddings.assembly import ChunkImageRows
 from llm_svc.engine.memory_budget import (
@@ -107,7 +106,7 @@ def kv_budget(runner, config: EngineConfig, rank: int = 0) -> MemoryBudget:
         mc = runner.model_config
         weights = module_bytes(runner.model)
         peak = estimated_step_peak(
-            mc.hidden_size, mc.intermediate_size, mc.vocab_size,
+            mc.hidden_size, mc.widest_mlp, mc.vocab_size,
             config.max_num_batched_tokens, config.max_num_seqs, config.torch_dtype,
             embedding_width=mc.embedding_width,
         )  # fmt: skip
@@ -140,10 +139,7 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
     count = min(rows, tokens)
     lengths = [tokens // count + (i < tokens % count) for i in range(count)]
     num_pages = sum(-(-length // page) for length in lengths)
-    kv = KVCache.allocate(  # this rank's heads (tensor parallelism holds a share of them)
-        mc.num_kv_layers, num_pages, page, runner.num_kv_heads, mc.head_dim, config.torch_dtype,
-        device,
-    )  # fmt: skip
+    scratch, kv_bytes = runner.scratch_backend(num_pages)
     # A hybrid model's sequences step with state slots: a pool just for them, as the KV.
     states = None
     if mc.is_hybrid:
@@ -157,11 +153,13 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
         seqs.append(seq)
         if i < count:
             seq.block_table = list(range(next_page, next_page + -(-length // page)))
+            # The scratch pools are addressed by the same pages (runner.scratch_backend).
+            seq.window_table = seq.block_table
             next_page += len(seq.block_table)
             chunks.append(ScheduledChunk(seq, 0, length))
     saved = runner.__dict__.get("backend")
     saved_states = runner.__dict__.get("state_pool")
-    runner.backend = make_backend(config.attention_backend, kv)
+    runner.backend = scratch
     runner.state_pool = states
     try:
         inputs = runner.prepare(chunks)
@@ -186,9 +184,8 @@ def _run_largest_step(runner, config: EngineConfig) -> ProfiledStep:
         else:
             runner.backend = saved
         runner.state_pool = saved_states
-    kv_bytes = sum(t.numel() * t.element_size() for t in (kv.k, kv.v))
     image_bytes = sum(rows.numel() * rows.element_size() for rows in held)
-    del kv, held, states
+    del scratch, held, states
     return ProfiledStep(
         int(inputs.input_ids.shape[0]), int(embeds.shape[0]), len(sampled), kv_bytes, image_bytes
     )

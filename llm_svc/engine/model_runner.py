@@ -18,7 +18,8 @@ from llm_svc.engine.embeddings.assembly import assemble_input_embeds, deepstack_
 from llm_svc.engine.host_tier import HostTier
 from llm_svc.engine.kv_sizing import KindPages, kv_budget
 from llm_svc.engine.models import load_model
-from llm_svc.engine.models.config import SLIDING
+from llm_svc.engine.models.config import FULL, LINEAR, SLIDING
+from llm_svc.engine.models.decoder import SampledRows
 from llm_svc.engine.models.gated_deltanet import choose_kernels
 from llm_svc.engine.models.qwen3_5 import StepStates
 from llm_svc.engine.pending import PendingTokens
@@ -41,6 +42,7 @@ class StepInputs:
     sample_rows: torch.Tensor
     sample_chunks: list[ScheduledChunk]
     state_slots: list[int] | None = None  # hybrid models: each chunk's state slot
+    sample_entries: list[int] | None = None  # the chunk (meta entry) of each sample row
 
 
 class ModelRunner:
@@ -50,7 +52,9 @@ class ModelRunner:
     A model with sliding-window layers (not hybrid) gets two pools of pages, same page
     size: `kv_cache` (`num_pages`) for the full-attention layers and `window_cache`
     (`num_window_pages`, page 0 the null page) for the sliding ones (docs/design/engine.md,
-    "Pages per layer kind"); `window` is then their window, else None."""
+    "Pages per layer kind"); `window` is then their window, else None. Each pool's pages
+    have its kind's K/V shape, and only the layers that keep KV have a layer in it: one
+    that reuses another's KV (Gemma 4) reads its source's."""
 
     def __init__(self, config: EngineConfig, group=None) -> None:
         self.config = config
@@ -59,6 +63,8 @@ class ModelRunner:
             config.model_dir, config.torch_dtype, self.device, group
         )
         self.page_size = config.page_size
+        # Gemma 4 returns only the sampled rows' hidden states (DecoderLM.keeps_sampled_rows).
+        self.keeps_sampled_rows = getattr(self.model, "keeps_sampled_rows", False)
         mc = self.model_config
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
         self.rank = 0 if group is None else group.rank
@@ -67,9 +73,12 @@ class ModelRunner:
         self.journal: list[tuple[int, int, int]] | None = [] if group and self.rank == 0 else None
         self.state_pool: StatePool | None = None
         self.host_tier: HostTier | None = None
-        kinds = mc.layer_types or ()
-        self.sliding_layers = [i for i, kind in enumerate(kinds) if kind == SLIDING]
-        self.full_layers = [i for i in range(mc.num_layers) if i not in self.sliding_layers]
+        # The layers that keep KV, by kind; `readers`: those that read another's instead.
+        self.sliding_layers = mc.kv_layers(SLIDING)
+        self.full_layers = [
+            i for i in range(mc.num_layers) if mc.layer_type(i) != SLIDING and mc.kv_source(i) == i
+        ]
+        self.readers = {i: mc.kv_source(i) for i in range(mc.num_layers) if mc.kv_source(i) != i}
         self.window: int | None = None
         self.num_window_pages = 0
         self.window_cache: KVCache | None = None
@@ -121,22 +130,62 @@ class ModelRunner:
         )  # fmt: skip
 
     def _allocate_kinds(self, config: EngineConfig) -> None:
-        mc, dtype = self.model_config, config.torch_dtype
-        shape = (self.page_size, self.num_kv_heads, mc.head_dim, dtype, self.device)
-        self.kv_cache = KVCache.allocate(len(self.full_layers), self.num_pages, *shape)
-        self.window_cache = KVCache.allocate(
-            len(self.sliding_layers), self.num_window_pages, *shape
+        self.kv_cache, self.window_cache, self.backend = self._kind_pools(
+            config, self.num_pages, self.num_window_pages
         )
-        name = config.attention_backend
-        full = make_backend(name, self.kv_cache) if self.full_layers else None
-        sliding = make_backend(name, self.window_cache)
-        self.backend = KindsBackend(full, sliding, self.full_layers, self.sliding_layers)
         log.info(
             "KV cache: %d pages for %d full-attention layers, %d for %d sliding layers "
             "(window %d) of %d tokens",
             self.num_pages, len(self.full_layers), self.num_window_pages,
             len(self.sliding_layers), self.window, self.page_size,
         )  # fmt: skip
+
+    def _kind_pools(
+        self, config: EngineConfig, num_pages: int, num_window_pages: int
+    ) -> tuple[KVCache, KVCache, KindsBackend]:
+        """(full pool, sliding pool, their backend): each pool `_pool_shape` of its kind."""
+        dtype = config.torch_dtype
+        full_cache = KVCache.allocate(
+            len(self.full_layers), num_pages, self.page_size, *self._pool_shape(FULL), dtype,
+            self.device,
+        )  # fmt: skip
+        window_cache = KVCache.allocate(
+            len(self.sliding_layers), num_window_pages, self.page_size,
+            *self._pool_shape(SLIDING), dtype, self.device,
+        )  # fmt: skip
+        name = config.attention_backend
+        full = make_backend(name, full_cache) if self.full_layers else None
+        sliding = make_backend(name, window_cache)
+        backend = KindsBackend(
+            full, sliding, self.full_layers, self.sliding_layers, self.readers or None
+        )
+        return full_cache, window_cache, backend
+
+    def _pool_shape(self, kind: str) -> tuple[int, int]:
+        """(KV heads on this rank, head_dim) of `kind`'s pages."""
+        mc = self.model_config
+        if mc.kv_shapes is None:
+            return self.num_kv_heads, mc.head_dim
+        # Kinds of their own shapes (Gemma 4) run on one device (parallel/checks.py).
+        shape = mc.kv_shape(kind)
+        return shape.num_kv_heads, shape.head_dim
+
+    def scratch_backend(self, num_pages: int):
+        """(backend, KV bytes) over fresh pools of `num_pages` pages each, every layer with
+        KV addressed by the same pages: the memory profile's step."""
+        config, mc = self.config, self.model_config
+        if not self.sliding_layers or mc.is_hybrid:
+            kv = KVCache.allocate(  # this rank's heads (tensor parallelism holds a share)
+                mc.num_kv_layers, num_pages, self.page_size, self.num_kv_heads, mc.head_dim,
+                config.torch_dtype, self.device,
+            )  # fmt: skip
+            pools = [kv]
+            backend = make_backend(config.attention_backend, kv)
+        else:
+            full, window, backend = self._kind_pools(config, num_pages, num_pages)
+            pools = [full, window]
+        kv_bytes = sum(t.numel() * t.element_size() for pool in pools for t in (pool.k, pool.v))
+        return backend, kv_bytes
 
     def _kind_sizing(self, config: EngineConfig) -> tuple[int, int]:
         """(full pages, window pages). `num_pages` fixes the full pool and the window
@@ -186,12 +235,18 @@ class ModelRunner:
         return value
 
     def kv_bytes_per_page(self, layers: list[int] | None = None) -> int:
-        """Bytes of one page for `layers` (default: every layer with KV)."""
+        """Bytes of one page for `layers` (default: every layer with KV), each layer at its
+        kind's K/V shape; a layer reusing another's KV holds none."""
         mc = self.model_config
-        count = mc.num_kv_layers if layers is None else len(layers)
-        return KVCache.bytes_per_page(
-            count, self.page_size, self.num_kv_heads, mc.head_dim, self.config.torch_dtype,
-        )  # fmt: skip
+        if layers is None:
+            layers = [i for i in range(mc.num_layers) if mc.layer_type(i) != LINEAR]
+        return sum(
+            KVCache.bytes_per_page(
+                1, self.page_size, *self._pool_shape(mc.layer_type(i)), self.config.torch_dtype
+            )
+            for i in layers
+            if mc.kv_source(i) == i
+        )
 
     def _slot_bytes(self) -> int:
         mc = self.model_config
@@ -244,6 +299,7 @@ class ModelRunner:
         ids, positions, slots = [], [], []
         pending_flat, pending_seqs = [], []
         starts, lens, contexts, tables, sample_rows, sample_chunks = [], [], [], [], [], []
+        sample_entries = []
         mrope = any(chunk.seq.mrope_positions is not None for chunk in chunks)
         # A step whose prefill chunks hold image spans that attend both ways.
         spans = any(chunk.seq.uncut_spans and chunk.num_tokens > 1 for chunk in chunks)
@@ -277,6 +333,7 @@ class ModelRunner:
             if chunk.samples:
                 sample_rows.append(flat - 1)
                 sample_chunks.append(chunk)
+                sample_entries.append(len(starts) - 1)
         device = self.device
         meta = AttentionMetadata(
             slot_mapping=to_device(np.concatenate(slots), device),
@@ -301,6 +358,7 @@ class ModelRunner:
             sample_rows=to_device(np.asarray(sample_rows, dtype=np.int64), device),
             sample_chunks=sample_chunks,
             state_slots=[c.seq.state_slot for c in chunks] if self.state_pool else None,
+            sample_entries=sample_entries,
         )
 
     def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
@@ -320,9 +378,13 @@ class ModelRunner:
         return embeds, deepstack_rows(image_rows, starts, mc.hidden_size, mc.deepstack_levels)
 
     def forward_hidden(self, inputs: StepInputs, input_embeds, deepstack) -> torch.Tensor:
-        """The model's last hidden states [T, H]."""
+        """The model's last hidden states [T, H]; for a model that `keeps_sampled_rows`,
+        only the sample rows' [N, H] (`sampled_hidden` takes them either way)."""
         self.backend.plan(inputs.meta)
         extra = {}
+        if self.keeps_sampled_rows and not _every_row_samples(inputs):
+            last = inputs.meta.last_tokens(inputs.sample_entries, inputs.sample_rows)
+            extra["sampled"] = SampledRows(inputs.sample_rows, last)
         if deepstack is not None:
             extra["deepstack"] = deepstack
         if self.state_pool is not None:
@@ -339,7 +401,18 @@ class ModelRunner:
                 deepstack=None):  # fmt: skip
         """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
         hidden = self.forward_hidden(inputs, input_embeds, deepstack)
-        return self.model.compute_logits(hidden[inputs.sample_rows])
+        return self.model.compute_logits(self.sampled_hidden(inputs, hidden))
+
+    def sampled_hidden(self, inputs: StepInputs, hidden: torch.Tensor) -> torch.Tensor:
+        """The sample rows of `forward_hidden`'s output."""
+        return hidden if self.keeps_sampled_rows else hidden[inputs.sample_rows]
+
+
+def _every_row_samples(inputs: StepInputs) -> bool:
+    """A step of one-token chunks that all sample (plain decode): its hidden rows are the
+    sample rows already, in order."""
+    lens = inputs.meta.query_lens
+    return len(inputs.sample_entries) == len(lens) and max(lens) == 1
 
 
 def _padded(tables: list[list[int]]) -> np.ndarray:

@@ -43,6 +43,9 @@ FAMILIES = {
         sliding_window=WINDOW,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"],
     ),
+    # Six layers, sliding and full in turn, the last two reading layers 2 and 3's KV;
+    # full layers wider (head_dim 32, 1 KV head) and keys equal values on them.
+    "gemma4_text": dict(sliding_window=WINDOW),
 }
 
 

@@ -1,6 +1,7 @@
-"""Each decoder family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3, and Mistral with a sliding
-window on every layer) against HF transformers in float32: greedy tokens equal and log-probs
-within 1e-4, on a prompt longer than three sliding windows prefilled in chunks smaller than
+"""Each decoder family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3, Gemma 4's text model with
+layers of two shapes and KV-shared layers, and Mistral with a sliding window on every
+layer) against HF transformers in float32: greedy tokens equal and log-probs within 1e-4,
+on a prompt longer than three sliding windows prefilled in chunks smaller than
 the window, on a prefix-cache hit, under preemption; a JSON-constrained request stays valid
 and unchanged by chunking and preemption. The checkpoints are built by transformers
 (tests/llm_svc/family_checkpoints.py)."""
@@ -44,6 +45,10 @@ class HFGreedy:
         if key not in self._outputs:
             if model_dir not in self._models:
                 model = tf.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+                # transformers 5.24's Gemma 4 slices the KV-shared layers' per-layer inputs
+                # even when there are none (a TypeError in generate); recording hidden
+                # states turns that slicing off, and changes no logit.
+                model.config.output_hidden_states = True
                 self._models[model_dir] = model.eval()
             ids = torch.tensor([prompt])
             with torch.inference_mode():

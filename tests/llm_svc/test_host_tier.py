@@ -2,10 +2,11 @@
 device pool of a few pages by other requests, are saved to host memory and copied back on
 its next turn, and the greedy tokens equal a cold prefill's in float32: Llama (full
 attention), Qwen3-MoE (every layer slides: window pages only), Gemma 3 text (window pages
-beside full ones), Qwen3.5 (state snapshots with their pages), Qwen3-VL with an image, and
-Llama under tensor parallelism 2 (each rank tiers its own heads, from rank 0's journal).
-Then the faults: a copy back that fails drops the unit and its tokens are prefilled; a full
-host tier drops its oldest units, never blocks; a budget the host cannot hold is refused."""
+beside full ones), Gemma 4 text (pools of two page shapes, KV-shared layers), Qwen3.5
+(state snapshots with their pages), Qwen3-VL with an image, and Llama under tensor
+parallelism 2 (each rank tiers its own heads, from rank 0's journal). Then the faults: a
+copy back that fails drops the unit and its tokens are prefilled; a full host tier drops
+its oldest units, never blocks; a budget the host cannot hold is refused."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ CHECKPOINTS = {
     "llama": lambda: tiny_checkpoint("llama"),
     "qwen3_moe": lambda: family_checkpoint("qwen3_moe"),
     "gemma3_text": lambda: family_checkpoint("gemma3_text"),
+    "gemma4_text": lambda: family_checkpoint("gemma4_text"),
     "qwen3_5": lambda: tiny_checkpoint("qwen3_5"),
 }
 

@@ -1,9 +1,10 @@
 """A randomized stress of the prefix cache, seeded: requests over shared prefixes arrive
 while others run, on pools small enough that cached pages are evicted and running sequences
 preempted, some aborted at random, with overlap scheduling off and on and a chunk budget
-drawn from 1 to 13 tokens. Four families: Llama (full attention), Gemma 3 text (a window
-pool beside the full one), Qwen3-MoE (every layer slides) and Qwen3.5 (hybrid, a state
-snapshot every 2 pages). Greedy tokens must equal a run of each request alone without a
+drawn from 1 to 13 tokens. Five families: Llama (full attention), Gemma 3 text (a window
+pool beside the full one), Gemma 4 text (the two pools of different page shapes, and layers
+reading others' KV), Qwen3-MoE (every layer slides) and Qwen3.5 (hybrid, a state snapshot
+every 2 pages). Greedy tokens must equal a run of each request alone without a
 cache (an aborted one's, a prefix of them), and at the end no sequence holds a page, a
 window page or a state slot, and the cache, dropped, gives every one back. Then the same
 with the host KV tier on (two rounds a family, the tier a few pools' worth, or a quarter of
@@ -22,7 +23,7 @@ from llm_svc.engine.attention import KVCache
 from llm_svc.engine.host_tier import KINDS
 from llm_svc.engine.kv_events import BlockRemoved, WindowRemoved
 from llm_svc.engine.kv_sizing import KindPages
-from llm_svc.engine.models.config import SLIDING, TextModelConfig
+from llm_svc.engine.models.config import FULL, SLIDING, TextModelConfig
 from llm_svc.engine.window_pages import WindowNeed
 from tests.llm_svc.checkpoints import tiny_checkpoint
 from tests.llm_svc.family_checkpoints import family_checkpoint
@@ -36,6 +37,8 @@ STEP_LIMIT = 2000  # far more than a round takes: running out of them means a ha
 CHECKPOINTS = {
     "llama": lambda: tiny_checkpoint("llama"),
     "gemma3_text": lambda: family_checkpoint("gemma3_text"),
+    # Layers of two KV shapes, the last two reading earlier layers' KV (no pages of theirs).
+    "gemma4_text": lambda: family_checkpoint("gemma4_text"),
     "qwen3_moe": lambda: family_checkpoint("qwen3_moe"),
     "qwen3_5": lambda: tiny_checkpoint("qwen3_5"),
 }
@@ -55,11 +58,15 @@ def _pool_args(model_dir, chunk: int, rng: random.Random) -> dict:
     sliding = sum(kind == SLIDING for kind in (mc.layer_types or ()))
     if not sliding or mc.is_hybrid:
         return dict(num_pages=rng.randint(MAX_LEN // PAGE, 3 * MAX_LEN // PAGE // 2))
-    layer = KVCache.bytes_per_page(1, PAGE, mc.num_kv_heads, mc.head_dim, torch.float32)
+
+    def kind_bytes(kind: str) -> int:  # the layers that keep KV, at their kind's shape
+        shape = mc.kv_shape(kind)
+        layer = KVCache.bytes_per_page(1, PAGE, shape.num_kv_heads, shape.head_dim, torch.float32)
+        return len(mc.kv_layers(kind)) * layer
+
     pages = KindPages(
-        (mc.num_layers - sliding) * layer, sliding * layer,
-        WindowNeed(mc.sliding_window, PAGE, chunk),
-    )  # fmt: skip
+        kind_bytes(FULL), kind_bytes(SLIDING), WindowNeed(mc.sliding_window, PAGE, chunk)
+    )
     return dict(kv_cache_bytes=int(pages.bytes_alone(MAX_LEN) * rng.uniform(1.0, 1.5)))
 
 

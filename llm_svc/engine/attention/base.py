@@ -19,7 +19,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from llm_svc.engine.transfer import to_device
 
 
 @dataclass
@@ -73,6 +76,15 @@ class KVCache:
         v_cache.index_copy_(0, slots, v)
         return k_cache, v_cache
 
+    def layer(
+        self, layer: int, slots: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`layer`'s (k, v) cache views, after storing the step's k/v there; with k and v
+        None (a layer reading another layer's KV, Gemma 4) nothing is stored."""
+        if k is None:
+            return self.k[layer], self.v[layer]
+        return self.store(layer, slots, k, v)
+
 
 @dataclass
 class AttentionMetadata:
@@ -93,6 +105,33 @@ class AttentionMetadata:
     # slots and tables in that pool; None when every layer reads the pool above.
     window_slot_mapping: torch.Tensor | None = None
     window_block_tables: torch.Tensor | None = None
+
+    def last_tokens(self, entries: list[int], rows: torch.Tensor) -> AttentionMetadata:
+        """The same step with only the last token of sequences `entries` as queries (one
+        query each; `rows` [len(entries)] their flat indices, on the device): what layers
+        whose output only feeds the sampled rows need (Gemma 4's KV-shared layers). A last
+        token sees its whole context causally, so `attend_until` is dropped."""
+        index = None
+        if entries:
+            index = to_device(np.asarray(entries, dtype=np.int64), self.block_tables.device)
+
+        def pick(table: torch.Tensor | None) -> torch.Tensor | None:
+            if table is None:
+                return None
+            return table.index_select(0, index) if index is not None else table[:0]
+
+        window_slots = self.window_slot_mapping
+        return AttentionMetadata(
+            slot_mapping=self.slot_mapping.index_select(0, rows),
+            query_starts=list(range(len(entries))),
+            query_lens=[1] * len(entries),
+            context_lens=[self.context_lens[i] for i in entries],
+            block_tables=pick(self.block_tables),
+            window_slot_mapping=None
+            if window_slots is None
+            else window_slots.index_select(0, rows),
+            window_block_tables=pick(self.window_block_tables),
+        )
 
 
 class AttentionBackend(ABC):
@@ -119,4 +158,6 @@ class AttentionBackend(ABC):
         window: int | None = None,
     ) -> torch.Tensor:
         """q [T, heads, d], k/v [T, kv_heads, d] → [T, heads, d]; stores k/v in the cache.
-        `scale`: the softmax scale (None: d ** -0.5); `window`: see the module docstring."""
+        `scale`: the softmax scale (None: d ** -0.5); `window`: see the module docstring.
+        k and v None: the layer reads the KV already stored at `layer` this step (a
+        KV-shared layer, attention/kinds.py) and stores nothing."""

@@ -141,19 +141,19 @@ class SdpaBackend(AttentionBackend):
         self,
         layer: int,
         q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
         *,
         scale: float | None = None,
         window: int | None = None,
     ) -> torch.Tensor:
-        k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
+        k_cache, v_cache = self.kv_cache.layer(layer, self._slot_mapping, k, v)
         out = torch.empty_like(q)
         for batch in self._decode:
             rows = batch.token_index.shape[0]
             query = q[batch.token_index].unsqueeze(2)  # [Bd, heads, 1, d]
-            keys = self._gather(k_cache, batch.pages).view(rows, batch.width, *k.shape[1:])
-            values = self._gather(v_cache, batch.pages).view(rows, batch.width, *v.shape[1:])
+            keys = self._gather(k_cache, batch.pages).view(rows, batch.width, *k_cache.shape[1:])
+            values = self._gather(v_cache, batch.pages).view(rows, batch.width, *v_cache.shape[1:])
             result = F.scaled_dot_product_attention(
                 query,
                 keys.transpose(1, 2),

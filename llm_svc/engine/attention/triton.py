@@ -59,13 +59,13 @@ class TritonBackend(AttentionBackend):
         self,
         layer: int,
         q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
         *,
         scale: float | None = None,
         window: int | None = None,
     ) -> torch.Tensor:
-        k_cache, v_cache = self.kv_cache.store(layer, self._slot_mapping, k, v)
+        k_cache, v_cache = self.kv_cache.layer(layer, self._slot_mapping, k, v)
         if q.stride(-1) != 1:
             q = q.contiguous()
         out = torch.empty_like(q)

@@ -1,7 +1,7 @@
 """Language models the engine runs: one module per decoder family (llama.py for Llama,
-Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py, qwen3_vl.py; qwen3_5.py,
-the hybrid Qwen3.5 with Gated DeltaNet linear attention), built from the blocks in layers.py
-and moe.py, chosen by registry.py."""
+Mistral and Qwen2; qwen3.py, qwen3_moe.py, qwen2_moe.py, gemma3.py, gemma4.py,
+qwen3_vl.py; qwen3_5.py, the hybrid Qwen3.5 with Gated DeltaNet linear attention), built
+from the blocks in layers.py and moe.py, chosen by registry.py."""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ HYBRID_FAMILIES = ("qwen3_5", "qwen3_5_moe")
 # transformers' Qwen3.5 text rotary embedding: its `mrope_section` when the config has none.
 QWEN3_5_MROPE_SECTION = (11, 11, 10)
 SUPPORTED_ROPE_TYPES = ("default", "mrope", "linear")
+# Gemma 4's full-attention layers rotate a fraction of their dims ("proportional").
+GEMMA4_ROPE_TYPES = ("default", "proportional")
 SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 
@@ -61,10 +63,21 @@ class LinearAttentionShape:
 @dataclass(frozen=True)
 class Rope:
     """One rotary embedding: base `theta`, and `linear_factor` > 1 for linear scaling
-    (positions divided by it, as HF's "linear" rope type does)."""
+    (positions divided by it, as HF's "linear" rope type does). `rotated` < 1 is Gemma 4's
+    proportional rope: only the first `rotated` share of the frequency bands turn (their
+    exponents still over the whole head_dim), the others keep frequency 0."""
 
     theta: float
     linear_factor: float = 1.0
+    rotated: float = 1.0
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """The K/V of one attention layer: `num_kv_heads` heads of `head_dim` each."""
+
+    num_kv_heads: int
+    head_dim: int
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,14 @@ class TextModelConfig:
     # and the deepstack levels each image row carries after its main row.
     mrope_interleaved: bool = False
     deepstack_levels: int = 0
+    # Gemma 4: each layer kind's K/V shape (full layers are wider), when they differ from
+    # (num_kv_heads, head_dim); `kv_sources[i]` is the layer whose KV layer i reads (itself,
+    # or for a KV-shared layer the last earlier layer of its kind that stores KV).
+    kv_shapes: dict[str, KVShape] | None = None
+    kv_sources: tuple[int, ...] = ()
+    attention_k_eq_v: bool = False
+    double_wide_mlp: bool = False
+    final_logit_softcapping: float | None = None
 
     def layer_type(self, layer: int) -> str:
         return self.layer_types[layer] if self.layer_types else FULL
@@ -135,6 +156,21 @@ class TextModelConfig:
 
     def rope(self, kind: str) -> Rope:
         return (self.ropes or {}).get(kind) or Rope(self.rope_theta)
+
+    def kv_shape(self, kind: str) -> KVShape:
+        """The K/V shape of `kind`'s layers."""
+        return (self.kv_shapes or {}).get(kind) or KVShape(self.num_kv_heads, self.head_dim)
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose KV `layer` attends to (itself unless it reuses another's)."""
+        return self.kv_sources[layer] if self.kv_sources else layer
+
+    def kv_layers(self, kind: str) -> list[int]:
+        """The layers of `kind` that compute and keep their own KV (pages are theirs)."""
+        return [
+            i for i in range(self.num_layers)
+            if self.layer_type(i) == kind and self.kv_source(i) == i
+        ]  # fmt: skip
 
     # Hybrid models (Qwen3.5): the Gated DeltaNet layers' shape (their kind is LINEAR).
     linear: LinearAttentionShape | None = None
@@ -150,8 +186,9 @@ class TextModelConfig:
 
     @property
     def num_kv_layers(self) -> int:
-        """Layers that keep KV pages (the full-attention ones)."""
-        return self.num_layers - self.num_linear_layers
+        """Layers that keep KV pages: not the linear ones, nor those reusing another's KV."""
+        shared = sum(self.kv_source(i) != i for i in range(self.num_layers))
+        return self.num_layers - self.num_linear_layers - shared
 
     def resume_layers(self, snapshot_interval: int) -> tuple[AttentionLayer, ...]:
         """The decoder's layers as the resumable-prefix rule sees them: full or sliding
@@ -161,6 +198,12 @@ class TextModelConfig:
             return layers_from_windows([self.window(i) for i in range(self.num_layers)])
         linear = AttentionLayer(LayerKind.LINEAR, snapshot_interval=snapshot_interval)
         return tuple(linear if kind == LINEAR else AttentionLayer() for kind in self.layer_types)
+
+    @property
+    def widest_mlp(self) -> int:
+        """The widest dense MLP of any layer (Gemma 4's KV-shared layers' may be double)."""
+        shared = any(self.kv_source(i) != i for i in range(self.num_layers))
+        return self.intermediate_size * (2 if self.double_wide_mlp and shared else 1)
 
     @property
     def rotary_dim(self) -> int:
@@ -199,6 +242,7 @@ class TextModelConfig:
                 f"({architecture}) are not supported; FP8 experts are served block-wise "
                 "(quant_method 'fp8', weight_block_size)"
             )
+        gemma4 = _read_gemma4(architecture, text, types) if family == "gemma4" else {}
         linear = _linear_shape(text, family)
         partial = float(rope.get("partial_rotary_factor", 1.0)) if linear else 1.0
         head_dim = text.get("head_dim") or text["hidden_size"] // heads
@@ -223,14 +267,17 @@ class TextModelConfig:
             max_position_embeddings=text.get("max_position_embeddings", 4096),
             # VLMs keep the flag at the top level, plain LMs in the (only) config.
             tie_word_embeddings=bool(
-                raw.get("tie_word_embeddings", text.get("tie_word_embeddings", family == "gemma3"))
+                raw.get(
+                    "tie_word_embeddings",
+                    text.get("tie_word_embeddings", family in ("gemma3", "gemma4")),
+                )
             ),
             attention_bias=_attention_bias(family, text),
             mrope_section=tuple(section) if section else None,
             eos_token_ids=_eos_ids(model_dir, raw, text),
             quantization=quantization,
             layer_types=types,
-            sliding_window=text.get("sliding_window") if SLIDING in types else None,
+            sliding_window=_window(family, text) if SLIDING in types else None,
             ropes=ropes,
             hidden_act=text.get("hidden_activation") or text.get("hidden_act") or "silu",
             moe=_read_moe(family, text),
@@ -240,6 +287,7 @@ class TextModelConfig:
             # transformers' Qwen3-VL and Qwen3.5 interleave whatever `mrope_interleaved` says.
             mrope_interleaved=family in QWEN3_VL_FAMILIES + HYBRID_FAMILIES,
             deepstack_levels=_deepstack_levels(family, raw),
+            **gemma4,
         )
 
 
@@ -252,11 +300,14 @@ def _attention_bias(family: str, text: dict) -> bool:
 def refuse_unsupported_options(architecture: str, family: str, raw: dict, text: dict) -> None:
     """UnsupportedModelError naming the first option that changes the math and that the
     engine does not implement."""
+    if family == "gemma4":
+        _refuse_gemma4_options(architecture, text)
     for name in ("final_logit_softcapping", "attn_logit_softcapping"):
         value = text.get(name, raw.get(name))
-        if value is not None:
+        if value is not None and not (family == "gemma4" and name == "final_logit_softcapping"):
             raise UnsupportedModelError(f"{architecture}: {name}={value} is not supported")
-    if text.get("use_bidirectional_attention"):
+    # Gemma 4's "vision" only opens image spans on sliding layers: a text-only model has none.
+    if text.get("use_bidirectional_attention") and family != "gemma4":
         raise UnsupportedModelError(
             f"{architecture}: use_bidirectional_attention=true is not supported"
         )
@@ -273,11 +324,12 @@ def refuse_unsupported_options(architecture: str, family: str, raw: dict, text: 
         )
     for kind, params in _rope_dicts(text).items():
         rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type not in SUPPORTED_ROPE_TYPES:
+        supported = GEMMA4_ROPE_TYPES if family == "gemma4" else SUPPORTED_ROPE_TYPES
+        if rope_type not in supported:
             where = f" ({kind} layers)" if kind else ""
             raise UnsupportedModelError(
                 f"{architecture}: rope type {rope_type!r}{where} is not supported "
-                f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
+                f"(supported: {', '.join(supported)})"
             )
     if family in MOE_FAMILIES and text.get("num_experts", text.get("num_local_experts", 0)) < 1:
         raise UnsupportedModelError(f"{architecture}: num_experts must be >= 1")
@@ -302,6 +354,8 @@ def read_ropes(family: str, text: dict) -> dict[str, Rope]:
     `rope_parameters` by kind, or the older `rope_theta` + `rope_local_base_freq` with
     `rope_scaling` applying to the global layers only)."""
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    if family == "gemma4":
+        return _gemma4_ropes(rope)
     if family == "gemma3":
         if "full_attention" in rope or "sliding_attention" in rope:
             full = _rope_of(rope.get("full_attention") or {}, 1_000_000.0)
@@ -347,6 +401,10 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
                 f"linear_attention, got {len(listed)} with {sorted(unknown)}"
             )
         return tuple(LINEAR if kind == "linear_attention" else FULL for kind in listed)
+    if family == "gemma4":
+        # transformers' default: 5 sliding layers in 6; the last layer is always full.
+        default = tuple(SLIDING if (i + 1) % 6 else FULL for i in range(n))
+        return (*(from_list() if listed else default)[:-1], FULL)
     if family == "gemma3":
         if not window:
             return (FULL,) * n
@@ -370,6 +428,96 @@ def sliding_layers(architecture: str, family: str, text: dict) -> tuple[str, ...
     if window and text.get("use_sliding_window", True) and architecture != "LlamaForCausalLM":
         raise UnsupportedModelError(f"{architecture}: sliding_window={window} is not supported")
     return (FULL,) * n
+
+
+def _window(family: str, text: dict) -> int | None:
+    # transformers' Gemma 4 default when the config has none.
+    return text.get("sliding_window", 512 if family == "gemma4" else None)
+
+
+def _refuse_gemma4_options(architecture: str, text: dict) -> None:
+    """Gemma 4 part 1 serves the dense text model without per-layer embeddings."""
+    per_layer_input = text.get("hidden_size_per_layer_input", 256)
+    if per_layer_input:
+        raise UnsupportedModelError(
+            f"{architecture}: hidden_size_per_layer_input={per_layer_input} (per-layer "
+            "embeddings) is not supported yet"
+        )
+    if text.get("enable_moe_block"):
+        raise UnsupportedModelError(
+            f"{architecture}: enable_moe_block=true (the MoE block) is not supported yet"
+        )
+    if text.get("use_bidirectional_attention") == "all":
+        raise UnsupportedModelError(
+            f"{architecture}: use_bidirectional_attention='all' is not supported"
+        )
+    for layer, overrides in (text.get("per_layer_config") or {}).items():
+        unknown = set(overrides) - {"head_dim", "num_key_value_heads"}
+        if unknown:
+            raise UnsupportedModelError(
+                f"{architecture}: per_layer_config[{layer}] sets {sorted(unknown)}, which is "
+                "not supported (only head_dim and num_key_value_heads)"
+            )
+
+
+def _gemma4_ropes(rope: dict) -> dict[str, Rope]:
+    """Gemma 4's rope per layer kind, with transformers' defaults for a missing one."""
+    defaults = {
+        FULL: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6},
+        SLIDING: {"rope_type": "default", "rope_theta": 1e4},
+    }
+    ropes = {}
+    for kind, name in ((FULL, "full_attention"), (SLIDING, "sliding_attention")):
+        params = rope.get(name) or defaults[kind]
+        rotated = 1.0
+        if params.get("rope_type", "default") == "proportional":
+            rotated = float(params.get("partial_rotary_factor", 1.0))
+        factor = float(params.get("factor", 1.0))
+        ropes[kind] = Rope(float(params["rope_theta"]), factor, rotated)
+    return ropes
+
+
+def _read_gemma4(architecture: str, text: dict, kinds: tuple[str, ...]) -> dict:
+    """Gemma 4's per-kind K/V shapes (`per_layer_config`), which layers reuse which KV
+    (`num_kv_shared_layers`), and its other options, as TextModelConfig fields."""
+    n = len(kinds)
+    base = KVShape(
+        text.get("num_key_value_heads") or text["num_attention_heads"], text.get("head_dim", 256)
+    )
+    per_layer = {int(k): v for k, v in (text.get("per_layer_config") or {}).items()}
+    shapes: dict[str, KVShape] = {}
+    for layer, kind in enumerate(kinds):
+        overrides = per_layer.get(layer, {})
+        shape = KVShape(
+            int(overrides.get("num_key_value_heads", base.num_kv_heads)),
+            int(overrides.get("head_dim", base.head_dim)),
+        )
+        if shapes.setdefault(kind, shape) != shape:
+            raise UnsupportedModelError(
+                f"{architecture}: {kind} layers of different shapes ({shapes[kind]} and "
+                f"{shape} at layer {layer}) are not supported"
+            )
+    if SLIDING not in kinds:
+        raise UnsupportedModelError(f"{architecture}: a model without sliding layers")
+    shared = int(text.get("num_kv_shared_layers") or 0)
+    first_shared = n - shared
+    sources = list(range(n))
+    for layer in range(first_shared, n):
+        earlier = [i for i in range(first_shared) if kinds[i] == kinds[layer]]
+        if not earlier:
+            raise UnsupportedModelError(
+                f"{architecture}: KV-shared layer {layer} ({kinds[layer]}) has no earlier "
+                f"{kinds[layer]} layer to read (num_kv_shared_layers={shared})"
+            )
+        sources[layer] = earlier[-1]
+    softcap = text.get("final_logit_softcapping")
+    return dict(
+        kv_shapes=shapes,
+        kv_sources=tuple(sources) if shared else (),
+        attention_k_eq_v=bool(text.get("attention_k_eq_v", False)),
+        double_wide_mlp=bool(text.get("use_double_wide_mlp", False)),
+        final_logit_softcapping=float(softcap) if softcap is not None else None,
+    )
 
 
 def _deepstack_levels(family: str, raw: dict) -> int:

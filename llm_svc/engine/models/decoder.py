@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from iris_kernels import scatter_add_rows
-from llm_svc.engine.attention.base import AttentionBackend
+from llm_svc.engine.attention.base import AttentionBackend, AttentionMetadata
 from llm_svc.engine.models.config import FULL, SLIDING, TextModelConfig
 from llm_svc.engine.models.layers import RMSNorm, RotaryEmbedding
 
@@ -34,12 +34,26 @@ class DeepstackRows:
     levels: list[torch.Tensor]
 
 
+@dataclass(frozen=True)
+class SampledRows:
+    """The rows a step samples: `rows` [N] their flat indices, and `meta` the step with
+    only them as queries (AttentionMetadata.last_tokens). A model that
+    `keeps_sampled_rows` takes it and returns only those rows' hidden states."""
+
+    rows: torch.Tensor
+    meta: AttentionMetadata
+
+
 class DecoderLM(nn.Module):
     """forward(ids, positions, backend[, input_embeds]) → hidden [T, H]; then
     compute_logits(hidden rows to sample) → fp32 logits [N, vocab].
 
     `norm` is the final norm's class; `embed_scale` multiplies the embeddings (Gemma's
     √hidden, rounded to the weights' dtype as HF does)."""
+
+    # True for a model whose forward takes `sampled` (SampledRows) and returns only those
+    # rows (Gemma 4: its KV-shared layers need no other row).
+    keeps_sampled_rows = False
 
     def __init__(
         self,

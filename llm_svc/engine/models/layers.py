@@ -67,7 +67,9 @@ class RotaryEmbedding(nn.Module):
     frequency band j takes its angle from position row `section_of[j]` (temporal, height,
     width): in blocks (t…t h…h w…w, Qwen2-VL), or with `mrope_interleaved` (Qwen3-VL)
     t h w t h w …, band j reading h when j % 3 == 1 and j < 3·section[1], w when
-    j % 3 == 2 and j < 3·section[2], t otherwise. Holds no parameters or buffers: the fp32
+    j % 3 == 2 and j < 3·section[2], t otherwise. `rotated` < 1 (Gemma 4's proportional
+    rope) keeps only the first ⌊rotated·head_dim / 2⌋ bands turning, the rest at frequency
+    0 (cos 1, sin 0: those dims pass unrotated). Holds no parameters or buffers: the fp32
     frequencies are computed on first use per device, so a model built on the meta device
     needs no re-initialisation."""
 
@@ -78,9 +80,11 @@ class RotaryEmbedding(nn.Module):
         mrope_section: tuple[int, ...] | None = None,
         linear_factor: float = 1.0,
         mrope_interleaved: bool = False,
+        rotated: float = 1.0,
     ):
         super().__init__()
         self.head_dim, self.theta, self.linear_factor = head_dim, theta, linear_factor
+        self.turning = int(rotated * head_dim // 2)
         self.mrope = mrope_section is not None
         if self.mrope and sum(mrope_section) != head_dim // 2:
             raise ValueError(f"mrope_section {mrope_section} must sum to {head_dim // 2}")
@@ -91,6 +95,7 @@ class RotaryEmbedding(nn.Module):
         if device not in self._tables:
             exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim
             inv_freq = (1.0 / self.theta**exponents) / self.linear_factor
+            inv_freq[self.turning :] = 0.0
             section_of = None
             if self.mrope:
                 section_of = torch.tensor(self._band_rows(), device=device)

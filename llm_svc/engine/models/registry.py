@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llm_svc.engine.models import gemma3, llama, qwen2_moe, qwen3, qwen3_5, qwen3_moe, qwen3_vl
+from llm_svc.engine.models import (
+    gemma3,
+    gemma4,
+    llama,
+    qwen2_moe,
+    qwen3,
+    qwen3_5,
+    qwen3_moe,
+    qwen3_vl,
+)
 from llm_svc.engine.models.config import TextModelConfig, UnsupportedModelError
 from llm_svc.engine.models.decoder import DecoderLM
 
@@ -20,6 +29,7 @@ FAMILIES: dict[str, Callable[[TextModelConfig], DecoderLM]] = {
     "qwen3_moe": qwen3_moe.build,
     "qwen2_moe": qwen2_moe.build,
     "gemma3": gemma3.build,
+    "gemma4": gemma4.build,
     "qwen3_5": qwen3_5.build,
     "qwen3_5_moe": qwen3_5.build,
     "qwen3_vl": qwen3_vl.build,

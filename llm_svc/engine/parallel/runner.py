@@ -69,7 +69,7 @@ class ShardRunner(ModelRunner):
     def execute(self, inputs: StepInputs, input_embeds: torch.Tensor | None = None,
                 deepstack=None):  # fmt: skip
         hidden = self.forward_hidden(inputs, input_embeds, deepstack)
-        local = self.model.compute_logits(hidden[inputs.sample_rows])
+        local = self.model.compute_logits(self.sampled_hidden(inputs, hidden))
         vocab = self.model_config.vocab_size
         if local.shape[0] == 0:  # no row samples this step: nothing to gather
             return local.new_empty(0, vocab)
