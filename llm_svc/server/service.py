@@ -141,6 +141,8 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
             elif isinstance(event, Produced):
                 out = event.output
                 if out.new_token_ids or out.new_text:
+                    if not completion_tokens:  # the end of prefill, as the stream sees it
+                        span.add_event("first_token")
                     completion_tokens += len(out.new_token_ids)
                     yield convert.token_chunk(
                         out.new_token_ids, out.new_text, out.new_logprobs, self._token_text
