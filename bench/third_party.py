@@ -11,7 +11,8 @@ Against each, one after another on a freshly started platform:
 
 - aiperf, streaming chat with the demo model's tokenizer, synthetic noise images at two
   sizes (`--image-source noise`: every image is new, so no mode can reuse one; what is
-  left is routing and the cost of intake), `--noise-requests` each, one at a time;
+  left is routing and the cost of intake), `--noise-requests` each, one at a time, after
+  one warm-up request (a fresh platform's first request pays first-call costs);
 - aiperf, multi-turn sessions whose images repeat: `--sessions` conversations of
   `--turns` turns from bench/workload.py's plan (the same system prompt, users' own words,
   each session's first turn attaching one of a pool of `--pool` pictures), written as
@@ -30,8 +31,8 @@ picture there, depending on the load).
 
     bash scripts/bench_clients.sh        # .venv-bench with aiperf and guidellm, pinned
     python bench/third_party.py [--pods 2] [--only a,b,c] [--noise-sizes 256x256,512x512]
-        [--noise-requests 3] [--sessions 3] [--turns 3] [--pool 2] [--max-tokens 8]
-        [--no-guidellm] [--sweep-size 3] [--sweep-requests 4] [--out bench/out/third_party]
+        [--noise-requests 5] [--sessions 4] [--turns 4] [--pool 3] [--max-tokens 8]
+        [--no-guidellm] [--sweep-size 4] [--sweep-requests 6] [--out bench/out/third_party]
 """
 
 from __future__ import annotations
@@ -194,14 +195,14 @@ def parse_args(argv=None):
     parser.add_argument("--pods", type=int, default=2, help="LLM pods per platform")
     parser.add_argument("--only", default="a,b,c", help="modes to run (of a, b, c)")
     parser.add_argument("--noise-sizes", default="256x256,512x512", help="WxH,WxH")
-    parser.add_argument("--noise-requests", type=int, default=3)
-    parser.add_argument("--sessions", type=int, default=3, help="multi-turn sessions")
-    parser.add_argument("--turns", type=int, default=3, help="turns per session")
-    parser.add_argument("--pool", type=int, default=2, help="pictures the sessions share")
+    parser.add_argument("--noise-requests", type=int, default=5)
+    parser.add_argument("--sessions", type=int, default=4, help="multi-turn sessions")
+    parser.add_argument("--turns", type=int, default=4, help="turns per session")
+    parser.add_argument("--pool", type=int, default=3, help="pictures the sessions share")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--guidellm", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--sweep-size", type=int, default=3, help="guidellm sweep benchmarks")
-    parser.add_argument("--sweep-requests", type=int, default=4, help="requests a benchmark")
+    parser.add_argument("--sweep-size", type=int, default=4, help="guidellm sweep benchmarks")
+    parser.add_argument("--sweep-requests", type=int, default=6, help="requests a benchmark")
     parser.add_argument("--sweep-prompt-tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "third_party")
     args = parser.parse_args(argv)
