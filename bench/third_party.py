@@ -7,7 +7,9 @@ The modes are bench/workload.py's (its `up_config`: what `iris up --router R
   (a) prefix-aware routing + embedding reuse   (b) round-robin, no reuse
   (c) round-robin + embedding reuse
 
-Against each, one after another on a freshly started platform:
+The three platforms are started first and stay up together; each workload then runs on
+every mode in turn, so that drift on a shared machine lands on every mode alike (an idle
+platform's processes wait on their sockets):
 
 - aiperf, streaming chat with the demo model's tokenizer, synthetic noise images at two
   sizes (`--image-source noise`: every image is new, so no mode can reuse one; what is
@@ -38,6 +40,7 @@ picture there, depending on the load).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import signal
@@ -80,36 +83,46 @@ def model_id(url: str) -> str:
     return httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
 
 
-def run_mode(args, key: str, router: str, reuse: bool, sessions: Path) -> dict:
-    """One platform, every client run against it: {workload label: Figures or list}."""
-    out = args.out / key
-    found: dict = {}
-    started = time.perf_counter()
+def start_platforms(args, modes, stack: contextlib.ExitStack) -> dict[str, tuple[str, str]]:
+    """Every mode's platform, started one after another and held open by `stack` (which
+    stops them all on the way out): {mode: (gateway URL, model id)}."""
     config_args = argparse.Namespace(
         model=args.model, pods=args.pods, gateways=1, extra_env={}
     )  # the workload benchmark's platform, at this run's size
-    with Platform(up_config(config_args, router, reuse)) as platform:
-        url = platform.gateway_url
-        model = model_id(url)
-        log(f"[{key}] platform up at {url} in {time.perf_counter() - started:.0f} s")
-        for width, height in args.noise_sizes:
-            label = f"noise {width}x{height}"
-            folder = out / f"aiperf-noise-{width}x{height}"
+    up = {}
+    for key, _, router, reuse in modes:
+        started = time.perf_counter()
+        platform = stack.enter_context(Platform(up_config(config_args, router, reuse)))
+        up[key] = (platform.gateway_url, model_id(platform.gateway_url))
+        log(f"[{key}] platform up at {up[key][0]} in {time.perf_counter() - started:.0f} s")
+    return up
+
+
+def run_workloads(args, up: dict[str, tuple[str, str]], sessions: Path) -> dict[str, dict]:
+    """Each workload on every mode in turn (drift on a shared machine lands on every mode
+    alike), then guidellm on (a): {mode: {workload label: Figures, or a list for guidellm}}."""
+    found: dict[str, dict] = {key: {} for key in up}
+    runs = [
+        (f"noise {w}x{h}", f"aiperf-noise-{w}x{h}", {"noise_size": (w, h)}, args.noise_requests, 1)
+        for w, h in args.noise_sizes
+    ]
+    runs.append(
+        (
+            f"sessions {args.sessions}x{args.turns}, pool {args.pool}", "aiperf-sessions",
+            {"sessions": sessions}, args.sessions * args.turns, args.sessions,
+        )
+    )  # fmt: skip
+    for label, name, workload, requests, concurrency in runs:
+        for key, (url, model) in up.items():
+            folder = args.out / key / name
             argv = clients.aiperf_argv(
-                url, model, args.model, folder, requests=args.noise_requests, concurrency=1,
-                max_tokens=args.max_tokens, noise_size=(width, height),
+                url, model, args.model, folder, requests=requests, concurrency=concurrency,
+                max_tokens=args.max_tokens, **workload,
             )  # fmt: skip
-            found[label] = timed(key, label, run_aiperf, argv, folder, label)
-        label = f"sessions {args.sessions}x{args.turns}, pool {args.pool}"
-        folder = out / "aiperf-sessions"
-        argv = clients.aiperf_argv(
-            url, model, args.model, folder, requests=args.sessions * args.turns,
-            concurrency=args.sessions, max_tokens=args.max_tokens, sessions=sessions,
-        )  # fmt: skip
-        found[label] = timed(key, label, run_aiperf, argv, folder, label)
-        if key == "a" and args.guidellm:
-            found["guidellm sweep"] = timed(key, "guidellm", run_guidellm, args, url, model)
-    log(f"[{key}] done in {time.perf_counter() - started:.0f} s")
+            found[key][label] = timed(key, label, run_aiperf, argv, folder, label)
+    if "a" in up and args.guidellm:
+        url, model = up["a"]
+        found["a"]["guidellm sweep"] = timed("a", "guidellm", run_guidellm, args, url, model)
     return found
 
 
@@ -241,7 +254,8 @@ def main(argv=None) -> None:
     sessions = clients.write_sessions(session_conversations(args), args.out / "sessions")
     modes = [mode for mode in MODES if mode[0] in args.only]
     names = {key: name for key, name, _, _ in modes}
-    results = {key: run_mode(args, key, router, reuse, sessions) for key, _, router, reuse in modes}
+    with contextlib.ExitStack() as stack:
+        results = run_workloads(args, start_platforms(args, modes, stack), sessions)
     print(
         f"model {args.model}; {args.pods} LLM pods a platform; noise images "
         f"{', '.join(f'{w}x{h}' for w, h in args.noise_sizes)}, {args.noise_requests} requests "

@@ -411,7 +411,7 @@ def plan_trace(
             max_tokens=max_tokens,
             system=SYSTEM_PROMPT,
             warm_up=True,
-        )  # fmt: skip
+        )
         for index in range(warm_library)
     ]
     for user, row in enumerate(plan):
@@ -426,7 +426,7 @@ def plan_trace(
                     images=images(key),
                     max_tokens=max_tokens,
                     system=SYSTEM_PROMPT if turn == 0 else None,
-                )  # fmt: skip
+                )
             )
     return turns
 
