@@ -13,9 +13,10 @@ Stages of one streamed chat request, in the order it meets them (all in ms):
                   `llm.embeddings.fetch` less its cache reads (reuse: the pod waits on
                   the cache until an encoder fills the entry)
   cache reads     the `cache.get` calls of the trace, as the cache service timed them
-  pod queue       `llm.Generate` start to its `accepted` event, less the fetch (waiting
-                  for a place in a step, before and after the embeddings arrive)
-  prefill         `accepted` to the pod's `first_token` event
+  pod queue       `llm.Generate` start to its `prefill_started` event (the start of the
+                  engine step that first ran it), less the fetch: waiting for a place in
+                  a step, before and after the embeddings arrive
+  prefill         `prefill_started` to the pod's `first_token` event
   first token     the pod's `first_token` to the gateway's (the way back to the client)
   TTFT in platform  the HTTP server span's start to the gateway's `first_token`
 
@@ -78,7 +79,11 @@ def request_stages(spans: list[ReceivedSpan]) -> dict[str, float] | None:
 
     fetches = [s for s in named("llm.embeddings.fetch") if s.parent_span_id == generate.span_id]
     reads = _total(named("cache.get"))
-    accepted = generate.event_ns("accepted") or generate.start_ns
+    # The pod's prefill began with the step that first ran it (its `accepted` event goes
+    # out once that step has ended).
+    accepted = (
+        generate.event_ns("prefill_started") or generate.event_ns("accepted") or generate.start_ns
+    )
     pod_first = generate.event_ns("first_token")
     gateway_first = inference.event_ns("first_token")
     return {

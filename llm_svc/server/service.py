@@ -136,6 +136,8 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
             if isinstance(event, Rejected):
                 await _refuse(context, span, event.error)
             elif isinstance(event, Admitted):
+                if event.step_started_ns:  # the step that ran its first prefill chunk began
+                    span.add_event("prefill_started", timestamp=event.step_started_ns)
                 span.add_event("accepted", {"iris.cached_tokens": event.cached_tokens})
                 yield convert.accepted(event.prompt_tokens, event.cached_tokens, event.image_tokens)
             elif isinstance(event, Produced):

@@ -1,6 +1,8 @@
 """Time per stage from a request's spans (bench/stages.py), on a trace built by hand with the
 span names and events the services record."""
 
+from dataclasses import replace
+
 from bench.stages import STAGES, format_stages, request_stages, stages_of, summarise_stages
 from iris.up.span_receiver import ReceivedSpan
 
@@ -16,8 +18,8 @@ def span(name, start_ms, end_ms, span_id, parent="", service="iris-gateway", eve
 
 def chat_trace(offset=0):
     """door 5, intake 10, routing 2, reserve 3, gateway encode 0; pod: fetch 40 with 15 of
-    cache reads, accepted 60 after its start, first token 30 later; back at the gateway 4
-    after that."""
+    cache reads, its prefill step starting 60 after its start (accepted when that step
+    ended), first token 30 later; back at the gateway 4 after that."""
     o = offset
     return [
         span("POST /v1/chat/completions", o + 0, o + 200, "h"),
@@ -32,7 +34,7 @@ def chat_trace(offset=0):
             "g",
             "c",
             "iris-llm",
-            events=[("accepted", o + 95), ("first_token", o + 125)],
+            events=[("prefill_started", o + 95), ("accepted", o + 124), ("first_token", o + 125)],
         ),  # fmt: skip
         span("llm.embeddings.fetch", o + 40, o + 80, "f", "g", "iris-llm"),
         span("cache.get", o + 42, o + 50, "x", "f", "iris-cache"),
@@ -56,6 +58,14 @@ def test_each_stage_from_the_spans():
         "TTFT in platform": 129.0,
     }
     assert list(stages) == list(STAGES)
+
+
+def test_without_the_prefill_start_acceptance_stands_for_it():
+    spans = chat_trace()
+    generate = next(s for s in spans if s.name == "llm.Generate")
+    spans[spans.index(generate)] = replace(generate, events=generate.events[1:])
+    stages = request_stages(spans)
+    assert stages["pod queue"] == 49.0 and stages["prefill"] == 1.0
 
 
 def test_no_reuse_waits_for_the_encoder_in_the_gateway():
