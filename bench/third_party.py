@@ -8,8 +8,8 @@ The modes are bench/workload.py's (its `up_config`: what `iris up --router R
   (c) round-robin + embedding reuse
 
 The three platforms are started first and stay up together; each workload then runs on
-every mode in turn, so that drift on a shared machine lands on every mode alike (an idle
-platform's processes wait on their sockets):
+every mode in turn, so that drift on a shared machine lands on every mode alike (the two
+platforms not under load stay up meanwhile):
 
 - aiperf, streaming chat with the demo model's tokenizer, synthetic noise images at two
   sizes (`--image-source noise`: every image is new, so no mode can reuse one; what is
@@ -267,4 +267,8 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as stop:  # everything started here was stopped on the way out
+        log(f"interrupted ({stop or 'Ctrl-C'}): the platforms and clients it started are stopped")
+        sys.exit(130)
