@@ -51,6 +51,22 @@ contention, the floor the loaded figures can be held against.
 p90 ratio (b)/(a) is printed with a bootstrap interval (conversations resampled), and every
 turn (when sent, which pod served it, its tokens and TTFT) is written as JSON beside the PNG.
 
+Each mode's output ends with the median and p90 time per stage of its measured requests
+(door, intake and hashing, routing, cache reserve, waiting for the encoder, cache reads,
+queue on the pod, prefill, the first token's way back, and TTFT inside the platform), read
+from the requests' OpenTelemetry spans: every platform exports them to a receiver in this
+process (bench/stages.py says which span each stage is).
+
+The workload is a trace (bench/trace.py: JSONL, one line a turn, with its arrival time,
+conversation, turn, text or token count, images by id and size or by path, max tokens;
+warm-up turns flagged): the built-in one is built from the shape below (`plan_trace`).
+`--make-trace FILE` writes it (the image pool is `--library`, the reuse share
+`--reuse-share` = 1 - `--upload-share`, with `--users`, `--turns`, `--later-image`,
+`--rate`, `--max-tokens`, `--image-size`, `--seed`) and exits; `--trace FILE` replays a
+trace in every mode instead (`--rate 0`: its conversations one after another; any other
+rate: at the trace's own times), so a user can replay their traffic's shape without
+their data.
+
 `--gateways N` runs N gateways per platform and sends each conversation's turns round-robin
 over them. Per mode it prints routing precision (gateway/routing/accuracy.py) and routing
 regret (the share of prompt tokens a pod computed while another held them, and those tokens
@@ -64,6 +80,7 @@ minutes).
         [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...] [--gateways 1]
         [--goodput [--quick] [--slo-ttft-ms MS] [--slo-tpot-ms MS] [--wall-cap-min 60]]
         [--calibrate [--quick] [--calibration-users 6]]
+        [--trace FILE | --make-trace FILE [--reuse-share 0.7] [--image-size 384x288]]
 
 The default (32 measured turns a mode, 3 of them with an upload) is sized for the
 15-minute budget on the demo model (SmolVLM-256M's tower, one tile an image) on this
@@ -77,7 +94,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import io
 import json
 import os
 import random
@@ -92,7 +108,20 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+from bench.stages import format_stages, stages_of, summarise_stages  # noqa: E402
+from bench.trace import (  # noqa: E402
+    Conversation,
+    TraceImage,
+    TraceTurn,
+    conversations,
+    filler_text,
+    image_table,
+    read_trace,
+    synthetic_png,
+    write_trace,
+)
 from iris.up.platform import Platform, UpConfig  # noqa: E402
+from iris.up.span_receiver import SpanReceiver  # noqa: E402
 
 SYSTEM_PROMPT = (
     "You are Iris, a careful assistant for a photo library. Describe what you see plainly, "
@@ -163,6 +192,9 @@ class ModeResult:
     regret_tokens: dict[str, float] = field(default_factory=dict)
     warmed: bool = False  # the library was sent before the measured turns
     warm_up_s: float = 0.0
+    warm_images: set = field(default_factory=set)  # the images the warm-up sent
+    measured_from_ns: int = 0  # wall clock when the measured turns began (spans after it)
+    stages: list[dict] = field(default_factory=list)  # per request (bench/stages.py)
 
 
 def library_key(index: int) -> str:
@@ -173,20 +205,15 @@ def upload_key(user: int, turn: int) -> str:
     return f"U{user}.{turn}"
 
 
-def make_image(key: str, seed: int) -> bytes:
-    """The PNG of one image: a library image is the same in every workload (its pixels
-    depend only on its key), a user's upload is its own to the workload (seed) as well."""
-    from PIL import Image, ImageDraw
+def image_seed(key: str, seed: int) -> str:
+    """What a plan key's picture is drawn from: a library image is the same in every
+    workload (its key alone), a user's upload is its own to the workload (seed) as well."""
+    return key if key.startswith("L") else f"{seed}/{key}"
 
-    rng = random.Random(key if key.startswith("L") else f"{seed}/{key}")
-    image = Image.new("RGB", (384, 288), tuple(rng.randrange(256) for _ in range(3)))
-    draw = ImageDraw.Draw(image)
-    for _ in range(6):
-        x, y = rng.randrange(300), rng.randrange(200)
-        draw.ellipse((x, y, x + 80, y + 80), fill=tuple(rng.randrange(256) for _ in range(3)))
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+
+def make_image(key: str, seed: int, size: tuple[int, int] = (384, 288)) -> bytes:
+    """The PNG of one plan key's image (see image_seed)."""
+    return synthetic_png(image_seed(key, seed), *size)
 
 
 def zipf_choice(rng: random.Random, n: int, s: float = 1.1) -> int:
@@ -279,14 +306,21 @@ def gateway_for(urls: list[str], user: int, turn: int) -> str:
     return urls[(user + turn) % len(urls)]
 
 
-async def run_user(
-    user, plan_row, images, urls, model, max_tokens, result: ModeResult, client, started: float
-):
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
-    for turn, image_key in enumerate(plan_row):
-        content = [{"type": "text", "text": question(user, turn)}]
-        if image_key is not None:
-            content.insert(0, image_part(images[image_key]))
+async def run_conversation(
+    index: int, conversation: Conversation, replay: Replay, result: ModeResult, honour_t: bool
+) -> None:
+    """One conversation of a trace, turn after turn: each turn resends the history (images
+    and answers included), and waits for its `t` (unless `honour_t` is off: one
+    conversation after another) and for the answer to the turn before it."""
+    messages: list[dict] = []
+    for turn in conversation.turns:
+        if turn.system is not None:
+            messages.append({"role": "system", "content": turn.system})
+        if honour_t and turn.t is not None:
+            await asyncio.sleep(max(0.0, replay.started + turn.t - time.perf_counter()))
+        text = turn.text if turn.text is not None else replay.filler(turn.tokens)
+        content = [image_part(replay.images[image.key]) for image in turn.images]
+        content.append({"type": "text", "text": text})
         messages.append({"role": "user", "content": content})
         # Every image in the history travels again with each turn.
         result.images_sent += sum(
@@ -296,15 +330,18 @@ async def run_user(
             for part in message["content"]
             if part["type"] == "image_url"
         )
-        sent_s = time.perf_counter() - started
+        image_key = turn.images[0].key if turn.images else None
+        sent_s = time.perf_counter() - replay.started
         try:
-            url = gateway_for(urls, user, turn)
-            ttft, total, usage, text, pod = await run_turn(client, url, model, messages, max_tokens)
+            url = gateway_for(replay.urls, index, turn.turn)
+            ttft, total, usage, answer, pod = await run_turn(
+                replay.client, url, replay.model, messages, turn.max_tokens
+            )
             details = usage.get("prompt_tokens_details") or {}
             result.turns.append(
                 TurnResult(
-                    user,
-                    turn,
+                    index,
+                    turn.turn,
                     ttft,
                     total,
                     usage.get("completion_tokens", 0),
@@ -317,12 +354,81 @@ async def run_user(
                 )
             )
         except Exception as err:  # a failed turn is counted, and the conversation ends
-            print(f"  user {user} turn {turn} failed: {err}", file=sys.stderr)
+            print(
+                f"  conversation {conversation.name} turn {turn.turn} failed: {err}",
+                file=sys.stderr,
+            )
             result.turns.append(
-                TurnResult(user, turn, 0, 0, 0, 0, 0, False, sent_s, image=image_key)
+                TurnResult(index, turn.turn, 0, 0, 0, 0, 0, False, sent_s, image=image_key)
             )
             return
-        messages.append({"role": "assistant", "content": text})
+        messages.append({"role": "assistant", "content": answer})
+
+
+@dataclass
+class Replay:
+    """What every conversation of one replay shares."""
+
+    client: httpx.AsyncClient
+    urls: list[str]
+    model: str
+    images: dict[str, bytes]  # by TraceImage.key
+    tokenizer_dir: Path | None = None
+    started: float = 0.0
+    _tokenizer: object = None
+
+    def filler(self, tokens: int) -> str:
+        """Text of `tokens` tokens of the model (a trace turn given by its length)."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_dir)
+        return filler_text(tokens, self._tokenizer)
+
+
+def plan_trace(
+    plan: list[list[str | None]],
+    gaps: list[float],
+    max_tokens: int,
+    warm_library: int = 0,
+    image_id=lambda key: key,
+    size: tuple[int, int] = (384, 288),
+) -> list[TraceTurn]:
+    """The built-in workload as a trace: first the library's warm-up (`warm_library`
+    images, each once with the first question, no user's words), then per user a
+    conversation starting after the summed `gaps` before it, its turns following the
+    answers. `image_id` names a plan key's image in the trace."""
+
+    def images(key: str | None) -> tuple[TraceImage, ...]:
+        return () if key is None else (TraceImage(image_id(key), *size),)
+
+    turns = [
+        TraceTurn(
+            f"warm-up {index}",
+            0,
+            text=QUESTIONS[0],
+            images=images(library_key(index)),
+            max_tokens=max_tokens,
+            system=SYSTEM_PROMPT,
+            warm_up=True,
+        )
+        for index in range(warm_library)
+    ]
+    for user, row in enumerate(plan):
+        start = sum(gaps[:user])
+        for turn, key in enumerate(row):
+            turns.append(
+                TraceTurn(
+                    f"user {user}",
+                    turn,
+                    t=start if turn == 0 else None,
+                    text=question(user, turn),
+                    images=images(key),
+                    max_tokens=max_tokens,
+                    system=SYSTEM_PROMPT if turn == 0 else None,
+                )
+            )
+    return turns
 
 
 def cpu_seconds(pid: int) -> float:
@@ -354,24 +460,6 @@ def service_totals(platform: Platform, kind: str, metric: str) -> list[float]:
         for service in platform.services
         if service.kind == kind
     ]
-
-
-async def warm_up(client, url, model, images, library: int, max_tokens) -> None:
-    """The library as a running deployment has already seen it: each library image once,
-    with the first question (no user's words). Not measured; every mode gets the same
-    requests."""
-    for index in range(library):
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {
-                "role": "user",
-                "content": [
-                    image_part(images[library_key(index)]),
-                    {"type": "text", "text": QUESTIONS[0]},
-                ],
-            },
-        ]
-        await run_turn(client, url, model, messages, max_tokens)
 
 
 def arrival_gaps(users: int, rate: float, seed: int) -> list[float]:
@@ -408,34 +496,51 @@ def routing_counts(platform: Platform) -> dict[str, float]:
 
 
 async def drive(platform, plan, images, args, name, seed) -> ModeResult:
+    """The built-in workload of one seed's `plan` (images by plan key) on `platform`, as a
+    trace (plan_trace): arrivals at `args.rate` (0: one conversation after another), the
+    library warmed first when `args.warm_up`."""
+    gaps = arrival_gaps(len(plan), args.rate, seed)
+    trace = plan_trace(plan, gaps, args.max_tokens, args.library if args.warm_up else 0)
+    return await drive_trace(platform, trace, images, args, name)
+
+
+async def drive_trace(platform, trace: list[TraceTurn], images, args, name) -> ModeResult:
+    """Replay `trace` on `platform` (images by TraceImage.key): its warm-up conversations
+    one after another, then the measured ones at their times (`args.rate` 0: one after
+    another); the platform's counters are read around the measured part."""
     result = ModeResult(name)
-    url, urls = platform.gateway_url, platform.gateway_urls
-    rate, max_tokens = args.rate, args.max_tokens
+    groups = conversations(trace)
+    warm = [conversation for conversation in groups if conversation.turns[0].warm_up]
+    measured = [conversation for conversation in groups if not conversation.turns[0].warm_up]
     async with httpx.AsyncClient(timeout=600) as client:
-        model = (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
-        if args.warm_up:
-            warm_started = time.perf_counter()
-            await warm_up(client, url, model, images, args.library, max_tokens)
+        model = (await client.get(f"{platform.gateway_url}/v1/models")).json()["data"][0]["id"]
+        replay = Replay(client, platform.gateway_urls, model, images, getattr(args, "model", None))
+        if warm:
+            warm_started = replay.started = time.perf_counter()
+            for conversation in warm:  # the first gateway, as a running deployment's traffic
+                warm_replay = replace(replay, urls=[platform.gateway_url])
+                await run_conversation(0, conversation, warm_replay, ModeResult(name), False)
             result.warm_up_s = time.perf_counter() - warm_started
             result.warmed = True
+            result.warm_images = {
+                image.key for c in warm for turn in c.turns for image in turn.images
+            }
         encoded_before = sum(service_totals(platform, "encoder", "iris_encoder_images_total"))
         routing_before = routing_counts(platform)
         finished_before = service_totals(platform, "llm", "iris_llm_requests_finished_total")
-        gaps = arrival_gaps(len(plan), rate, seed)
         cpu_before = cpu_by_kind(platform)
-        tasks, started = [], time.perf_counter()
-        for user, row in enumerate(plan):
-            conversation = run_user(
-                user, row, images, urls, model, max_tokens, result, client, started
-            )
-            if rate == 0:  # one conversation at a time: the platform never queues
-                await conversation
+        result.measured_from_ns = time.time_ns()
+        replay.started = time.perf_counter()
+        honour_t = args.rate != 0
+        tasks = []
+        for index, conversation in enumerate(measured):
+            running = run_conversation(index, conversation, replay, result, honour_t)
+            if not honour_t:  # one conversation at a time: the platform never queues
+                await running
                 continue
-            tasks.append(asyncio.create_task(conversation))
-            if user < len(gaps):
-                await asyncio.sleep(gaps[user])
+            tasks.append(asyncio.create_task(running))
         await asyncio.gather(*tasks)
-        result.wall_s = time.perf_counter() - started
+        result.wall_s = time.perf_counter() - replay.started
     result.cpu_s_by_kind = {
         kind: round(seconds - cpu_before.get(kind, 0.0), 1)
         for kind, seconds in cpu_by_kind(platform).items()
@@ -494,19 +599,21 @@ def _ttfts_by_conversation(result: ModeResult) -> dict:
 
 
 def turns_by_image_novelty(
-    turns: list[TurnResult], warmed: bool
+    turns: list[TurnResult], warmed: bool, warm_images: set | None = None
 ) -> tuple[list[TurnResult], list[TurnResult]]:
     """(repeated, new): the turns attaching an image the platform was already sent (by the
-    warm-up, if `warmed`, for library images; or by any turn of the same workload sent
-    earlier), and those attaching one it never saw (an upload, or a library image on a
-    cold platform), which must run the tower in every mode. Text-only turns are in neither."""
+    warm-up, if `warmed`: `warm_images`, or the library's images when not given; or by any
+    turn of the same workload sent earlier), and those attaching one it never saw (an
+    upload, or a library image on a cold platform), which must run the tower in every
+    mode. Text-only turns are in neither."""
     seen: dict = {}
     repeated, new = [], []
     for turn in sorted(turns, key=lambda t: (_seed_of(t.user), t.sent_s)):
         if turn.image is None:
             continue
         known = seen.setdefault(_seed_of(turn.user), set())
-        if turn.image in known or (warmed and turn.image.startswith("L")):
+        warm = turn.image in warm_images if warm_images else turn.image.startswith("L")
+        if turn.image in known or (warmed and warm):
             repeated.append(turn)
         else:
             new.append(turn)
@@ -525,7 +632,7 @@ def _seed_of(user):
 
 def summarise(result: ModeResult) -> dict:
     ok = [t for t in result.turns if t.ok]
-    repeated_turns, new_image_turns = turns_by_image_novelty(ok, result.warmed)
+    repeated_turns, new_image_turns = turns_by_image_novelty(ok, result.warmed, result.warm_images)
     repeated = [t.ttft_s for t in repeated_turns if t.turn == 0]
     later = [t.ttft_s for t in ok if t.turn > 0]
     ttfts = [t.ttft_s for t in ok]
@@ -660,23 +767,43 @@ def up_config(args, router: str, reuse: bool) -> UpConfig:
     )
 
 
-def run_one(args, name, router, reuse, seed, plan, images) -> ModeResult:
-    """One mode on one seed's workload, on a freshly started platform."""
-    config = up_config(args, router, reuse)
+def run_one(args, name, router, reuse, label, trace, images) -> ModeResult:
+    """One mode on one trace (`label`: which, for the log), on a freshly started platform
+    whose services export their spans here: the result carries each measured request's
+    time per stage (bench/stages.py)."""
     starting = time.perf_counter()
-    with Platform(config) as platform:
-        print(
-            f"[{name}] seed {seed}: platform up at {platform.gateway_url} in "
-            f"{time.perf_counter() - starting:.0f} s",
-            file=sys.stderr,
-        )
-        result = asyncio.run(drive(platform, plan, images, args, name, seed))
+    with SpanReceiver() as receiver:
+        config = replace(up_config(args, router, reuse), otlp_endpoint=receiver.endpoint)
+        with Platform(config) as platform:
+            print(
+                f"[{name}] {label}: platform up at {platform.gateway_url} in "
+                f"{time.perf_counter() - starting:.0f} s",
+                file=sys.stderr,
+            )
+            result = asyncio.run(drive_trace(platform, trace, images, args, name))
+            result.stages = stages_of(settled_traces(receiver), result.measured_from_ns)
     print(
-        f"[{name}] seed {seed}: warm-up {result.warm_up_s:.0f} s, measured turns "
-        f"{result.wall_s:.0f} s, mode {time.perf_counter() - starting:.0f} s in all",
+        f"[{name}] {label}: warm-up {result.warm_up_s:.0f} s, measured turns "
+        f"{result.wall_s:.0f} s, mode {time.perf_counter() - starting:.0f} s in all; "
+        f"{len(result.stages)} requests' spans",
         file=sys.stderr,
     )
     return result
+
+
+def settled_traces(receiver: SpanReceiver, quiet_s: float = 1.0, cap_s: float = 15.0) -> dict:
+    """The traces received once no span has arrived for `quiet_s` (the services export in
+    batches every 200 ms; the last requests' spans are on their way), at most `cap_s`."""
+    deadline = time.monotonic() + cap_s
+    count, changed = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now_count = len(receiver.spans())
+        if now_count != count:
+            count, changed = now_count, time.monotonic()
+        elif time.monotonic() - changed >= quiet_s:
+            break
+        time.sleep(0.2)
+    return receiver.traces()
 
 
 def add_seed(pooled: ModeResult, seed: int, result: ModeResult) -> None:
@@ -684,6 +811,8 @@ def add_seed(pooled: ModeResult, seed: int, result: ModeResult) -> None:
     pooled.per_seed.append(result)
     pooled.warmed = result.warmed
     pooled.warm_up_s += result.warm_up_s
+    pooled.warm_images |= result.warm_images
+    pooled.stages += result.stages
     pooled.turns += [replace(turn, user=(seed, turn.user)) for turn in result.turns]
     pooled.wall_s += result.wall_s
     pooled.encoded_images += result.encoded_images
@@ -734,6 +863,7 @@ def print_mode(result: ModeResult, summary: dict) -> None:
             for t in slowest
         )
     )
+    print(format_stages(summarise_stages(result.stages), len(result.stages)))
 
 
 def print_ratios(results: dict, summaries: dict, seeds: int) -> None:
@@ -821,6 +951,38 @@ def print_routing_bound(results: dict, summaries: dict, split) -> None:
     )
 
 
+def parse_size(text: str) -> tuple[int, int]:
+    """ "WIDTHxHEIGHT" → (width, height)."""
+    width, sep, height = text.lower().partition("x")
+    if not sep or not width.isdigit() or not height.isdigit():
+        raise ValueError(f"--image-size {text!r}: expected WIDTHxHEIGHT, e.g. 384x288")
+    if not (16 <= int(width) <= 8192 and 16 <= int(height) <= 8192):
+        raise ValueError(f"--image-size {text!r}: each side must be in [16, 8192]")
+    return int(width), int(height)
+
+
+def builtin_trace(args, shape: WorkloadShape, seed: int) -> list[TraceTurn]:
+    """The built-in workload of `seed` as a trace (plan_trace). Each image is named by the
+    seed string make_image draws it from, so the trace, written out and replayed, sends the
+    same pictures: a library image "L3", an upload "0/U5.2"."""
+    plan = build_plan(shape, seed)
+    gaps = arrival_gaps(len(plan), args.rate, seed)
+    warm = args.library if args.warm_up else 0
+    return plan_trace(
+        plan, gaps, args.max_tokens, warm, lambda key: image_seed(key, seed), args.size
+    )
+
+
+def replay_file(args, modes) -> dict[str, ModeResult]:
+    """`--trace`: the file's turns in every mode, each on its own platform."""
+    turns = read_trace(args.trace)
+    images = image_table(turns, args.trace.parent)
+    return {
+        key: run_one(args, name, router, reuse, f"trace {args.trace.name}", turns, images)
+        for key, name, router, reuse in modes
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
@@ -872,6 +1034,25 @@ def main() -> None:
         "--gateways", type=int, default=1,
         help="gateways per platform; each conversation's turns go round-robin over them",
     )  # fmt: skip
+    traces = parser.add_argument_group("traces (bench/trace.py: the JSONL format)")
+    traces.add_argument(
+        "--trace", type=Path, default=None,
+        help="replay this JSONL trace in every mode instead of the built-in workload "
+        "(--rate 0: its conversations one after another, else at the trace's own times)",
+    )  # fmt: skip
+    traces.add_argument(
+        "--make-trace", type=Path, default=None, metavar="FILE",
+        help="write the built-in workload of --seed as a trace (its shape: --users, "
+        "--turns, --library as the image pool, --upload-share or --reuse-share, "
+        "--later-image, --rate, --max-tokens, --image-size, warm-up) and exit",
+    )  # fmt: skip
+    traces.add_argument(
+        "--reuse-share", type=float, default=None,
+        help="of the images attached, the share drawn from the pool (1 - --upload-share)",
+    )  # fmt: skip
+    traces.add_argument(
+        "--image-size", default="384x288", help="WIDTHxHEIGHT of the built-in workload's images"
+    )
     goodput = parser.add_argument_group("goodput (bench/goodput.py)")
     goodput.add_argument(
         "--goodput", action="store_true",
@@ -927,8 +1108,22 @@ def main() -> None:
             parser.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     try:
         args.extra_env = parse_env(args.env)
+        args.size = parse_size(args.image_size)
     except ValueError as err:
         parser.error(str(err))
+    if args.reuse_share is not None:
+        if not 0 <= args.reuse_share <= 1:
+            parser.error(f"--reuse-share must be in [0, 1], got {args.reuse_share}")
+        args.upload_share = 1 - args.reuse_share
+    if args.trace is not None and (args.goodput or args.calibrate or args.make_trace):
+        parser.error("--trace replays a trace: not with --goodput, --calibrate or --make-trace")
+    if args.make_trace is not None:
+        shape = WorkloadShape(
+            args.users, args.turns, args.library, args.upload_share, args.later_image
+        )
+        write_trace(args.make_trace, builtin_trace(args, shape, args.seed))
+        print(f"wrote {args.make_trace}")
+        return
     if args.model is None:
         from bench.cost_split import demo_dir
 
@@ -951,18 +1146,23 @@ def main() -> None:
 
     run_started = time.perf_counter()
     split = print_cost_split(args.model, "model")
+    modes = [mode for mode in MODES if mode[0] in only]
+    if args.trace is not None:
+        results = replay_file(args, modes)
+        summaries = {key: summarise(result) for key, result in results.items()}
+        print(f"model {args.model}; trace {args.trace}; {args.pods} LLM pods")
+        report(args, results, summaries, split, run_started)
+        return
     shape = WorkloadShape(args.users, args.turns, args.library, args.upload_share, args.later_image)
     seeds = range(args.seed, args.seed + args.seeds)
-    plans = [(seed, build_plan(shape, seed)) for seed in seeds]
-    modes = [mode for mode in MODES if mode[0] in only]
     results = {key: ModeResult(name) for key, name, _, _ in modes}
     # Seed by seed, each mode in turn: drift on a shared machine lands on every mode alike.
-    for seed, plan in plans:
-        keys = {library_key(i) for i in range(args.library)}
-        keys |= {key for row in plan for key in row if key is not None}
-        images = {key: make_image(key, seed) for key in sorted(keys)}
+    for seed in seeds:
+        trace = builtin_trace(args, shape, seed)
+        images = image_table(trace, ROOT)
         for key, name, router, reuse in modes:
-            add_seed(results[key], seed, run_one(args, name, router, reuse, seed, plan, images))
+            one = run_one(args, name, router, reuse, f"seed {seed}", trace, images)
+            add_seed(results[key], seed, one)
     summaries = {key: summarise(result) for key, result in results.items()}
     print(
         f"model {args.model}; per seed {args.users} users x {args.turns} turns, rate "
@@ -971,9 +1171,15 @@ def main() -> None:
         f"warm-up {'on' if args.warm_up else 'off'}; seeds {list(seeds)}"
         + (f", env {args.env}" if args.env else "")
     )
+    report(args, results, summaries, split, run_started)
+
+
+def report(args, results: dict, summaries: dict, split, run_started: float) -> None:
+    """Every mode's figures (each ending with its time per stage), the ratios, the bounds,
+    the plot and the turns' JSON."""
     for key, result in results.items():
         print_mode(result, summaries[key])
-    print_ratios(results, summaries, args.seeds)
+    print_ratios(results, summaries, args.seeds if args.trace is None else 1)
     print_new_image_bound(summaries, split)
     print_routing_bound(results, summaries, split)
     results = list(results.values())

@@ -449,8 +449,10 @@ class Dispatcher:
     ) -> None:
         batches = self._encode_batches(prompt, indices)
         metrics.ENCODE_DISPATCHED.inc(len(indices))
-        task = asyncio.ensure_future(self._encode_batches_in_turn(prompt, batches))
-        await asyncio.wait({task})
+        with _tracer.start_as_current_span("gateway.encode") as span:
+            span.set_attribute("iris.images", len(indices))
+            task = asyncio.ensure_future(self._encode_batches_in_turn(prompt, batches))
+            await asyncio.wait({task})
         _raise_for_encode(task, request_id)
 
     async def _generate(

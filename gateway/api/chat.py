@@ -26,7 +26,7 @@ from gateway.api.refused import refuse_unhonoured
 from gateway.api.sampling import check_stop_token_ids, resolve_max_tokens, sampling_params
 from gateway.api.schemas import ChatCompletionRequest
 from gateway.api.structured import SchemaLimits, logit_bias, name_constraint_error
-from gateway.api.telemetry import Inference
+from gateway.api.telemetry import Inference, stage
 from gateway.api.tool_calls import parse_answer, tool_call_stream
 from gateway.api.tools import OutputPlan, plan_chat_output
 from gateway.errors import APIError, bad_request
@@ -102,9 +102,10 @@ async def chat_completions(
                 taken += tokens * body.n
 
             try:
-                prompt = await gateway.prompts.chat(
-                    messages, body.mm_hashes, salts, plan.tools, thinking.template_kwargs, take
-                )
+                with stage("gateway.intake"):
+                    prompt = await gateway.prompts.chat(
+                        messages, body.mm_hashes, salts, plan.tools, thinking.template_kwargs, take
+                    )
             except APIError as err:
                 if err.status == 503 and taken:
                     # The decode never ran (the bytes in flight stayed full) or its worker
@@ -141,7 +142,8 @@ async def chat_completions(
             ]
             check_whole_response(jobs, body.stream, gateway.settings.max_response_tokens)
             # Routed last: a decision opens an in-flight ticket, which start_all now owns.
-            jobs[0].decision = gateway.dispatcher.route(prompt)
+            with stage("gateway.route"):
+                jobs[0].decision = gateway.dispatcher.route(prompt)
     except BaseException as err:
         inference.close(err)
         raise
@@ -232,7 +234,9 @@ async def _stream(generations, inference, stream: StreamChunks, started, parsers
     choices = [Choice(i) for i in range(len(generations))]
     for choice in choices:
         yield stream.chunk([delta(choice.index, {"role": "assistant", "content": ""})])
-    async with contextlib.aclosing(streamed(generations, choices, started)) as outputs:
+    async with contextlib.aclosing(
+        streamed(generations, choices, started, inference.span)
+    ) as outputs:
         async for index, tokens in outputs:
             parser = parsers[index]
             if tokens is not None:

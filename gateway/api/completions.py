@@ -185,7 +185,9 @@ async def _stream(generations, prompt_of_choice, inference, stream: StreamChunks
 
     choices = [Choice(i) for i in range(len(generations))]
     offsets = [0] * len(generations)
-    async with contextlib.aclosing(streamed(generations, choices, started)) as outputs:
+    async with contextlib.aclosing(
+        streamed(generations, choices, started, inference.span)
+    ) as outputs:
         async for index, tokens in outputs:
             if tokens is not None:
                 logprobs = None

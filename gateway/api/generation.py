@@ -203,11 +203,12 @@ async def _disconnect(receive) -> None:
 
 
 async def streamed(
-    generations: Sequence[Generation], choices: Sequence[Choice], started: float
+    generations: Sequence[Generation], choices: Sequence[Choice], started: float, span=None
 ) -> AsyncIterator[tuple[int, llm_pb2.TokenChunk | None]]:
     """Every generation's output as (choice index, tokens), and (choice index, None) when
     that choice finishes; each message is folded into `choices` first, and the first
-    tokens observe the request's TTFT (from `started`, a perf_counter time)."""
+    tokens observe the request's TTFT (from `started`, a perf_counter time) and, given the
+    request's InferenceSpan `span`, mark it."""
     first_token = True
     async with contextlib.aclosing(merged(generations)) as messages:
         async for index, message in messages:
@@ -217,6 +218,8 @@ async def streamed(
                 if first_token:
                     first_token = False
                     metrics.TTFT_SECONDS.observe(time.perf_counter() - started)
+                    if span is not None:
+                        span.first_token()
                 yield index, message.tokens
             elif kind == "finished":
                 yield index, None

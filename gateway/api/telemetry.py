@@ -1,5 +1,7 @@
 """A GenAI semantic-convention span per inference (`chat <model>`, `text_completion
-<model>`), a child of FastAPI's own HTTP server span; it ends when the last chunk is sent."""
+<model>`), a child of FastAPI's own HTTP server span; it ends when the last chunk is sent.
+It records a `first_token` event when the first tokens reach the client's stream, and the
+gateway's own stages are its children (`stage`): bench/stages.py reads them back."""
 
 from __future__ import annotations
 
@@ -11,6 +13,12 @@ from gateway.api.generation import Usage
 from iris.telemetry import tracer
 
 _tracer = tracer("gateway.genai")
+
+
+def stage(name: str):
+    """A span around one stage of a request in the gateway (`gateway.intake`,
+    `gateway.route`, `gateway.encode`), a child of the current span."""
+    return _tracer.start_as_current_span(name)
 
 
 class InferenceSpan:
@@ -38,6 +46,10 @@ class InferenceSpan:
     def use(self):
         """Make the span current (children: reserve, generate) without ending it."""
         return trace.use_span(self.span, end_on_exit=False)
+
+    def first_token(self) -> None:
+        """The first tokens are on their way to the client (the gateway's TTFT)."""
+        self.span.add_event("first_token")
 
     def set_max_tokens(self, max_tokens: int) -> None:
         self.span.set_attribute("gen_ai.request.max_tokens", max_tokens)

@@ -42,6 +42,9 @@ class Admitted:
     prompt_tokens: int
     cached_tokens: int
     image_tokens: int
+    # Wall clock (ns) at the start of the step that first ran it: it goes out once that
+    # step has ended, so the request's span marks when its prefill began with this.
+    step_started_ns: int = 0
 
 
 @dataclass

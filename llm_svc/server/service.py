@@ -136,11 +136,15 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
             if isinstance(event, Rejected):
                 await _refuse(context, span, event.error)
             elif isinstance(event, Admitted):
+                if event.step_started_ns:  # the step that ran its first prefill chunk began
+                    span.add_event("prefill_started", timestamp=event.step_started_ns)
                 span.add_event("accepted", {"iris.cached_tokens": event.cached_tokens})
                 yield convert.accepted(event.prompt_tokens, event.cached_tokens, event.image_tokens)
             elif isinstance(event, Produced):
                 out = event.output
                 if out.new_token_ids or out.new_text:
+                    if not completion_tokens:  # the end of prefill, as the stream sees it
+                        span.add_event("first_token")
                     completion_tokens += len(out.new_token_ids)
                     yield convert.token_chunk(
                         out.new_token_ids, out.new_text, out.new_logprobs, self._token_text

@@ -239,6 +239,7 @@ class EngineWorker:
         self._live[submission.request_id] = _Live(seq, submission)
 
     def _step(self) -> None:
+        started_ns = time.time_ns()
         try:
             outputs = self.engine.step()
         except Exception as err:
@@ -248,7 +249,7 @@ class EngineWorker:
         now = time.monotonic()
         for live in self._live.values():
             if not live.admitted and _started(live.seq):
-                self._admit(live)
+                self._admit(live, started_ns)
         self._handle_outputs(outputs, now)
 
     def _handle_outputs(self, outputs: list[RequestOutput], now: float | None = None) -> None:
@@ -313,11 +314,15 @@ class EngineWorker:
         if self._on_fatal is not None:
             self._on_fatal(reason)
 
-    def _admit(self, live: _Live) -> None:
+    def _admit(self, live: _Live, step_started_ns: int = 0) -> None:
         live.admitted = True
         seq, submission = live.seq, live.submission
         event = Admitted(
-            seq.request_id, seq.num_prompt_tokens, seq.num_cached_tokens, submission.image_tokens
+            seq.request_id,
+            seq.num_prompt_tokens,
+            seq.num_cached_tokens,
+            submission.image_tokens,
+            step_started_ns,
         )
         self._events.append(event)
         if self._metrics is not None:

@@ -8,12 +8,14 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from opentelemetry import trace
 
 from llm_svc.engine.embeddings.base import EmbeddingSource
 from llm_svc.engine.errors import EmbeddingMissingError, RequestDataError
 from llm_svc.engine.sequence import Sequence
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
 
 
 @dataclass
@@ -80,7 +82,11 @@ class EmbeddingFetcher:
             self.inflight[seq] = self.pool.submit(seq.context.copy().run, self._fetch, items)
 
     def _fetch(self, items) -> dict[int, torch.Tensor]:
-        out = self.source.fetch(items, self.hidden, self.dtype)
+        # A child of the request's llm.Generate span (the fetch runs in its context): the
+        # pod's wait for its embeddings, encoder and cache reads included.
+        with _tracer.start_as_current_span("llm.embeddings.fetch") as span:
+            span.set_attribute("iris.images", len(items))
+            out = self.source.fetch(items, self.hidden, self.dtype)
         try:
             for index, item in items.items():
                 embedding = self._checked(index, item, out.get(index))
