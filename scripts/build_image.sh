@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds docker/Dockerfile without a Docker engine: buildah (daemonless, as root, vfs storage,
-# chroot isolation) on a Python base made from Debian's packages with mmdebstrap.
+# Builds docker/Dockerfile without a Docker engine: buildah (daemonless, as root, chroot
+# isolation) on a Python base made from Debian's packages with mmdebstrap.
 #
 #   bash scripts/build_image.sh           # localhost/iris-python:3.11, then localhost/iris:<v>-cpu
 #   bash scripts/build_image.sh --cuda    # localhost/iris:<v> (PyPI's CUDA torch), not in CI
@@ -33,13 +33,18 @@ for arg in "$@"; do
         *) echo "usage: $0 [--cuda] [--no-cache]" >&2; exit 2 ;;
     esac
 done
-for tool in buildah mmdebstrap; do
-    command -v "$tool" >/dev/null \
-        || { echo "build_image: $tool is missing (scripts/setup_image_tools.sh installs it)" >&2; exit 1; }
-done
+# Idempotent: the virtualenv (its python reads pip's configuration and the layers), and
+# buildah and mmdebstrap from Debian's packages.
+bash scripts/setup.sh
+bash scripts/setup_image_tools.sh >/dev/null
 
 WORK="$(mktemp -d /tmp/iris-build.XXXXXX)"
-cleanup() { rm -rf "$WORK"; }
+CONTAINERS=()  # working containers, removed however the script ends
+cleanup() {
+    local ctr
+    for ctr in "${CONTAINERS[@]}"; do buildah rm "$ctr" >/dev/null 2>&1 || true; done
+    rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 seconds_since() { echo $(( $(date +%s) - $1 )); }
@@ -64,7 +69,9 @@ DPKG_OPTS=(
     --dpkgopt='path-exclude=/usr/share/info/*'
     --dpkgopt='path-exclude=/usr/share/locale/*'
 )
-RECIPE="$(printf '%s\n' "$PACKAGES" "${MIRRORS[@]}" "${DPKG_OPTS[@]}" | sha256sum | cut -c1-16)"
+# The base layer's entry in the image history (what `buildah add` would call "ADD file:...").
+CREATED_BY="mmdebstrap --variant=minbase --include=$PACKAGES bookworm"
+RECIPE="$(printf '%s\n' "$CREATED_BY" "${MIRRORS[@]}" "${DPKG_OPTS[@]}" | sha256sum | cut -c1-16)"
 
 base_recipe() {
     buildah inspect --type image --format '{{index .OCIv1.Config.Labels "dev.iris.recipe"}}' \
@@ -78,10 +85,11 @@ build_base() {
     mmdebstrap --quiet --variant=minbase --include="$PACKAGES" "${DPKG_OPTS[@]}" \
         bookworm "$WORK/rootfs.tar" "${MIRRORS[@]}"
     ctr=$(buildah from scratch)
+    CONTAINERS+=("$ctr")
     buildah add --quiet "$ctr" "$WORK/rootfs.tar" / >/dev/null
     rm -f "$WORK/rootfs.tar"
     # What the slim image sets: a UTF-8 locale and a shell command.
-    buildah config --env LANG=C.UTF-8 --cmd python3 \
+    buildah config --env LANG=C.UTF-8 --cmd python3 --created-by "$CREATED_BY" \
         --label "dev.iris.recipe=$RECIPE" "$ctr"
     buildah commit --quiet --rm "$ctr" "$BASE_IMAGE" >/dev/null
     echo "build_image: $BASE_IMAGE built in $(seconds_since "$started") s"
@@ -120,19 +128,28 @@ started=$(date +%s)
 echo "build_image: building $IMAGE from docker/Dockerfile on $BASE_IMAGE"
 # --layers: steps whose inputs did not change are reused from an earlier build on this
 # machine; every step's inputs (files, arguments) are part of its cache key, so a reused layer
-# is the one this build would make.
-buildah bud --quiet "${CACHE[@]}" -f docker/Dockerfile --ignorefile docker/Dockerfile.dockerignore \
-    --build-arg "PYTHON_IMAGE=$BASE_IMAGE" "${VARIANT_ARGS[@]}" "${VOLUMES[@]}" \
-    -t "$IMAGE" . >/dev/null
+# is the one this build would make. The build stage is tagged too (BUILD_CACHE), so that the
+# prune below keeps its layers (torch alone is ~0.9 GB to install) and drops earlier builds'.
+BUILD_CACHE="localhost/iris-build-stage:${IMAGE##*:}"
+BUD=(buildah bud --quiet "${CACHE[@]}" -f docker/Dockerfile
+    --ignorefile docker/Dockerfile.dockerignore --build-arg "PYTHON_IMAGE=$BASE_IMAGE"
+    "${VARIANT_ARGS[@]}" "${VOLUMES[@]}")
+"${BUD[@]}" --target build -t "$BUILD_CACHE" . >/dev/null
+[ "${CACHE[0]}" = --layers ] || BUD=("${BUD[@]/--no-cache/--layers}")  # reuse what was just built
+"${BUD[@]}" -t "$IMAGE" . >/dev/null
 BUILD_S=$(seconds_since "$started")
+# Untagged images are earlier builds' layers: without this, every change of the sources
+# leaves ~3.5 GB behind on a machine that builds often (CI).
+buildah rmi --prune >/dev/null || echo "build_image: could not prune untagged images" >&2
 
 if [ "$VARIANT" = cuda ]; then
     # The tag is removed when torch has no CUDA: such an image must not be pushed as the GPU one.
     CHECK='import torch, sys; print(torch.__version__, torch.version.cuda); sys.exit(torch.version.cuda is None)'
     ctr=$(buildah from --quiet "$IMAGE")
+    CONTAINERS+=("$ctr")
     if ! found=$(buildah run "$ctr" -- python -c "$CHECK"); then
         buildah rm "$ctr" >/dev/null
-        buildah rmi "$IMAGE" >/dev/null
+        buildah rmi "$IMAGE" "$BUILD_CACHE" >/dev/null
         echo "build_image: FAILED: $IMAGE has torch $found, torch.version.cuda is None." >&2
         echo "  pip resolved torch==2.13.0 to a CPU build: this machine's pip configuration" >&2
         echo "  (find-links or an extra index with a +cpu wheel) outranks PyPI's CUDA wheel." >&2

@@ -21,6 +21,9 @@ STOP_TIMEOUT_S=30
 COMPONENTS=(cache encoder llm gateway)
 
 fail() { echo "image_check: FAILED: $*" >&2; exit 1; }
+# Idempotent: the virtualenv (the openai client, the tiny model's builder), helm (renders the
+# chart's settings) and redis-server (the cache's store).
+bash scripts/setup.sh
 for tool in buildah redis-server redis-cli curl "$HELM" "$PY"; do
     command -v "$tool" >/dev/null || fail "$tool is missing (scripts/setup.sh, scripts/setup_image_tools.sh)"
 done
