@@ -14,10 +14,10 @@
 # Dockerfile's defaults stay what users build with (`docker build -f docker/Dockerfile .`).
 #
 # Why the host's apt and pip configuration is mounted: the registries are reached through
-# whatever this machine is configured with (indexes, local wheel folders, certificates). Those
-# files are bind-mounted read-only into each build step (buildah bud --volume) and never
-# copied, so no index or registry host is written in the repository or in a layer; the
-# build ends by checking every layer for them (scripts/image/layers.py).
+# whatever this machine is configured with (indexes, local wheel folders, certificates). It
+# is bind-mounted read-only into each build step (buildah bud --volume) and never copied, so
+# no index or registry host is written in the repository or in a layer; the build ends by
+# checking every layer for it (scripts/image/layers.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -46,12 +46,14 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 seconds_since() { echo $(( $(date +%s) - $1 )); }
 
 # ---- the base ------------------------------------------------------------------------------
 # The recipe's hash is a label on the base: a base built from another recipe is rebuilt, an
-# identical one is reused (rebuilding it gives the same packages, so reuse only saves time).
+# identical one is reused (it only saves time: --no-cache rebuilds it with Debian's newest
+# updates).
 # mmdebstrap reads the host's apt configuration to fetch packages and writes only the
 # sources given here into the root filesystem.
 MIRRORS=(
