@@ -146,7 +146,7 @@ buildah rmi --prune >/dev/null || echo "build_image: could not prune untagged im
 
 if [ "$VARIANT" = cuda ]; then
     # The tag is removed when torch has no CUDA: such an image must not be pushed as the GPU one.
-    CHECK='import torch, sys; print(torch.__version__, torch.version.cuda); sys.exit(torch.version.cuda is None)'
+    CHECK='import torch, sys; print(torch.__version__); sys.exit(torch.version.cuda is None)'
     ctr=$(buildah from --quiet "$IMAGE")
     CONTAINERS+=("$ctr")
     if ! found=$(buildah run "$ctr" -- python -c "$CHECK"); then

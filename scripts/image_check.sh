@@ -16,7 +16,7 @@ source scripts/image/env.sh
 PY="$ROOT/.venv/bin/python"
 HELM="$ROOT/.tools/helm"
 IMAGE="${1:-$CPU_IMAGE}"
-START_TIMEOUT_S=300  # per service: loading torch and a tiny model on a busy 2-core machine
+START_TIMEOUT_S=180  # per service: they serve within 11-32 s on a busy 2-core machine
 STOP_TIMEOUT_S=30
 COMPONENTS=(cache encoder llm gateway)
 
@@ -280,6 +280,9 @@ curl -fsS -m 5 "http://127.0.0.1:${METRICS[encoder]}/metrics" \
     || fail "the encoder encoded no image (iris_encoder_images_total)"
 
 # ---- stop, then what the run wrote -------------------------------------------------------------
+for name in "${COMPONENTS[@]}"; do
+    kill -0 "${RUN_PIDS[$name]}" 2>/dev/null || fail "$name exited during the check"
+done
 stop_all || fail "a service did not stop on SIGTERM"
 snapshot >"$WORK/after"
 changed "$WORK/before" "$WORK/baseline" >"$WORK/changed-baseline"
