@@ -25,7 +25,7 @@ cd "$ROOT"
 source scripts/image/env.sh
 
 VARIANT=cpu
-CACHE=(--layers)
+CACHE=()
 for arg in "$@"; do
     case "$arg" in
         --cuda) VARIANT=cuda ;;
@@ -97,7 +97,7 @@ build_base() {
     echo "build_image: $BASE_IMAGE built in $(seconds_since "$started") s"
 }
 
-if [ "${CACHE[0]}" = --layers ] && [ "$(base_recipe)" = "$RECIPE" ]; then
+if [ "${#CACHE[@]}" -eq 0 ] && [ "$(base_recipe)" = "$RECIPE" ]; then
     echo "build_image: $BASE_IMAGE is current (recipe $RECIPE), reused"
 else
     build_base
@@ -133,12 +133,16 @@ echo "build_image: building $IMAGE from docker/Dockerfile on $BASE_IMAGE"
 # is the one this build would make. The build stage is tagged too (BUILD_CACHE), so that the
 # prune below keeps its layers (torch alone is ~0.9 GB to install) and drops earlier builds'.
 BUILD_CACHE="localhost/iris-build-stage:${IMAGE##*:}"
-BUD=(buildah bud --quiet "${CACHE[@]}" -f docker/Dockerfile
+# --force-rm: a failed step's working container goes too (CI builds on the same machine).
+BUD=(buildah bud --quiet --layers --force-rm -f docker/Dockerfile
     --ignorefile docker/Dockerfile.dockerignore --build-arg "PYTHON_IMAGE=$BASE_IMAGE"
     "${VARIANT_ARGS[@]}" "${VOLUMES[@]}")
-"${BUD[@]}" --target build -t "$BUILD_CACHE" . >/dev/null
-[ "${CACHE[0]}" = --layers ] || BUD=("${BUD[@]/--no-cache/--layers}")  # reuse what was just built
-"${BUD[@]}" -t "$IMAGE" . >/dev/null
+# pip warns once per package about each file:// index of the host's that lacks it: hundreds
+# of lines that say nothing about this build.
+quiet_pip() { grep -v "^WARNING: Location 'file://.*' is ignored" >&2 || true; }
+# --no-cache applies to the first: the second reuses the build stage it just made.
+"${BUD[@]}" "${CACHE[@]}" --target build -t "$BUILD_CACHE" . >/dev/null 2> >(quiet_pip)
+"${BUD[@]}" -t "$IMAGE" . >/dev/null 2> >(quiet_pip)
 BUILD_S=$(seconds_since "$started")
 # Untagged images are earlier builds' layers: without this, every change of the sources
 # leaves ~3.5 GB behind on a machine that builds often (CI).

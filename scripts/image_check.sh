@@ -25,7 +25,8 @@ fail() { echo "image_check: FAILED: $*" >&2; exit 1; }
 # chart's settings) and redis-server (the cache's store).
 bash scripts/setup.sh
 for tool in buildah redis-server redis-cli curl "$HELM" "$PY"; do
-    command -v "$tool" >/dev/null || fail "$tool is missing (scripts/setup.sh, scripts/setup_image_tools.sh)"
+    command -v "$tool" >/dev/null \
+        || fail "$tool is missing (scripts/setup.sh, scripts/setup_image_tools.sh)"
 done
 buildah inspect --type image "$IMAGE" >/dev/null 2>&1 \
     || fail "no image $IMAGE: run scripts/build_image.sh first"
@@ -105,7 +106,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 free_port() {
-    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    "$PY" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 wait_http() {  # name url: 200 within START_TIMEOUT_S, while the service runs
     local name=$1 url=$2 deadline=$((SECONDS + START_TIMEOUT_S))
@@ -119,13 +123,15 @@ wait_http() {  # name url: 200 within START_TIMEOUT_S, while the service runs
 # ---- the model, the chart's settings, the container ------------------------------------------
 mkdir -p "$WORK/logs"
 echo "image_check: building a tiny model (iris models make-tiny) to mount at /models"
-"$ROOT/.venv/bin/iris" models make-tiny --arch qwen2_vl "$WORK/model" >"$WORK/logs/make-tiny.log" 2>&1 \
+"$ROOT/.venv/bin/iris" models make-tiny --arch qwen2_vl "$WORK/model" \
+    >"$WORK/logs/make-tiny.log" 2>&1 \
     || fail "iris models make-tiny (log: $WORK/logs/make-tiny.log)"
 chmod -R a+rX "$WORK/model"
 
 # What the chart fills from Kubernetes has no value here: each is replaced in LOOPBACK.
 FROM_KUBERNETES=(POD_NAME POD_NAMESPACE IRIS_CACHE_REDIS_PASSWORD IRIS_GATEWAY_API_KEYS)
-"$PY" scripts/image/chart_env.py "$HELM" "$WORK" "${COMPONENTS[@]}" --replace "${FROM_KUBERNETES[@]}"
+"$PY" scripts/image/chart_env.py "$HELM" "$WORK" "${COMPONENTS[@]}" \
+    --replace "${FROM_KUBERNETES[@]}"
 
 declare -A PORT METRICS
 for name in "${COMPONENTS[@]}"; do
@@ -200,7 +206,11 @@ snapshot() {
     (cd "$MNT" && find . -xdev \( -path ./tmp -o -path ./var/cache/iris -o -path ./proc \
         -o -path ./sys -o -path ./dev \) -prune -o -printf '%p %y %s %m %U:%G %T@\n' | sort)
 }
-changed() { { diff "$1" "$2" || true; } | sed -n 's/^[<>] \(.*\) [a-z] [0-9]* [0-7]* [0-9:]* [0-9.]*$/\1/p' | sort -u; }
+# The paths whose line differs between two snapshots (diff exits 1 when any does).
+changed() {
+    { diff "$1" "$2" || true; } \
+        | sed -n 's/^[<>] \(.*\) [a-z] [0-9]* [0-7]* [0-9:]* [0-9.]*$/\1/p' | sort -u
+}
 
 snapshot >"$WORK/before"
 # The baseline: what buildah run itself creates (mount points, /etc/hosts, ...).
@@ -293,6 +303,6 @@ if [ -n "$WROTE" ]; then
     echo "$WROTE" >&2
     fail "the services wrote to the read-only root filesystem"
 fi
-echo "image_check: nothing written outside /tmp and /var/cache/iris" \
-    "($(wc -l <"$WORK/changed-baseline") paths are buildah's own, as after \`buildah run ... true\`)"
+echo "image_check: nothing written outside /tmp and /var/cache/iris ($(wc -l \
+    <"$WORK/changed-baseline") paths are buildah's own, as after \`buildah run ... true\`)"
 echo "image_check: passed"
