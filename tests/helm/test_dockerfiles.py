@@ -1,7 +1,7 @@
-"""The Dockerfiles, checked statically: no Docker engine runs on these machines, so the
-images are never built here. What can be checked without one is that they agree with the
-project (packages, pins, entry point), with the chart (user, ports, writable paths, image
-names) and with the usual hardening rules."""
+"""The Dockerfiles, checked statically: that they agree with the project (packages, pins,
+entry point), with the chart (user, ports, writable paths, image names) and with the usual
+hardening rules. No Docker engine runs on these machines: CI builds and runs the image with
+buildah instead (scripts/build_image.sh, scripts/image_check.sh), after the suite."""
 
 from __future__ import annotations
 
