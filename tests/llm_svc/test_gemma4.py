@@ -4,7 +4,8 @@ in it, the byte budget and the max_model_len rule count those pages, the memory 
 runs on both pools, a tied head with soft-capped logits matches HF's logits, the KV-shared
 layers are read as transformers pairs them and run on the sampled rows only, Triton reads
 both pools and the shared layers' KV as SDPA does, every option Gemma 4 does not serve is
-refused at load by name, and `iris models make-tiny --arch gemma4_text` builds the model
+refused at load by name, a tensor-parallel size is checked against each kind's KV heads,
+and `iris models make-tiny --arch gemma4_text` builds the model
 (per-layer embeddings and the MoE block: test_gemma4_ple_moe.py)."""
 
 from __future__ import annotations
@@ -174,9 +175,11 @@ def test_a_hidden_size_per_layer_input_left_at_its_default_is_read_as_transforme
     assert (mc.per_layer_input_size, mc.per_layer_vocab_size) == (256, 262_144)
 
 
-def test_tensor_parallelism_is_refused_by_name(gemma4_dir):
-    with pytest.raises(ValueError, match="one device only"):
-        check_tensor_parallel(gemma4_dir, 2, "cpu")
+def test_tensor_parallelism_checks_each_layer_kind_s_kv_heads(tmp_path, gemma4_dir):
+    # One global KV head (fewer than the ranks: replicated) and two sliding ones (split).
+    check_tensor_parallel(gemma4_dir, 2, "cpu")
+    with pytest.raises(ValueError, match="3 KV heads on its sliding layers"):
+        check_tensor_parallel(_write(tmp_path, gemma4_dir, num_key_value_heads=3), 2, "cpu")
 
 
 def test_triton_reads_both_shapes_and_the_shared_layers_kv_as_sdpa_does(monkeypatch, gemma4_dir):

@@ -8,7 +8,8 @@ prompts in chunks smaller than the window, a prefix hit, preemption and a JSON c
 - the router picks the experts transformers' picks, with the same weights, on a batch built
   with near-ties (three experts whose router rows differ by 1e-6);
 - the fused expert kernel (under the Triton interpreter) gives the grouped path's tokens;
-- `iris models make-tiny` builds both variants, and tensor parallelism stays refused."""
+- `iris models make-tiny` builds both variants.
+Tensor parallelism: test_tensor_parallel_gemma4.py and test_tensor_parallel_gemma4_ple.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import pytest
 import torch
 
 from llm_svc.engine.models.config import TextModelConfig
-from llm_svc.engine.parallel.checks import check_tensor_parallel
 from tests.llm_svc.conftest import greedy, make_engine, run_all, token_ids
 from tests.llm_svc.family_checkpoints import family_checkpoint
 
@@ -124,8 +124,3 @@ def test_make_tiny_builds_both_variants(tmp_path, arch):
     else:
         assert mc.moe.num_experts == 8 and mc.moe.top_k == 2 and mc.attention_k_eq_v
         assert mc.kv_shape("full").num_kv_heads == 1
-
-
-def test_tensor_parallelism_stays_refused_by_name(moe_dir):
-    with pytest.raises(ValueError, match="one device only"):
-        check_tensor_parallel(moe_dir, 2, "cpu")

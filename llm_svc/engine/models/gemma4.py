@@ -1,5 +1,6 @@
 """Gemma 4's text model: dense or with the MoE block, with or without per-layer embeddings
-(config.py refuses bidirectional attention on every token, and tensor parallelism, by name).
+(config.py refuses bidirectional attention on every token by name). Tensor parallelism:
+parallel/sharding.py (`_shard_gemma4`).
 
 Its quirks, all here:
 - Layers of two shapes: full-attention layers have their own head_dim and KV heads
@@ -146,6 +147,9 @@ class Gemma4DecoderLayer(nn.Module):
             self.post_feedforward_layernorm_1 = Gemma4RMSNorm(hidden, eps)
             self.pre_feedforward_layernorm_2 = Gemma4RMSNorm(hidden, eps)
             self.post_feedforward_layernorm_2 = Gemma4RMSNorm(hidden, eps)
+        # A tensor-parallel RankGroup (parallel/sharding.py): the experts' partial output is
+        # all-reduced before its post-norm, which needs the whole sum.
+        self.group = None
         self.per_layer_input_size = config.per_layer_input_size
         if self.per_layer_input_size:
             self.act = ACTIVATIONS[config.hidden_act]
@@ -162,6 +166,8 @@ class Gemma4DecoderLayer(nn.Module):
             # Both branches read x, the residual from before the MLP.
             weights, experts = self.router(x)
             routed = self.experts(self.pre_feedforward_layernorm_2(x), weights, experts)
+            if self.group is not None:
+                routed = self.group.all_reduce(routed)
             out = self.post_feedforward_layernorm_1(out)
             out = out + self.post_feedforward_layernorm_2(routed)
         x = x + self.post_feedforward_layernorm(out)
