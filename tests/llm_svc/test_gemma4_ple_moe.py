@@ -8,7 +8,8 @@ prompts in chunks smaller than the window, a prefix hit, preemption and a JSON c
 - the router picks the experts transformers' picks, with the same weights, on a batch built
   with near-ties (three experts whose router rows differ by 1e-6);
 - the fused expert kernel (under the Triton interpreter) gives the grouped path's tokens;
-- `iris models make-tiny` builds both variants.
+- `iris models make-tiny` builds both variants; the CPU step-peak estimate counts the
+  per-layer inputs and the routed experts.
 Tensor parallelism: test_tensor_parallel_gemma4.py and test_tensor_parallel_gemma4_ple.py."""
 
 from __future__ import annotations
@@ -124,3 +125,14 @@ def test_make_tiny_builds_both_variants(tmp_path, arch):
     else:
         assert mc.moe.num_experts == 8 and mc.moe.top_k == 2 and mc.attention_k_eq_v
         assert mc.kv_shape("full").num_kv_heads == 1
+
+
+def test_the_cpu_step_peak_counts_per_layer_inputs_and_routed_experts(ple_dir, moe_dir):
+    from llm_svc.engine.memory_budget import estimated_step_peak
+
+    ple, moe = TextModelConfig.from_model_dir(ple_dir), TextModelConfig.from_model_dir(moe_dir)
+    assert ple.step_extra_width == 3 * 6 * 16  # projection, table rows, sum: 6 layers x 16
+    assert moe.step_extra_width == 2 * (2 * 64 + 3 * 32)  # top 2 of experts 32 wide
+    base = estimated_step_peak(64, 128, 448, 16, 2, torch.float32)
+    more = estimated_step_peak(64, 128, 448, 16, 2, torch.float32, extra_width=100)
+    assert more - base == 16 * 100 * 4

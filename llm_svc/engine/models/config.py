@@ -211,6 +211,19 @@ class TextModelConfig:
         return self.intermediate_size * (2 if self.double_wide_mlp and shared else 1)
 
     @property
+    def step_extra_width(self) -> int:
+        """Values per token a Gemma 4 step holds beyond a dense layer's (the CPU step-peak
+        estimate): its per-layer inputs (the projection, the table rows and their sum,
+        each layers × P, live through the whole forward) and its routed experts (each of
+        the top k: the gathered row, gate/up, their product, the down output)."""
+        if self.family != "gemma4":
+            return 0
+        width = 3 * self.num_layers * self.per_layer_input_size
+        if self.moe is not None:
+            width += self.moe.top_k * (2 * self.hidden_size + 3 * self.moe.intermediate_size)
+        return width
+
+    @property
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.partial_rotary_factor)
 
