@@ -467,7 +467,8 @@ def main() -> None:
     parser.add_argument("--fp8-prompt", type=int, default=32, help="--only fp8: prompt tokens")
     parser.add_argument("--fp8-out", type=int, default=32, help="--only fp8: tokens decoded")
     parser.add_argument(
-        "--families", default="qwen3,qwen3_moe,qwen2_moe,gemma3_text",
+        "--families",
+        default="qwen3,qwen3_moe,qwen2_moe,gemma3_text,gemma4_text,gemma4_text_moe",
         help="--only families: which, comma-separated",
     )  # fmt: skip
     parser.add_argument(

@@ -1,11 +1,14 @@
 """Decoder families against HF `generate` (`python bench/engine.py --only families`).
 
-For each family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3's text model) a random checkpoint at
+For each family (Qwen3, Qwen3-MoE, Qwen2-MoE, Gemma 3's and Gemma 4's text models, Gemma 4
+dense and with its MoE block) a random checkpoint at
 the demo model's size (SmolLM2-135M's shape: hidden 576, 30 layers, 9 heads, 3 KV heads,
 head dim 64, MLP width 1536, tied embeddings, the demo tokenizer's vocabulary) is built
 once with transformers and cached. The MoE families have 8 experts of that width, top-2
 (renormalised), on every layer; Qwen2-MoE adds its shared expert, also of that width. Gemma
-3 has its 5 sliding (window 512) : 1 global layer pattern.
+3 has its 5 sliding (window 512) : 1 global layer pattern; so has Gemma 4, its full layers
+head dim 128 with one KV head and keys equal values, and the MoE one 8 experts of that
+width, top-2, beside every dense MLP.
 
 Measured side by side in one process, on the CPU, float32, one torch thread, alternating
 engine and HF and keeping each one's best (bench/engine.py part 1's method):
@@ -40,7 +43,7 @@ import torch
 from bench.engine import clear_prefix_cache, make_requests, run_engine, run_hf
 from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams
 
-FAMILIES = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text")
+FAMILIES = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma4_text", "gemma4_text_moe")
 VERSION = "v1"
 SHAPE = dict(
     hidden_size=576,
@@ -60,6 +63,21 @@ EXTRA = {
     "qwen2_moe": {**MOE, "shared_expert_intermediate_size": 1536},
     "gemma3_text": {"query_pre_attn_scalar": 64, "sliding_window": 512},
 }
+# Gemma 4 as the 26B-A4B and 31B are shaped (no per-layer embeddings nor KV sharing): full
+# layers twice as wide with one KV head, keys equal values on them, 5 sliding : 1 full.
+GEMMA4 = {
+    "sliding_window": 512, "global_head_dim": 128, "num_global_key_value_heads": 1,
+    "attention_k_eq_v": True, "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0,
+}  # fmt: skip
+EXTRA["gemma4_text"] = GEMMA4
+EXTRA["gemma4_text_moe"] = {
+    **GEMMA4, "enable_moe_block": True, "num_experts": 8, "top_k_experts": 2,
+    "moe_intermediate_size": 1536,
+}  # fmt: skip
+CLASSES = {
+    "qwen3": "Qwen3", "qwen3_moe": "Qwen3Moe", "qwen2_moe": "Qwen2Moe",
+    "gemma3_text": "Gemma3Text", "gemma4_text": "Gemma4Text", "gemma4_text_moe": "Gemma4Text",
+}  # fmt: skip
 
 
 def family_model(arch: str, cache_root: Path, tokenizer_dir: Path) -> Path:
@@ -68,11 +86,9 @@ def family_model(arch: str, cache_root: Path, tokenizer_dir: Path) -> Path:
 
     from iris.models.build import build_atomically
 
-    stem = {"qwen3": "Qwen3", "qwen3_moe": "Qwen3Moe", "qwen2_moe": "Qwen2Moe"}.get(arch)
-    config_cls = tf.Gemma3TextConfig if arch == "gemma3_text" else getattr(tf, f"{stem}Config")
-    model_cls = tf.Gemma3ForCausalLM if arch == "gemma3_text" else getattr(
-        tf, f"{stem}ForCausalLM"
-    )  # fmt: skip
+    stem = CLASSES[arch]
+    config_cls = getattr(tf, f"{stem}Config")
+    model_cls = getattr(tf, f"{stem.removesuffix('Text')}ForCausalLM")
 
     def build(directory: Path) -> None:
         tokenizer = tf.AutoTokenizer.from_pretrained(str(tokenizer_dir))

@@ -14,7 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 # iris/models/text_tiny.py
-TEXT_TINY_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma4_text", "mistral")
+TEXT_TINY_ARCHS = (
+    "qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma4_text", "gemma4_text_ple",
+    "gemma4_text_moe", "mistral",
+)  # fmt: skip
 VLM_TINY_ARCHS = (
     "qwen2_vl",
     "qwen2_5_vl",

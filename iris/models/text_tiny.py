@@ -18,7 +18,10 @@ from iris.models.tokenizer_build import (
     tiny_vocab,
 )
 
-TEXT_ARCHS = ("qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma4_text", "mistral")
+TEXT_ARCHS = (
+    "qwen3", "qwen3_moe", "qwen2_moe", "gemma3_text", "gemma4_text", "gemma4_text_ple",
+    "gemma4_text_moe", "mistral",
+)  # fmt: skip
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -77,6 +80,26 @@ def _family_config(arch: str) -> tuple[str, dict]:
                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
             },
         }  # fmt: skip
+    if arch == "gemma4_text_ple":
+        # Part 1's model with per-layer embeddings, as the E models have them beside their
+        # KV-shared layers: 16-wide slices of a table as long as the vocabulary.
+        _, keys = _family_config("gemma4_text")
+        return "Gemma4", {**keys, "hidden_size_per_layer_input": 16}
+    if arch == "gemma4_text_moe":
+        # The 26B-A4B's shape in small: the MoE block beside every dense MLP, one global KV
+        # head with keys equal values, no KV sharing nor per-layer embeddings.
+        _, keys = _family_config("gemma4_text")
+        return "Gemma4", {
+            **keys,
+            "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+            "num_kv_shared_layers": 0,
+            "use_double_wide_mlp": False,
+            "enable_moe_block": True,
+            "num_experts": 8,
+            "top_k_experts": 2,
+            "moe_intermediate_size": 32,
+        }
     if arch == "mistral":
         # Every layer slides once `sliding_window` is set (the engine tests set a small one).
         return "Mistral", {"head_dim": 16, "sliding_window": 32}
@@ -104,14 +127,17 @@ def build(arch: str, out_dir: Path, seed: int = 0, **overrides) -> None:
         **family,
         **overrides,
     }
+    if arch == "gemma4_text_ple":
+        keys.setdefault("vocab_size_per_layer_input", vocab_size)
     config = config_cls(**keys)
     config.architectures = [model_cls.__name__]
     torch.manual_seed(seed)
     model = model_cls(config).eval()
     with torch.no_grad():
-        # Gemma 4's layer_scalar is a stored buffer: perturbed too, so it shows if ignored.
+        # Gemma 4's layer_scalar (a stored buffer) and its router's scales are perturbed too,
+        # so each shows if ignored.
         for name, param in [*model.named_parameters(), *model.named_buffers()]:
-            if name.endswith(("norm.weight", "layer_scalar")):
+            if name.endswith(("norm.weight", "layer_scalar", "router.scale", "per_expert_scale")):
                 param.add_(torch.randn_like(param) * 0.2)
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     model.save_pretrained(str(out_dir), safe_serialization=True)

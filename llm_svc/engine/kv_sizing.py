@@ -108,7 +108,7 @@ def kv_budget(runner, config: EngineConfig, rank: int = 0) -> MemoryBudget:
         peak = estimated_step_peak(
             mc.hidden_size, mc.widest_mlp, mc.vocab_size,
             config.max_num_batched_tokens, config.max_num_seqs, config.torch_dtype,
-            embedding_width=mc.embedding_width,
+            embedding_width=mc.embedding_width, extra_width=mc.step_extra_width,
         )  # fmt: skip
         total = config.memory_budget_bytes
         source = "CPU: configured budget, estimated step peak"

@@ -181,15 +181,17 @@ def estimated_step_peak(
     max_seqs: int,
     dtype: torch.dtype,
     embedding_width: int | None = None,
+    extra_width: int = 0,
 ) -> int:
     """An upper estimate of one step's peak (for the CPU, which has no allocator peak): a
     layer's live activations for `max_tokens` (residual, normed input, q/k/v, attention
     output, the MLP's gate, up and product), the input embeddings with as many image rows
     gathered per chunk and concatenated (`embedding_width` wide: with deepstack levels; the
     held embeddings they come from are their own term), and the logits and sampler buffers
-    for `max_seqs` rows."""
+    for `max_seqs` rows. `extra_width`: more values live per token (Gemma 4's per-layer
+    inputs and routed experts, `TextModelConfig.step_extra_width`)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    activations = max_tokens * (6 * hidden + 3 * intermediate) * itemsize
+    activations = max_tokens * (6 * hidden + 3 * intermediate + extra_width) * itemsize
     embeddings = max_tokens * (hidden + 2 * (embedding_width or hidden)) * itemsize
     sampler = max_seqs * vocab * SAMPLER_BYTES_PER_LOGIT
     return activations + embeddings + sampler

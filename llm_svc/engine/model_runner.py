@@ -68,6 +68,7 @@ class ModelRunner:
         mc = self.model_config
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
         self.rank = 0 if group is None else group.rank
+        self.group = group
         # Rank 0 under tensor parallelism: the state pool's and host tier's operations, in
         # order, for the other ranks to replay (llm_svc/engine/parallel/channel.py).
         self.journal: list[tuple[int, int, int]] | None = [] if group and self.rank == 0 else None
@@ -166,9 +167,13 @@ class ModelRunner:
         mc = self.model_config
         if mc.kv_shapes is None:
             return self.num_kv_heads, mc.head_dim
-        # Kinds of their own shapes (Gemma 4) run on one device (parallel/checks.py).
+        # Kinds of their own shapes (Gemma 4): under tensor parallelism this rank's share of
+        # the kind's KV heads, or the one it replicates (parallel/sharding.py).
         shape = mc.kv_shape(kind)
-        return shape.num_kv_heads, shape.head_dim
+        if self.group is None:
+            return shape.num_kv_heads, shape.head_dim
+        start, stop = self.group.kv_heads(shape.num_kv_heads)
+        return stop - start, shape.head_dim
 
     def scratch_backend(self, num_pages: int):
         """(backend, KV bytes) over fresh pools of `num_pages` pages each, every layer with

@@ -12,7 +12,7 @@ from pathlib import Path
 from iris.models.build import build_atomically
 from tests.llm_svc.checkpoints import CACHE_ROOT
 
-VERSION = "f1"
+VERSION = "f2"
 WINDOW = 8
 FAMILIES = {
     # Layer 0 full, layers 1 and 2 slide (index >= max_window_layers).
@@ -46,6 +46,12 @@ FAMILIES = {
     # Six layers, sliding and full in turn, the last two reading layers 2 and 3's KV;
     # full layers wider (head_dim 32, 1 KV head) and keys equal values on them.
     "gemma4_text": dict(sliding_window=WINDOW),
+    # gemma4_text with per-layer embeddings (16 wide), fed to the KV-shared layers too.
+    "gemma4_text_ple": dict(sliding_window=WINDOW),
+    # Four layers, each with the MoE block beside its dense MLP; no KV sharing. Seed 1: seed
+    # 0's weights make EOS the greedy first token of one prompt (HF's min_new_tokens masks
+    # it, the engine's ignore_eos does not).
+    "gemma4_text_moe": dict(sliding_window=WINDOW, seed=1),
 }
 
 

@@ -1,10 +1,12 @@
-"""Gemma 4 part 1 (llm_svc/engine/models/gemma4.py) beyond the HF parity of test_families.py:
+"""Gemma 4 (llm_svc/engine/models/gemma4.py) beyond the HF parity of test_families.py:
 each layer kind's pool has its own page shape and only the layers that keep KV have a layer
 in it, the byte budget and the max_model_len rule count those pages, the memory profile
 runs on both pools, a tied head with soft-capped logits matches HF's logits, the KV-shared
 layers are read as transformers pairs them and run on the sampled rows only, Triton reads
-both pools and the shared layers' KV as SDPA does, every option part 1 does not serve is
-refused at load by name, and `iris models make-tiny --arch gemma4_text` builds the model."""
+both pools and the shared layers' KV as SDPA does, every option Gemma 4 does not serve is
+refused at load by name, a tensor-parallel size is checked against each kind's KV heads,
+and `iris models make-tiny --arch gemma4_text` builds the model
+(per-layer embeddings and the MoE block: test_gemma4_ple_moe.py)."""
 
 from __future__ import annotations
 
@@ -146,8 +148,7 @@ def _write(tmp_path, model_dir, **changes):
 @pytest.mark.parametrize(
     ("changes", "needle"),
     [
-        (dict(hidden_size_per_layer_input=256), "hidden_size_per_layer_input=256"),
-        (dict(enable_moe_block=True), "enable_moe_block"),
+        (dict(enable_moe_block=True), "enable_moe_block=true needs num_experts"),
         (dict(use_bidirectional_attention="all"), "use_bidirectional_attention='all'"),
         (dict(per_layer_config={"1": {"sliding_window": 4}}), "per_layer_config[1]"),
         (dict(per_layer_config={"0": {"head_dim": 8}}), "sliding layers of different shapes"),
@@ -157,23 +158,28 @@ def _write(tmp_path, model_dir, **changes):
         (dict(attn_logit_softcapping=50.0), "attn_logit_softcapping"),
     ],
 )
-def test_what_part_1_does_not_serve_is_refused_by_name(tmp_path, gemma4_dir, changes, needle):
+def test_what_gemma4_does_not_serve_is_refused_by_name(tmp_path, gemma4_dir, changes, needle):
     with pytest.raises(UnsupportedModelError) as error:
         TextModelConfig.from_model_dir(_write(tmp_path, gemma4_dir, **changes))
     assert needle in str(error.value)
 
 
-def test_a_hidden_size_per_layer_input_left_at_its_default_is_refused(tmp_path, gemma4_dir):
+def test_a_hidden_size_per_layer_input_left_at_its_default_is_read_as_transformers_does(
+    tmp_path, gemma4_dir
+):
     config = json.loads((gemma4_dir / "config.json").read_text())
-    del config["hidden_size_per_layer_input"]  # transformers' default is 256
+    for name in ("hidden_size_per_layer_input", "vocab_size_per_layer_input"):
+        config.pop(name, None)  # transformers' defaults: 256 and 262,144
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(UnsupportedModelError, match="hidden_size_per_layer_input=256"):
-        TextModelConfig.from_model_dir(tmp_path)
+    mc = TextModelConfig.from_model_dir(tmp_path)
+    assert (mc.per_layer_input_size, mc.per_layer_vocab_size) == (256, 262_144)
 
 
-def test_tensor_parallelism_is_refused_by_name(gemma4_dir):
-    with pytest.raises(ValueError, match="one device only"):
-        check_tensor_parallel(gemma4_dir, 2, "cpu")
+def test_tensor_parallelism_checks_each_layer_kind_s_kv_heads(tmp_path, gemma4_dir):
+    # One global KV head (fewer than the ranks: replicated) and two sliding ones (split).
+    check_tensor_parallel(gemma4_dir, 2, "cpu")
+    with pytest.raises(ValueError, match="3 KV heads on its sliding layers"):
+        check_tensor_parallel(_write(tmp_path, gemma4_dir, num_key_value_heads=3), 2, "cpu")
 
 
 def test_triton_reads_both_shapes_and_the_shared_layers_kv_as_sdpa_does(monkeypatch, gemma4_dir):

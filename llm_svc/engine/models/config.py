@@ -146,6 +146,11 @@ class TextModelConfig:
     attention_k_eq_v: bool = False
     double_wide_mlp: bool = False
     final_logit_softcapping: float | None = None
+    # Gemma 4's per-layer embeddings (PLE): each layer's input slice has this width (0: none),
+    # from a table of `per_layer_vocab_size` rows; image positions read `pad_token_id`'s row.
+    per_layer_input_size: int = 0
+    per_layer_vocab_size: int = 0
+    pad_token_id: int = 0
 
     def layer_type(self, layer: int) -> str:
         return self.layer_types[layer] if self.layer_types else FULL
@@ -206,6 +211,19 @@ class TextModelConfig:
         return self.intermediate_size * (2 if self.double_wide_mlp and shared else 1)
 
     @property
+    def step_extra_width(self) -> int:
+        """Values per token a Gemma 4 step holds beyond a dense layer's (the CPU step-peak
+        estimate): its per-layer inputs (the projection, the table rows and their sum,
+        each layers × P, live through the whole forward) and its routed experts (each of
+        the top k: the gathered row, gate/up, their product, the down output)."""
+        if self.family != "gemma4":
+            return 0
+        width = 3 * self.num_layers * self.per_layer_input_size
+        if self.moe is not None:
+            width += self.moe.top_k * (2 * self.hidden_size + 3 * self.moe.intermediate_size)
+        return width
+
+    @property
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.partial_rotary_factor)
 
@@ -236,7 +254,9 @@ class TextModelConfig:
         types = sliding_layers(architecture, family, text)
         ropes = read_ropes(family, text)
         quantization = read_quantization(raw)
-        if quantization is not None and family in MOE_FAMILIES and quantization.block is None:
+        gemma4_moe = family == "gemma4" and bool(text.get("enable_moe_block"))
+        has_experts = family in MOE_FAMILIES or gemma4_moe
+        if quantization is not None and has_experts and quantization.block is None:
             raise UnsupportedModelError(
                 f"FP8 experts with {quantization.method!r} {quantization.strategy} scales "
                 f"({architecture}) are not supported; FP8 experts are served block-wise "
@@ -436,17 +456,13 @@ def _window(family: str, text: dict) -> int | None:
 
 
 def _refuse_gemma4_options(architecture: str, text: dict) -> None:
-    """Gemma 4 part 1 serves the dense text model without per-layer embeddings."""
-    per_layer_input = text.get("hidden_size_per_layer_input", 256)
-    if per_layer_input:
-        raise UnsupportedModelError(
-            f"{architecture}: hidden_size_per_layer_input={per_layer_input} (per-layer "
-            "embeddings) is not supported yet"
-        )
+    """Gemma 4 serves the dense text model, with or without per-layer embeddings."""
     if text.get("enable_moe_block"):
-        raise UnsupportedModelError(
-            f"{architecture}: enable_moe_block=true (the MoE block) is not supported yet"
-        )
+        for name in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+            if not text.get(name):
+                raise UnsupportedModelError(
+                    f"{architecture}: enable_moe_block=true needs {name} >= 1"
+                )
     if text.get("use_bidirectional_attention") == "all":
         raise UnsupportedModelError(
             f"{architecture}: use_bidirectional_attention='all' is not supported"
@@ -511,7 +527,14 @@ def _read_gemma4(architecture: str, text: dict, kinds: tuple[str, ...]) -> dict:
             )
         sources[layer] = earlier[-1]
     softcap = text.get("final_logit_softcapping")
+    # transformers' defaults: 256-wide per-layer inputs from a 262,144-row table.
+    per_layer_input = int(text.get("hidden_size_per_layer_input", 256) or 0)
     return dict(
+        per_layer_input_size=per_layer_input,
+        per_layer_vocab_size=int(text.get("vocab_size_per_layer_input", 262_144))
+        if per_layer_input
+        else 0,
+        pad_token_id=int(text.get("pad_token_id") or 0),
         kv_shapes=shapes,
         kv_sources=tuple(sources) if shared else (),
         attention_k_eq_v=bool(text.get("attention_k_eq_v", False)),
@@ -541,6 +564,16 @@ def _intermediate_size(family: str, text: dict) -> int:
 
 
 def _read_moe(family: str, text: dict) -> MoeConfig | None:
+    if family == "gemma4":
+        # Every layer gets the block (beside its dense MLP); the router always renormalises.
+        if not text.get("enable_moe_block"):
+            return None
+        return MoeConfig(
+            num_experts=int(text["num_experts"]),
+            top_k=int(text["top_k_experts"]),
+            intermediate_size=int(text["moe_intermediate_size"]),
+            norm_topk_prob=True,
+        )
     if family not in MOE_FAMILIES:
         return None
     if family == "qwen3_5_moe":

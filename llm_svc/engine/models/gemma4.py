@@ -1,5 +1,6 @@
-"""Gemma 4's text model, part 1: dense, without per-layer embeddings (config.py refuses
-those, the MoE block, and bidirectional attention on every token, by name).
+"""Gemma 4's text model: dense or with the MoE block, with or without per-layer embeddings
+(config.py refuses bidirectional attention on every token by name). Tensor parallelism:
+parallel/sharding.py (`_shard_gemma4`).
 
 Its quirks, all here:
 - Layers of two shapes: full-attention layers have their own head_dim and KV heads
@@ -17,6 +18,16 @@ Its quirks, all here:
 - Norms are weight·x̂ (not Gemma 3's (1 + w)), in fp32; each layer's output is multiplied
   by its `layer_scalar`; embeddings are scaled by √hidden; the tied head's logits are
   soft-capped (`final_logit_softcapping`) when set.
+- Per-layer embeddings (PLE, the E models): every layer gets a slice of width P of
+  `(norm(projection(embeds) / √hidden) + PLE(ids) · √P) / √2`, computed once per step from
+  the embeddings after any image scatter (so an image row carries its own projection), and
+  gated into the residual after the MLP: per_layer_input_gate, the activation, times the
+  slice, per_layer_projection, post_per_layer_input_norm.
+- The MoE block (`enable_moe_block`, the 26B-A4B): beside each layer's dense MLP, a routed
+  expert block reading the residual from before the MLP (its own pre-norm, post-norms on
+  both branches, summed before post_feedforward_layernorm). The router (`Gemma4Router`)
+  is Gemma's own; the experts are Iris's shared `Experts` (grouped path, fused kernel,
+  FP8 experts).
 """
 
 from __future__ import annotations
@@ -28,7 +39,8 @@ from torch import nn
 from llm_svc.engine.attention.base import AttentionBackend
 from llm_svc.engine.models.config import FULL, SLIDING, TextModelConfig
 from llm_svc.engine.models.decoder import DecoderLM, SampledRows
-from llm_svc.engine.models.layers import GatedMLP, RotaryEmbedding, apply_rotary
+from llm_svc.engine.models.layers import ACTIVATIONS, GatedMLP, RotaryEmbedding, apply_rotary
+from llm_svc.engine.models.moe import Experts
 
 
 class Gemma4RMSNorm(nn.Module):
@@ -85,6 +97,31 @@ class Gemma4Attention(nn.Module):
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
 
+class Gemma4Router(nn.Module):
+    """Top-k of a softmax over `proj`(x̂ · `scale` / √hidden) in float32, x̂ the residual
+    normed without a weight; the k weights renormalised to sum to 1, then each times its
+    expert's `per_expert_scale`. Returns (weights [T, k] in x's dtype, experts [T, k])."""
+
+    def __init__(self, config: TextModelConfig) -> None:
+        super().__init__()
+        hidden, moe = config.hidden_size, config.moe
+        self.norm = Gemma4RMSNorm(hidden, config.rms_norm_eps, scaled=False)
+        self.proj = nn.Linear(hidden, moe.num_experts, bias=False)
+        self.scale = nn.Parameter(torch.ones(hidden))
+        self.per_expert_scale = nn.Parameter(torch.ones(moe.num_experts))
+        self.top_k, self.root = moe.top_k, float(hidden) ** -0.5
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # The same order of operations as transformers (norm, · scale, · root), so that
+        # near-tied experts are ranked the same way.
+        scores = self.proj(self.norm(x) * self.scale * self.root)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32)
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights * self.per_expert_scale[experts]
+        return weights.to(x.dtype), experts
+
+
 class Gemma4DecoderLayer(nn.Module):
     """Gemma's sandwich norms around attention and MLP, then the whole output times
     `layer_scalar` (a stored [1] weight)."""
@@ -102,11 +139,41 @@ class Gemma4DecoderLayer(nn.Module):
         self.mlp = GatedMLP(hidden, width, config.hidden_act)
         self.post_feedforward_layernorm = Gemma4RMSNorm(hidden, eps)
         self.layer_scalar = nn.Parameter(torch.ones(1))
+        self.moe = config.moe is not None
+        if self.moe:
+            moe, act = config.moe, config.hidden_act
+            self.router = Gemma4Router(config)
+            self.experts = Experts(moe.num_experts, hidden, moe.intermediate_size, act)
+            self.post_feedforward_layernorm_1 = Gemma4RMSNorm(hidden, eps)
+            self.pre_feedforward_layernorm_2 = Gemma4RMSNorm(hidden, eps)
+            self.post_feedforward_layernorm_2 = Gemma4RMSNorm(hidden, eps)
+        # A tensor-parallel RankGroup (parallel/sharding.py): the experts' partial output is
+        # all-reduced before its post-norm, which needs the whole sum.
+        self.group = None
+        self.per_layer_input_size = config.per_layer_input_size
+        if self.per_layer_input_size:
+            self.act = ACTIVATIONS[config.hidden_act]
+            self.per_layer_input_gate = nn.Linear(hidden, self.per_layer_input_size, bias=False)
+            self.per_layer_projection = nn.Linear(self.per_layer_input_size, hidden, bias=False)
+            self.post_per_layer_input_norm = Gemma4RMSNorm(hidden, eps)
 
-    def forward(self, x, cos, sin, backend: AttentionBackend):
+    def forward(self, x, cos, sin, backend: AttentionBackend, per_layer_input=None):
+        """`per_layer_input` [T, P]: this layer's PLE slice (None without PLE)."""
         attn = self.self_attn(self.input_layernorm(x), cos, sin, backend)
         x = x + self.post_attention_layernorm(attn)
-        x = x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+        out = self.mlp(self.pre_feedforward_layernorm(x))
+        if self.moe:
+            # Both branches read x, the residual from before the MLP.
+            weights, experts = self.router(x)
+            routed = self.experts(self.pre_feedforward_layernorm_2(x), weights, experts)
+            if self.group is not None:
+                routed = self.group.all_reduce(routed)
+            out = self.post_feedforward_layernorm_1(out)
+            out = out + self.post_feedforward_layernorm_2(routed)
+        x = x + self.post_feedforward_layernorm(out)
+        if self.per_layer_input_size:
+            gated = self.act(self.per_layer_input_gate(x)) * per_layer_input
+            x = x + self.post_per_layer_input_norm(self.per_layer_projection(gated))
         return x * self.layer_scalar
 
 
@@ -132,6 +199,27 @@ class Gemma4LM(DecoderLM):
         self.softcap = config.final_logit_softcapping
         shared = [i for i in range(config.num_layers) if config.kv_source(i) != i]
         self.first_shared = shared[0] if shared else config.num_layers
+        self.per_layer_input_size = width = config.per_layer_input_size
+        if width:
+            layers_width = config.num_layers * width
+            self.embed_tokens_per_layer = nn.Embedding(config.per_layer_vocab_size, layers_width)
+            self.per_layer_model_projection = nn.Linear(
+                config.hidden_size, layers_width, bias=False
+            )
+            self.per_layer_projection_norm = Gemma4RMSNorm(width, config.rms_norm_eps)
+
+    def per_layer_inputs(self, input_ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+        """[T, layers, P]: each row's PLE slices. `embeds` are the rows as the first layer
+        reads them (after any image scatter); `input_ids` pick the table rows (a caller
+        with images passes pad_token_id at their positions, as transformers does)."""
+        rows, layers, width = embeds.shape[0], len(self.layers), self.per_layer_input_size
+        # Scaled as transformers scales each part: the projection by a Python float, the
+        # table rows by √P cast to their dtype (Gemma4TextScaledWordEmbedding).
+        projected = self.per_layer_model_projection(embeds) * float(self.config.hidden_size) ** -0.5
+        projected = self.per_layer_projection_norm(projected.view(rows, layers, width))
+        table = self.embed_tokens_per_layer(input_ids)
+        table = table * torch.tensor(float(width) ** 0.5, dtype=table.dtype)
+        return (projected + table.view(rows, layers, width)) * 2.0**-0.5
 
     def forward(
         self,
@@ -145,6 +233,7 @@ class Gemma4LM(DecoderLM):
         before the first KV-shared one run on every row (they write the KV), the rest on
         the sampled rows, attending as one query each (`sampled.meta`)."""
         x = self.embed(input_ids) if input_embeds is None else input_embeds
+        per_layer = self.per_layer_inputs(input_ids, x) if self.per_layer_input_size else None
         ropes = {
             FULL: self.rotary(positions, x.dtype),
             SLIDING: self.local_rotary(positions, x.dtype),
@@ -155,8 +244,10 @@ class Gemma4LM(DecoderLM):
                     x = x[:0]
                     break
                 x, ropes = self._sampled_only(x, ropes, sampled, backend)
+                if per_layer is not None:
+                    per_layer = per_layer[sampled.rows]
             cos, sin = ropes[kind]
-            x = layer(x, cos, sin, backend)
+            x = layer(x, cos, sin, backend, None if per_layer is None else per_layer[:, index])
         if self.first_shared == len(self.layers) and sampled is not None:
             x = x[sampled.rows]
         return self.norm(x)

@@ -19,12 +19,13 @@ def check_tensor_parallel(model_dir: Path, size: int, device: str) -> None:
     if size == 1:
         return
     model = TextModelConfig.from_model_dir(model_dir)
-    if model.kv_shapes is not None:
-        # Its layer kinds have different KV heads; sharding them is not written yet.
-        raise ValueError(
-            f"tensor_parallel_size {size}: {model.architecture} (layer kinds of different "
-            "KV shapes) runs on one device only for now"
-        )
+    for kind, shape in (model.kv_shapes or {}).items():
+        # Gemma 4: each layer kind's KV heads, split or replicated as the other families'.
+        if shape.num_kv_heads % size and size % shape.num_kv_heads:
+            raise ValueError(
+                f"tensor_parallel_size {size} neither divides nor is a multiple of the "
+                f"model's {shape.num_kv_heads} KV heads on its {kind} layers"
+            )
     if model.num_heads % size:
         raise ValueError(
             f"tensor_parallel_size {size} does not divide the model's {model.num_heads} "
@@ -36,7 +37,7 @@ def check_tensor_parallel(model_dir: Path, size: int, device: str) -> None:
             f"tensor_parallel_size {size} neither divides nor is a multiple of the "
             f"model's {kv} KV heads"
         )
-    if model.intermediate_size % size:
+    if model.widest_mlp % size or model.intermediate_size % size:
         raise ValueError(
             f"tensor_parallel_size {size} does not divide the model's MLP width "
             f"{model.intermediate_size}"

@@ -10,6 +10,7 @@ same forward as the others.
 from __future__ import annotations
 
 import atexit
+import bisect
 import logging
 import threading
 import time
@@ -84,6 +85,10 @@ class ShardRunner(ModelRunner):
             message.input_ids, message.positions, message.meta, message.sample_rows, [],
             message.state_slots,
         )  # fmt: skip
+        if self.keeps_sampled_rows:  # Gemma 4: each sample row's chunk, as rank 0 had it
+            starts = message.meta.query_starts
+            rows = message.sample_rows.tolist()
+            inputs.sample_entries = [bisect.bisect_right(starts, row) - 1 for row in rows]
         rows = [None]
         if message.image_dest is not None:
             rows = [ChunkImageRows(message.image_dest, message.image_source)]

@@ -9,7 +9,10 @@ gate/up column-parallel, down row-parallel. Mixture of experts (moe.py): every e
 intermediate dimension is split like a dense MLP's, the router is whole on every rank, and
 the shared expert (Qwen2-MoE) is split the same way; the block's partial sum is
 all-reduced once. So: one all-reduce after o_proj and one after the MLP per layer, one
-after the embedding.
+after the embedding. Gemma 4 (`_shard_gemma4`): each layer kind's heads at its own shape
+(a kind with fewer KV heads than ranks, as a full layer's one global KV head, replicated);
+its dense MLP and its experts each all-reduced on their own, as each has its own post-norm;
+per-layer embeddings and the router whole on every rank.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from llm_svc.engine.parallel.layers import (
 def shard_decoder(model: DecoderLM, config: TextModelConfig, group: RankGroup) -> dict:
     """Replace `model`'s layers by this rank's shards, in place (names are kept); returns
     {parameter name: its Shard of the checkpoint's tensor} (models/shard.py)."""
+    if config.family == "gemma4":
+        return _shard_gemma4(model, config, group)
     hidden, d = config.hidden_size, config.head_dim
     q_start, q_stop = group.span(config.num_heads)
     kv_start, kv_stop = group.kv_heads(config.num_kv_heads)
@@ -72,8 +77,49 @@ def _shard_mlp(mlp: GatedMLP, hidden: int, group: RankGroup, reduce: bool) -> No
     mlp.down_proj = RowParallelLinear(inter, hidden, group, reduce=reduce)
 
 
+def _shard_gemma4(model: DecoderLM, config: TextModelConfig, group: RankGroup) -> dict:
+    """Gemma 4 (models/gemma4.py) as shard_decoder does the others, but per layer kind's KV
+    shape; a layer reading another's KV has only q_proj and o_proj, and a full layer with
+    keys equal values no v_proj."""
+    hidden = config.hidden_size
+    q_start, q_stop = group.span(config.num_heads)
+    for index, layer in enumerate(model.layers):
+        # The dense MLP's output meets post_feedforward_layernorm_1 first (with the MoE
+        # block) or post_feedforward_layernorm: whole on every rank, so reduced at once.
+        _shard_mlp(layer.mlp, hidden, group, reduce=True)
+        if layer.moe:
+            _shard_experts(layer.experts, hidden, group)
+            layer.group = group
+        attn, shape = layer.self_attn, config.kv_shape(config.layer_type(index))
+        d = shape.head_dim
+        bias = config.attention_bias
+        attn.q_proj = ColumnParallelLinear(hidden, [(q_start * d, q_stop * d)], bias)
+        attn.o_proj = RowParallelLinear((q_start * d, q_stop * d), hidden, group)
+        attn.num_heads = q_stop - q_start
+        kv_start, kv_stop = group.kv_heads(shape.num_kv_heads)
+        attn.num_kv_heads = kv_stop - kv_start
+        if attn.reads_shared:
+            continue
+        kv_rows = [(kv_start * d, kv_stop * d)]
+        attn.k_proj = ColumnParallelLinear(hidden, kv_rows, bias)
+        if attn.v_proj is not None:
+            attn.v_proj = ColumnParallelLinear(hidden, kv_rows, bias)
+    model.embed_tokens = VocabParallelEmbedding(config.vocab_size, hidden, group)
+    if model.lm_head is not None:
+        model.lm_head = ParallelLMHead(config.vocab_size, hidden, group)
+    params = model.named_parameters()
+    return {name: param.shard for name, param in params if hasattr(param, "shard")}
+
+
 def _shard_moe(moe: SparseMoE, hidden: int, group: RankGroup) -> None:
-    experts = moe.experts
+    _shard_experts(moe.experts, hidden, group)
+    if moe.shared_expert is not None:
+        _shard_mlp(moe.shared_expert, hidden, group, reduce=False)
+    moe.group = group  # routed + shared partial sums: one all-reduce
+
+
+def _shard_experts(experts, hidden: int, group: RankGroup) -> None:
+    """Every expert's intermediate dimension split as a dense MLP's (no reduce here)."""
     span, total = group.span(experts.intermediate), experts.intermediate
     width = span[1] - span[0]
     gate_up = nn.Parameter(torch.empty(experts.num_experts, 2 * width, hidden))
@@ -81,9 +127,6 @@ def _shard_moe(moe: SparseMoE, hidden: int, group: RankGroup) -> None:
     down = nn.Parameter(torch.empty(experts.num_experts, hidden, width))
     down.shard = expert_shard("down_proj", span, total)
     experts.gate_up_proj, experts.down_proj, experts.intermediate = gate_up, down, width
-    if moe.shared_expert is not None:
-        _shard_mlp(moe.shared_expert, hidden, group, reduce=False)
-    moe.group = group  # routed + shared partial sums: one all-reduce
 
 
 def _shard_gated_deltanet(attn, config: TextModelConfig, group: RankGroup) -> None:
