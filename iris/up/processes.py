@@ -8,31 +8,85 @@ set by the `iris.up.child` launcher) — a `kill -9` of `iris up` leaves no orph
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _handed_out: set[int] = set()
+# Ports handed out by any process on this machine in the last PORT_HOLD_S seconds (a
+# file under a lock): two platforms started at once must not be given the same port.
+_REGISTRY = Path(tempfile.gettempdir()) / "iris-ports"
+PORT_HOLD_S = 600.0
+
+
+def _port_range() -> tuple[int, int]:
+    """Ports to hand out: below the kernel's ephemeral range, which bind(0) and every
+    outgoing connection draw from (a connection could take a port between our check and
+    the service's bind); the ephemeral range itself if too little lies below it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    if low - 20000 >= 4000:
+        return 20000, low - 1
+    return 0, 0  # bind(0): the kernel's choice
+
+
+def _is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now and not handed out before by this
-    process (the kernel may offer a just-released port again; services started together
-    must not be given the same one)."""
-    for _ in range(100):
+    """A TCP port that is free on `host` right now and not handed out recently by any
+    process on this machine (services started together, or by two platforms at once,
+    must not be given the same one), from outside the ephemeral range where possible."""
+    low, high = _port_range()
+    with open(_REGISTRY, "a+") as registry:
+        fcntl.flock(registry, fcntl.LOCK_EX)
+        registry.seek(0)
+        now = time.time()
+        held = {}
+        for line in registry.read().split():
+            port, _, when = line.partition("@")
+            with contextlib.suppress(ValueError):
+                if now - float(when) < PORT_HOLD_S:
+                    held[int(port)] = float(when)
+        port = _pick(host, low, high, held.keys() | _handed_out)
+        held[port] = now
+        registry.seek(0)
+        registry.truncate()
+        registry.write(" ".join(f"{p}@{when:.0f}" for p, when in held.items()))
+    _handed_out.add(port)
+    return port
+
+
+def _pick(host: str, low: int, high: int, taken) -> int:
+    for _ in range(200):
+        if high:
+            port = random.randint(low, high)
+            if port not in taken and _is_free(host, port):
+                return port
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
             port = sock.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
+        if port not in taken:
             return port
-    raise RuntimeError("no fresh free port found in 100 tries")
+    raise RuntimeError("no fresh free port found in 200 tries")
 
 
 @dataclass
