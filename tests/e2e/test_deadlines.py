@@ -12,7 +12,11 @@ Retry-After at once, and the admitted one completes. The pod is frozen (SIGSTOP)
 admitted request cannot finish while the others arrive, however fast the machine is; that
 gateway's limit is set to one request (fixed: no adaptation), and its poll timeout is long
 so the frozen pod is not taken for a dead one meanwhile. It runs first, on the fresh
-platform."""
+platform.
+
+And a stream open when its gateway stops (formerly in tests/e2e/test_faults.py) ends with
+a `shutting_down` error event and [DONE], through the third gateway, stopped for good: that
+test runs last."""
 
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ pytestmark = pytest.mark.slow
 IDLE_S, DEADLINE_S = 2, 10
 LONG = {"max_tokens": 4000, "ignore_eos": True, "temperature": 0}
 ADMISSION_GATEWAY, ADMISSION_DEADLINE_S = 1, 120.0
+STOPPING_GATEWAY, STOPPING_DEADLINE_S = 2, 90.0
 _DEFAULTS = GatewaySettings.model_fields
 # The admission gateway ("gateway-1"): what test_admission.py's platform set (FAST_GATEWAY
 # comes with every gateway), and the deadlines set for every gateway back at their defaults.
@@ -41,6 +46,13 @@ ADMISSION_ENV = {
     "IRIS_GATEWAY_MAX_INFLIGHT_PER_POD": "1",
     "IRIS_GATEWAY_ADMISSION_WAIT_FACTOR": "0",
     "IRIS_GATEWAY_GRPC_TIMEOUT_S": "600",
+    "IRIS_GATEWAY_STREAM_IDLE_S": str(_DEFAULTS["stream_idle_s"].default),
+    "IRIS_GATEWAY_GENERATE_TIMEOUT_S": str(_DEFAULTS["generate_timeout_s"].default),
+}
+# The gateway stopped under an open stream ("gateway-2"): what test_faults.py's platform set
+# for it (FAST_GATEWAY comes with every gateway), the deadlines back at their defaults.
+STOPPING_ENV = {
+    "IRIS_GATEWAY_SHUTDOWN_GRACE_S": "3",
     "IRIS_GATEWAY_STREAM_IDLE_S": str(_DEFAULTS["stream_idle_s"].default),
     "IRIS_GATEWAY_GENERATE_TIMEOUT_S": str(_DEFAULTS["generate_timeout_s"].default),
 }
@@ -56,8 +68,8 @@ def frozen_pod_platform(tmp_path_factory, tiny_qwen2_vl_dir):
     platform = start_platform(
         tiny_qwen2_vl_dir,
         tmp_path_factory.mktemp("deadlines"),
-        gateways=2,
-        extra_env={"gateway": gateway, "gateway-1": ADMISSION_ENV},
+        gateways=3,
+        extra_env={"gateway": gateway, "gateway-1": ADMISSION_ENV, "gateway-2": STOPPING_ENV},
     )
     yield platform
     platform.stop()
@@ -179,3 +191,32 @@ def test_a_generate_never_accepted_ends_at_its_deadline(frozen_pod_platform, pod
     reply = httpx.post(url, json=body(platform, False), timeout=DEADLINE_S + 60)
     assert reply.status_code == 504, reply.text
     assert reply.json()["error"]["code"] == "upstream_timeout", reply.text
+
+
+def test_a_stream_open_when_the_gateway_stops_ends_with_an_error_event(frozen_pod_platform, pod):
+    """Formerly in tests/e2e/test_faults.py; the last test here: it stops the platform's
+    third gateway (set as that test's platform's gateway was). The pod is frozen (SIGSTOP)
+    once the stream has begun, so the generation cannot end before the grace period does,
+    however fast the machine is."""
+    platform = frozen_pod_platform
+    gateway = platform.by_kind("gateway")[STOPPING_GATEWAY]
+    body = {
+        "model": platform.model_name,
+        "messages": [{"role": "user", "content": "Count on."}],
+        "max_tokens": 1000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    url = f"{platform.gateway_urls[STOPPING_GATEWAY]}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, timeout=STOPPING_DEADLINE_S) as response:
+        assert response.status_code == 200
+        events = (line for line in response.iter_lines() if line.startswith("data: "))
+        next(events)
+        pod.signal_group(signal.SIGSTOP)
+        gateway.child.signal_group(signal.SIGTERM)
+        rest = list(events)
+    assert rest[-1] == "data: [DONE]", rest[-3:]
+    error = json.loads(rest[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "shutting_down", error
+    gateway.child.process.wait(30)  # it exits (uvicorn re-raises the SIGTERM it handled, so
+    # the code is -15 either way)
