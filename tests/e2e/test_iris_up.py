@@ -79,13 +79,23 @@ def test_demo_request_is_answered_and_everything_stops(tmp_path, tiny_qwen2_vl_d
     assert output.count("demo request: ") == 2 and "usage" in output, output
 
 
-def test_sigterm_stops_every_service(tmp_path, tiny_qwen2_vl_dir):
-    process = iris_up(tiny_qwen2_vl_dir, "--llm-pods", "2", log_dir=tmp_path)
-    lines = []
+def test_several_gateways_are_printed_and_each_serves_and_sigterm_stops_every_service(
+    tmp_path, tiny_qwen2_vl_dir
+):
+    """One `iris up` with two pods and two gateways: both gateways are printed and serve,
+    and SIGTERM stops every process it started."""
+    process = iris_up(tiny_qwen2_vl_dir, "--llm-pods", "2", "--gateways", "2", log_dir=tmp_path)
+    lines: list[str] = []
     try:
-        read_until(process, "Ctrl-C to stop", lines)
+        assert read_until(process, "Ctrl-C to stop", lines), "".join(lines)
+        output = "".join(lines)
+        (first,) = re.findall(r"Iris is up: (http://[\w.:]+)", output)
+        (second,) = re.findall(r"another gateway: (http://[\w.:]+)", output)
+        assert first != second
+        for url in (first, second):
+            assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
         children = descendants(process.pid)
-        assert len(children) >= 5, (children, lines)  # cache, encoder, 2 pods, gateway
+        assert len(children) >= 6, (children, lines)  # cache, encoder, 2 pods, 2 gateways
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
         assert wait_until(lambda: not any(alive(pid) for pid in children), 15)
@@ -252,21 +262,3 @@ def test_gemma3_image_chat_then_the_same_image_reads_the_cache(tmp_path, tiny_ge
     # The image (16 tokens) sits before "Describe the image.": the hit covers it whole.
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert prompt_tokens - 12 < cached < prompt_tokens, (cached, prompt_tokens)
-
-
-def test_several_gateways_are_printed_and_each_serves(tmp_path, tiny_qwen2_vl_dir):
-    process = iris_up(tiny_qwen2_vl_dir, "--gateways", "2", log_dir=tmp_path)
-    lines: list[str] = []
-    try:
-        assert read_until(process, "Ctrl-C to stop", lines), "".join(lines)
-        output = "".join(lines)
-        (first,) = re.findall(r"Iris is up: (http://[\w.:]+)", output)
-        (second,) = re.findall(r"another gateway: (http://[\w.:]+)", output)
-        assert first != second
-        for url in (first, second):
-            assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()

@@ -1,11 +1,11 @@
-"""Routing accuracy and regret on a real `iris up` platform (two LLM pods, two gateways): a
+"""Routing accuracy and regret on a real `iris up` platform (two LLM pods, three gateways): a
 repeated-image chat is routed with a precise prediction, and a pod whose prefix cache is
 dropped behind the gateways' backs (ResetPrefixCache's silent form, a test hook the pods run
-with here) shows as over-predictions and as regret by a stale index; both run on the
+with here) shows as over-predictions and as regret by a stale index; all run on the
 session's shared `platform_two_pods`, so counters are read as differences. A gateway made to
-pick the emptier pod (round-robin, which sees no prefix; a platform of its own) counts the
-tokens the other pod held as regret. The counters are read from each gateway's own /metrics
-page."""
+pick the emptier pod (round-robin, which sees no prefix: the platform's third gateway, used
+by no other test) counts the tokens the other pod held as regret. The counters are read
+from each gateway's own /metrics page."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from iris import metrics as names
 from iris.up.metrics_page import metrics_url, scrape
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 from tests.e2e.helpers import image_message, image_png
-from tests.fixtures.platform import POD_HEADER, start_platform
+from tests.fixtures.platform import ROUND_ROBIN_GATEWAY
 
 pytestmark = pytest.mark.slow
 
@@ -44,12 +44,13 @@ def counters(platform) -> dict[str, float]:
     return totals
 
 
-def regret(platform, reason: str) -> float:
-    """Regret tokens counted under `reason`, summed over every gateway."""
+def regret(platform, reason: str, gateways=None) -> float:
+    """Regret tokens counted under `reason`, summed over `gateways` (every gateway if
+    None)."""
     labels = {names.LABEL_REASON: reason}
     return sum(
         scrape(metrics_url(gateway), labels).get(names.GATEWAY_ROUTING_REGRET_TOKENS, 0.0)
-        for gateway in platform.by_kind("gateway")
+        for gateway in (platform.by_kind("gateway") if gateways is None else gateways)
     )
 
 
@@ -133,34 +134,26 @@ def test_a_cache_dropped_behind_the_gateways_back_shows_as_over_predictions(two_
     assert regret(platform, "stale_index") - stale_before > 0
 
 
-@pytest.fixture(scope="module")
-def round_robin(tmp_path_factory, tiny_qwen2_vl_dir):
-    running = start_platform(
-        tiny_qwen2_vl_dir,
-        tmp_path_factory.mktemp("regret"),
-        llm_pods=2,
-        extra_env={"gateway": {**POD_HEADER, "IRIS_GATEWAY_ROUTER_CONFIG": "round-robin"}},
-    )
-    yield running
-    running.stop()
-
-
-def test_the_emptier_pod_chosen_over_the_holder_counts_regret(round_robin):
-    platform = round_robin
-    url, model = platform.gateway_url, platform.model_name
+def test_the_emptier_pod_chosen_over_the_holder_counts_regret(platform_two_pods):
+    """Through the shared platform's round-robin gateway, which only this test uses: its
+    picks alternate between the two pods, and its counters are its own. The prompt (its
+    system text too) is this test's own, so neither pod holds any of it beforehand."""
+    platform = platform_two_pods
+    gateway = platform.by_kind("gateway")[ROUND_ROBIN_GATEWAY]
+    url, model = platform.gateway_urls[ROUND_ROBIN_GATEWAY], platform.model_name
     messages = [
-        {"role": "system", "content": "You describe pictures in a few words. " * 8},
+        {"role": "system", "content": "You name what a picture shows, and little else. " * 7},
         {"role": "user", "content": [image_part(31), {"type": "text", "text": "What is it?"}]},
     ]
     _, holder, _ = chat(url, model, messages)
-    tie_before = regret(platform, "tie")
+    tie_before = regret(platform, "tie", [gateway])
     # Round-robin takes the other pod, which holds nothing of the prompt the holder holds.
     _, emptier, cached = chat(url, model, messages)
-    tie_after = regret(platform, "tie")
+    tie_after = regret(platform, "tie", [gateway])
     assert emptier != holder and cached == 0
     assert tie_after - tie_before > 0
     # Back on the holder: what it held is about what the emptier pod was charged for.
     _, again, cached = chat(url, model, messages)
     assert again == holder and cached > 0
-    assert regret(platform, "tie") == tie_after
+    assert regret(platform, "tie", [gateway]) == tie_after
     assert abs((tie_after - tie_before) - cached) <= 16  # within a page (the pods' 16)

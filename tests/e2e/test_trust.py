@@ -165,30 +165,25 @@ def test_tenants_share_neither_embeddings_nor_prefixes(platform):
     assert usage["prompt_tokens_details"]["cached_tokens"] > usage["prompt_tokens"] // 2
 
 
-def test_under_iris_up_with_two_keys_no_key_reads_the_others_cache(tmp_path, tiny_qwen2_vl_dir):
-    """`iris up --api-key A --api-key B` (the same Platform): B's request gets no cached
-    tokens of A's identical prompt (per-key tenancy, the default when keys are required);
-    A's second request does."""
+def test_under_iris_up_with_two_keys_no_key_reads_the_others_cache(platform):
+    """A gateway that takes the keys A and B (`iris up --api-key A --api-key B` sets it so;
+    the shared platform's third gateway): B's request gets no cached tokens of A's
+    identical prompt (per-key tenancy, the default when keys are required); A's second
+    request does."""
     import openai
 
-    from tests.fixtures.platform import start_platform
+    from tests.fixtures.platform import GATEWAY_KEYS, KEYED_GATEWAY
 
-    up = start_platform(tiny_qwen2_vl_dir, tmp_path, api_keys=("key-a", "key-b"))
-    try:
-        clients = {
-            key: openai.OpenAI(base_url=f"{up.gateway_url}/v1", api_key=key)
-            for key in ("key-a", "key-b")
-        }
-        messages = image_message(image_png(seed=4041), "Tenant check: describe it.")
+    url = platform.gateway_urls[KEYED_GATEWAY]
+    clients = {key: openai.OpenAI(base_url=f"{url}/v1", api_key=key) for key in GATEWAY_KEYS}
+    messages = image_message(image_png(seed=4041), "Tenant check: describe it.")
 
-        def usage(key: str):
-            reply = clients[key].chat.completions.create(
-                model=up.model_name, messages=messages, max_tokens=3, temperature=0
-            )
-            return reply.usage
+    def usage(key: str):
+        reply = clients[key].chat.completions.create(
+            model=platform.model_name, messages=messages, max_tokens=3, temperature=0
+        )
+        return reply.usage
 
-        assert usage("key-a").prompt_tokens_details.cached_tokens == 0
-        assert usage("key-b").prompt_tokens_details.cached_tokens == 0
-        assert usage("key-a").prompt_tokens_details.cached_tokens > 0  # its own prefix
-    finally:
-        up.stop()
+    assert usage("key-a").prompt_tokens_details.cached_tokens == 0
+    assert usage("key-b").prompt_tokens_details.cached_tokens == 0
+    assert usage("key-a").prompt_tokens_details.cached_tokens > 0  # its own prefix
