@@ -183,7 +183,7 @@ CHECKS = (
 # What the issue asks to check once it exists; none of it is built yet.
 NOT_BUILT = (
     {"name": "cuda_graphs", "why": "no CUDA graph capture in the engine yet"},
-    {"name": "host_kv_pinned_copies", "why": "no host KV tier yet"},
+    {"name": "host_kv_pinned_copies", "why": "built; no GPU check of its pinned copies yet"},
     {"name": "speculative_verify", "why": "no speculative decoding yet"},
     {"name": "tensor_parallel_nccl", "why": "needs two GPUs: bench/engine.py --only tp"},
 )
