@@ -140,6 +140,16 @@ def _pool_bytes(model_dir, pool: dict, chunk: int) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _assert_each_equals_alone(alone: Alone, requests, tokens: dict, aborted: set, where) -> None:
+    """Each request's greedy tokens equal its run alone (an aborted one's, a prefix)."""
+    for index, (prompt, new) in enumerate(requests):
+        want = alone(prompt)[:new]
+        got = tokens[str(index)]
+        if str(index) in aborted:
+            want = want[: len(got)]
+        assert got == want, (*where, index)
+
+
 def _assert_nothing_held(engine: LLMEngine) -> None:
     blocks = engine.blocks
     windows, states = blocks.windows, blocks.states
@@ -176,12 +186,9 @@ def test_random_requests_over_shared_prefixes_equal_each_run_alone(family):
         engine = LLMEngine(config, tokenizer=alone.engine.tokenizer)
         requests = _requests(rng, vocab)
         tokens, aborted = _run(engine, requests, rng)
-        for index, (prompt, new) in enumerate(requests):
-            want = alone(prompt)[:new]
-            got = tokens[str(index)]
-            if str(index) in aborted:
-                want = want[: len(got)]
-            assert got == want, (family, round_, overlap, chunk, index)
+        _assert_each_equals_alone(
+            alone, requests, tokens, aborted, (family, round_, overlap, chunk)
+        )
         preemptions += engine.stats().preemptions
         events = engine.take_kv_events()
         evictions += sum(isinstance(e, (BlockRemoved, WindowRemoved)) for e in events)
@@ -211,12 +218,7 @@ def test_random_requests_with_the_host_tier_equal_each_run_alone(family):
         engine = LLMEngine(config, tokenizer=alone.engine.tokenizer)
         requests = _requests(rng, vocab)
         tokens, aborted = _run(engine, requests, rng)
-        for index, (prompt, new) in enumerate(requests):
-            want = alone(prompt)[:new]
-            got = tokens[str(index)]
-            if str(index) in aborted:
-                want = want[: len(got)]
-            assert got == want, (family, round_, chunk, index)
+        _assert_each_equals_alone(alone, requests, tokens, aborted, (family, round_, chunk))
         host_hits += sum(engine.runner.host_tier.stats.hits.values())
         _assert_nothing_held(engine)
         engine.close()
