@@ -992,7 +992,9 @@ def main() -> None:
         "--rate", type=float, default=0.05,
         help="new conversations per second; 0: one after another (each mode's no-load floor)",
     )  # fmt: skip
-    parser.add_argument("--pods", type=int, default=3)
+    parser.add_argument(
+        "--pods", type=int, default=None, help="LLM pods (3; --kv-pressure: 1 and 3 in one run)"
+    )
     parser.add_argument(
         "--library", type=int, default=DEFAULT_SHAPE.library,
         help="shared library images (Zipf popularity)",
@@ -1063,8 +1065,9 @@ def main() -> None:
         help="run modes a, b, c unloaded and print the declared SLO's constants",
     )  # fmt: skip
     goodput.add_argument(
-        "--quick", action="store_true", help="with --goodput: a shape in about 10 minutes"
-    )
+        "--quick", action="store_true",
+        help="with --goodput: a shape in about 10 minutes; with --kv-pressure: about 12",
+    )  # fmt: skip
     goodput.add_argument(
         "--slo-ttft-ms", type=float, default=None, help="default: the declared SLO's"
     )
@@ -1084,7 +1087,20 @@ def main() -> None:
     goodput.add_argument(
         "--goodput-json", type=Path, default=ROOT / "bench" / "out" / "goodput_points.json"
     )
+    pressure = parser.add_argument_group("KV pressure (bench/kv_pressure.py)")
+    pressure.add_argument(
+        "--kv-pressure", action="store_true",
+        help="many more live conversations than the device pools hold, under each KV tier "
+        "setting, with --pods 1 and 3 unless --pods names one",
+    )  # fmt: skip
+    pressure.add_argument(
+        "--kv-pressure-png", type=Path, default=ROOT / "bench" / "out" / "kv_pressure.png"
+    )
     args = parser.parse_args()
+    if args.pods is not None and args.pods < 1:
+        parser.error(f"--pods must be >= 1, got {args.pods}")
+    if args.pods is None and not args.kv_pressure:
+        args.pods = 3
     if args.gateways < 1:
         parser.error(f"--gateways must be >= 1, got {args.gateways}")
     for name in ("slo_ttft_ms", "slo_tpot_ms", "start_rate", "wall_cap_min"):
@@ -1136,6 +1152,11 @@ def main() -> None:
         from bench.goodput import run_calibration
 
         run_calibration(args, sys.modules[__name__])
+        return
+    if args.kv_pressure:
+        from bench.kv_pressure import run_kv_pressure
+
+        run_kv_pressure(args, sys.modules[__name__])
         return
     if args.goodput:
         from bench.goodput import run_goodput
