@@ -12,7 +12,7 @@ the other conversations' turns push its pages out of the device pool. The plan (
 images, start and think times) is drawn from `--seed` alone: every configuration replays
 the same one.
 
-Memory pressure: every pod's device pool is IRIS_LLM_KV_NUM_PAGES pages, sized to hold 1.5
+Memory pressure: every pod's device pool is IRIS_LLM_KV_NUM_PAGES pages, sized to hold 1.25
 times the longest conversation (so any turn fits) and nothing like all of them: the live
 histories are several times the pools at every pod count (printed). The host tier
 (IRIS_LLM_HOST_KV_BYTES, where on) holds every live history with room to spare; the store
@@ -46,7 +46,7 @@ their third turns is sent: it lands on another pod, which loads the history from
 of the rest, while two pods are left. Printed: the median TTFT of those turns in each, and
 the ratio (target >= 3 on the demo model).
 
-`--quick`: 16 conversations of 4 turns (both pod counts in about 12 minutes on 2 cores);
+`--quick`: 18 conversations of 4 turns (both pod counts in about 12 minutes on 2 cores);
 the default 28 of 5 (about 30). Each part's wall time is printed.
 """
 
@@ -73,7 +73,7 @@ PAGE_SIZE = 16  # the pods' default IRIS_LLM_PAGE_SIZE
 CHARS_PER_TOKEN = 4.9  # the demo tokenizer on these texts (measured); sizes are estimates
 IMAGE_TOKENS = 80  # one tile of the demo's tower (64) and the tokens around it
 SYSTEM_TOKENS = 200
-POOL_FACTOR = 1.5  # the device pool holds this many of the longest conversation
+POOL_FACTOR = 1.25  # the device pool holds this many of the longest conversation
 HOST_FACTOR = 1.5  # the host tier holds this many of every live history
 STORE_MAXMEMORY_MB = 1024
 WORD_LIST = (
@@ -108,7 +108,7 @@ class Shape:
     moved: int  # conversations of the moved-conversation case
 
 
-QUICK = Shape(16, 4, 150, 24, 2, (4.0, 9.0), 10.0, 8, 6)
+QUICK = Shape(18, 4, 150, 24, 2, (4.0, 9.0), 10.0, 8, 6)
 FULL = Shape(28, 5, 260, 28, 3, (6.0, 14.0), 20.0, 8, 8)
 
 
