@@ -73,13 +73,15 @@ regret (the share of prompt tokens a pod computed while another held them, and t
 by reason: gateway/routing/regret.py) beside the embedding reuse. `--goodput` searches
 modes (a), (b), (c) for the highest rate within the declared latency SLO instead, and
 `--calibrate` measures that SLO (bench/goodput.py; `--quick` for a shape in about 10
-minutes).
+minutes). `--kv-pressure` runs many more live conversations than the pods' device KV pools
+hold, with think time, under device only, host tier and host tier + store, with `--pods` 1
+and 3 in one run (bench/kv_pressure.py; `--quick` for a shape in about 12 minutes).
 
     python bench/workload.py [--model DIR] [--users 8] [--turns 4] [--rate 0.05] [--pods 3]
         [--library 6] [--upload-share 0.3] [--later-image 0.1] [--no-warm-up]
         [--seeds 1] [--only a,b,c,d] [--env IRIS_LLM_MAX_BATCH_TOKENS=256 ...] [--gateways 1]
         [--goodput [--quick] [--slo-ttft-ms MS] [--slo-tpot-ms MS] [--wall-cap-min 60]]
-        [--calibrate [--quick] [--calibration-users 6]]
+        [--calibrate [--quick] [--calibration-users 6]] [--kv-pressure [--quick] [--pods N]]
         [--trace FILE | --make-trace FILE [--reuse-share 0.7] [--image-size 384x288]]
 
 The default (32 measured turns a mode, 3 of them with an upload) is sized for the
