@@ -547,7 +547,11 @@ def config_for(args, setup: Setup, pods: int, sizes: Sizes, workload):
     )
     env = {kind: dict(values) for kind, values in base.extra_env.items()}
     env.setdefault("llm", {}).setdefault("IRIS_LLM_KV_NUM_PAGES", str(sizes.device_pages))
-    env.setdefault("gateway", {}).setdefault("IRIS_GATEWAY_ROUTER_CONFIG", setup.policy)
+    gateway = env.setdefault("gateway", {})
+    gateway.setdefault("IRIS_GATEWAY_ROUTER_CONFIG", setup.policy)
+    # Device only on one pod queues a turn at the pod past the default 60 s of silence; the
+    # client waits for it here (its TTFT says how long), as for the tower's leases.
+    gateway.setdefault("IRIS_GATEWAY_STREAM_IDLE_S", "600")
     return replace(
         base,
         extra_env=env,
