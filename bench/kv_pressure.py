@@ -47,7 +47,7 @@ of the rest, while two pods are left. Printed: the median TTFT of those turns in
 the ratio (target >= 3 on the demo model).
 
 `--quick`: 16 conversations of 4 turns (both pod counts in about 12 minutes on 2 cores);
-the default 28 of 5 (about 30). Each part's wall time is printed.
+the default 24 of 5 (about 30). Each part's wall time is printed.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ class Shape:
     moved: int  # conversations of the moved-conversation case
 
 
-QUICK = Shape(16, 4, 150, 24, 2, (4.0, 9.0), 10.0, 8, 6)
-FULL = Shape(28, 5, 260, 28, 3, (6.0, 14.0), 20.0, 8, 8)
+QUICK = Shape(16, 4, 100, 16, 2, (4.0, 9.0), 10.0, 8, 6)
+FULL = Shape(24, 5, 160, 20, 3, (6.0, 12.0), 15.0, 8, 8)
 
 
 @dataclass(frozen=True)
