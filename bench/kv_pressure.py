@@ -4,13 +4,14 @@ the LLM pods' device KV pools hold, think time between turns, under each KV tier
 
 The workload: `conversations` image chats of `turns` turns, all live at once. Each opens
 with the shared system prompt (bench/workload.py's, about 200 tokens), then the user's own
-notes (a few hundred tokens, unique to the conversation) and one of a small library of
-photos; every later turn adds a question with a little more of the user's text, and resends
-the whole history as chat clients do. Conversations start spread over the first seconds;
-between a turn's answer and the next turn the user thinks (seconds drawn per turn), while
-the other conversations' turns push its pages out of the device pool. The plan (texts,
-images, start and think times) is drawn from `--seed` alone: every configuration replays
-the same one.
+notes (about 160 tokens in `--quick`, 260 by default; unique to the conversation) and one of
+a small library of photos; every later turn adds a question with a little more of the
+user's text, and resends the whole history as chat clients do. Conversations start spread
+over the first seconds; between a turn's answer and the next turn the user thinks (seconds
+drawn per turn), while the other conversations' turns push its pages out of the device
+pool. The plan (texts, images, start and think times) is drawn from `--seed` alone: every
+configuration replays the same one. A turn the gateway refuses (429 at capacity) is sent
+again each second, as a client would; its TTFT counts from the first try.
 
 Memory pressure: every pod's device pool is IRIS_LLM_KV_NUM_PAGES pages, sized to hold 1.15
 times the longest conversation (so any turn fits) and nothing like all of them: the live
