@@ -4,8 +4,8 @@ the LLM pods' device KV pools hold, think time between turns, under each KV tier
 
 The workload: `conversations` image chats of `turns` turns, all live at once. Each opens
 with the shared system prompt (bench/workload.py's, about 200 tokens), then the user's own
-notes (about 160 tokens in `--quick`, 260 by default; unique to the conversation) and one of
-a small library of photos; every later turn adds a question with a little more of the
+notes (about 160 tokens in `--quick`, 260 by default; unique to the conversation) after one
+of a small library of photos; every later turn adds a question with a little more of the
 user's text, and resends the whole history as chat clients do. Conversations start spread
 over the first seconds; between a turn's answer and the next turn the user thinks (seconds
 drawn per turn), while the other conversations' turns push its pages out of the device
@@ -412,9 +412,11 @@ async def send(link: Link, chat: Chat) -> TurnRecord:
     planned = chat.planned.turns[chat.sent]
     if not chat.messages:
         chat.messages.append({"role": "system", "content": link.workload.SYSTEM_PROMPT})
-    content: list[dict] = [{"type": "text", "text": planned.text}]
-    if planned.image is not None:  # after the user's own text: only the system prompt is shared
-        content.append(link.workload.image_part(link.images[planned.image]))
+    # The photo before the text, as in bench/trace.py: the system prompt and the photo are a
+    # prefix shared by the conversations on that photo (hot: never a reason to fetch the
+    # embedding again), the user's own words are not.
+    content = [link.workload.image_part(link.images[planned.image])] if planned.image else []
+    content.append({"type": "text", "text": planned.text})
     chat.messages.append({"role": "user", "content": content})
     chat.sent += 1
     sent = time.perf_counter()
