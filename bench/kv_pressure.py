@@ -79,7 +79,7 @@ HOST_FACTOR = 1.5  # the host tier holds this many of every live history
 STORE_MAXMEMORY_MB = 1024
 # A turn the gateway refuses (429 overloaded: admission by capacity; 503) is sent again this
 # often, for this long, as a client honouring Retry-After would; its TTFT counts the waits.
-RETRY_AFTER_S, RETRY_FOR_S = 1.0, 180.0
+RETRY_AFTER_S, RETRY_FOR_S = 1.0, 90.0
 WORD_LIST = (
     "garden lantern river copper meadow harbour violet engine window pebble orchard signal "
     "ladder candle marble thunder saddle velvet compass anchor cedar falcon glacier hollow "
@@ -533,9 +533,10 @@ async def run_moved(link: Link, platform, plan: list[PlannedConversation], store
             break
         await asyncio.to_thread(service.child.stop)
         await asyncio.sleep(2.0)  # the gateway's health watch takes it out of routing
-        for chat in [chat for chat in pending if chat.pod == victim]:
-            moved.append(await send(link, chat))
+        held = [chat for chat in pending if chat.pod == victim]
         pending = [chat for chat in pending if chat.pod != victim]
+        for chat in held:
+            moved.append(await send(link, chat))
     return moved
 
 
@@ -580,6 +581,7 @@ def run_config(args, setup: Setup, pods: int, sizes: Sizes, shape: Shape, worklo
     result.wall_s["all"] = time.perf_counter() - started
     walls = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in result.wall_s.items())
     print(f"[{setup.name}, {pods} pods] {walls}", flush=True)
+    print(format_table(pods, {setup.key: result})[1], flush=True)  # its row, as it ends
     return result
 
 
@@ -653,7 +655,7 @@ def run_kv_pressure(args, workload) -> None:
     """The whole run (see the module docstring); `workload` is bench.workload."""
     started = time.perf_counter()
     shape = QUICK if args.quick else FULL
-    pods_list = [args.pods] if args.pods else [1, 3]
+    pods_list = [args.pods] if args.pods else [3, 1]  # the target's pod count first
     plan = build_plan(shape, args.seed)
     sizes = size_pools(plan, shape.max_tokens, page_bytes_of(args.model))
     print(
