@@ -356,6 +356,11 @@ def format_table(pods: int, results: dict[str, ConfigResult]) -> list[str]:
             f"{tiers.get('miss', 0):,.0f} | {tiers.get('store', 0):,.0f} | "
             f"{s['refused']}, {s['failed']}"
         )
+    if any(not result.setup.host_tier for result in results.values()):
+        lines.append(
+            "  (the pods count page lookups by tier only with the host tier on: without it, "
+            "the cached tokens are its device hits)"
+        )
     if BASELINE in summaries:
         for key, ratio in ratios(summaries).items():
             lines.append(

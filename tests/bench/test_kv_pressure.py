@@ -81,7 +81,7 @@ def test_the_table_gives_each_configuration_against_device_only_and_the_targets(
     assert ratios(summaries)["store"]["later_p90"] == 4.0
     assert ratios(summaries)["host"]["prefill"] == 1500 / 900
     lines = format_table(3, results)
-    assert len(lines) == 1 + 4 + 3 + 2
+    assert len(lines) == 1 + 4 + 1 + 3 + 2
     assert "ratio device only / host tier + store, prefix: later-turn p50 4.00, p90 4.00" in (
         "\n".join(lines)
     )
