@@ -619,6 +619,7 @@ def plot(results: dict[int, dict[str, ConfigResult]], path: Path, model) -> None
     fig, axes = figure(2, len(results), size=(6 * len(results), 8))
     for column, (pods, configs) in enumerate(results.items()):
         ttft, prefill = axes[0][column], axes[1][column]
+        last = max((t.turn for result in configs.values() for t in result.turns), default=0)
         for index, result in enumerate(configs.values()):
             table = by_turn(result.turns)
             turns = list(table)
@@ -631,14 +632,16 @@ def plot(results: dict[int, dict[str, ConfigResult]], path: Path, model) -> None
             prefill.plot(turns, [table[t]["prefill_tokens"] for t in turns], color=color,
                          marker="o", label=name)  # fmt: skip
         ttft.set_yscale("log")
-        ttft.set_title(f"{pods} pods: TTFT by turn", fontsize=9)
+        ttft.set_title(f"{pods} pod{'s' if pods > 1 else ''}: TTFT by turn", fontsize=9)
         ttft.set_ylabel("TTFT (ms, log)")
-        prefill.set_title(f"{pods} pods: prefill tokens computed a turn (mean)", fontsize=9)
+        prefill.set_title("prefill tokens computed a turn (mean)", fontsize=9)
         prefill.set_ylabel("tokens")
         for axis in (ttft, prefill):
+            axis.set_xticks(range(last + 1))
             axis.set_xlabel("turn")
             axis.grid(True, alpha=0.3)
             axis.legend(fontsize=6)
+    fig.subplots_adjust(hspace=0.35)
     stamp(fig, model)
     save(fig, path)
 
