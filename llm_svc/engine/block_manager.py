@@ -430,6 +430,15 @@ class BlockManager:
         if self.store is not None:
             self.store.published(node, STATE, slot, seq.cache_salt)
 
+    def trim(self, seq: Sequence) -> None:
+        """Give back `seq`'s pages past its computed tokens: those a verification step took
+        for drafts it rejected (private pages: only computed pages are ever published)."""
+        keep = max(self.pages_for(seq.num_computed_tokens), len(seq.tree_nodes))
+        self.free_pages.extend(seq.block_table[keep:])
+        del seq.block_table[keep:]
+        if self.windows is not None:
+            self.windows.trim(seq, keep)
+
     def release(self, seq: Sequence) -> None:
         """Give back every page of `seq` (cached ones stay cached, unreferenced)."""
         if self.windows is not None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import blake3
 import numpy as np
+import torch
 
 from iris.models.checkpoint import read_config
 from iris.models.reasoning import think_markers
@@ -49,6 +50,8 @@ from llm_svc.engine.sampling import SampledToken, Sampler, StepSample
 from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import Scheduler
 from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
+from llm_svc.engine.spec import Speculator, Verification, make_speculator
+from llm_svc.engine.spec.verify import Verdict, verify
 from llm_svc.engine.store_link import StoreLink
 from llm_svc.engine.validation import check_cache_salt, check_request
 from llm_svc.engine.window_pages import WindowNeed, WindowPages
@@ -75,6 +78,9 @@ class LaunchedStep:
     slots: list[int]
     sample: StepSample
     pending: PendingTokens
+    # Speculative decoding: the verification of the sequences that carried drafts.
+    verification: Verification | None = None
+    draft_seqs: list[Sequence] | None = None
 
     @property
     def constrained(self) -> bool:
@@ -180,6 +186,8 @@ class LLMEngine:
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed, self.runner.device)
+        # None unless num_speculative_tokens > 0 (llm_svc/engine/spec).
+        self.speculator: Speculator | None = make_speculator(config)
         # A reasoning model's thought markers, from its own tokenizer (None: it does not think).
         self.think_markers = think_markers(self.tokenizer)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
@@ -410,6 +418,8 @@ class LLMEngine:
     def _step(self, outputs: list[RequestOutput]) -> None:
         self._collect_fetches(outputs)
         self._collect_grammars(outputs)
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running, self.config.max_model_len)
         scheduled = self.scheduler.schedule()
         self._stepping = [chunk.seq for chunk in scheduled.chunks]
         if self._inflight is not None:
@@ -422,7 +432,11 @@ class LLMEngine:
         if self._inflight is not None:
             self._retire(self._inflight, outputs)
             self._inflight = None
-        if launched is not None:
+        if launched is not None and launched.verification is not None:
+            # Drafts: only accepted tokens may reach the prefix cache, so retire first.
+            self._retire(launched, outputs)
+            self._commit(launched)
+        elif launched is not None:
             self._commit(launched)
             if self.overlap and not launched.constrained:
                 self._inflight = launched
@@ -439,15 +453,87 @@ class LLMEngine:
         if self.runner.host_tier is not None:  # pages copied back must be in before reads
             self.runner.host_tier.before_step()
         inputs = self.runner.prepare(chunks, pending)
+        if inputs.num_drafts and self.blocks.states is not None:
+            self._keep_states(inputs.sample_chunks)
         logits = self.runner.run(inputs, image_rows)
         for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
         seqs = [chunk.seq for chunk in inputs.sample_chunks]
+        verification = draft_seqs = None
+        if inputs.num_drafts:
+            logits, verification, draft_seqs = self._verify(logits, inputs.sample_chunks)
         self.constraints.apply(logits, seqs)
         sample = self.sampler.sample(logits, seqs, pending)
         slots = [seq.add_placeholder() for seq in seqs]
         rows = {seq: row for row, seq in enumerate(seqs)}
-        return LaunchedStep(chunks, seqs, slots, sample, PendingTokens(sample.token_ids, rows))
+        pending_tokens = PendingTokens(sample.token_ids, rows)
+        return LaunchedStep(chunks, seqs, slots, sample, pending_tokens, verification, draft_seqs)
+
+    # --- speculative decoding (llm_svc/engine/spec) ---------------------------------------
+    def _keep_states(self, chunks) -> None:
+        """Hybrid models: each drafting sequence's linear-layer state as it is before the
+        step, kept in a spare running slot, so a rejection can roll it back exactly."""
+        states = self.blocks.states
+        for chunk in chunks:
+            if chunk.num_drafts:
+                chunk.seq.spec.backup = states.take_running()
+                states.copy(chunk.seq.state_slot, chunk.seq.spec.backup)
+
+    def _verify(self, logits, chunks):
+        """(each sampling chunk's last row, the verification of the draft rows, the
+        sequences that drafted) from a step whose chunks end in 1 + num_drafts rows."""
+        last, draft_rows, draft_seqs, drafts = [], [], [], []
+        row = 0
+        for chunk in chunks:
+            if chunk.num_drafts:
+                draft_rows.extend(range(row, row + chunk.num_drafts))
+                draft_seqs.append(chunk.seq)
+                first = chunk.start + 1
+                drafts.append(chunk.seq.token_ids[first : first + chunk.num_drafts])
+            row += chunk.num_drafts
+            last.append(row)
+            row += 1
+        device = logits.device
+        take = lambda rows: logits.index_select(  # noqa: E731
+            0, torch.as_tensor(rows, dtype=torch.int64).to(device)
+        )
+        verification = verify(self.sampler, take(draft_rows), draft_seqs, drafts)
+        return take(last), verification, draft_seqs
+
+    def _settle(self, seq: Sequence, sampled: SampledToken, verdict: Verdict,
+                outputs: list[RequestOutput]) -> None:  # fmt: skip
+        """Accept `seq`'s verified drafts, then the replacement or the bonus token, one by
+        one (a stop ends it there); then its computed length, pages and (hybrid) state
+        are those of the accepted tokens alone."""
+        start = seq.num_tokens - seq.num_pending - seq.num_drafts - 1
+        proposed = seq.num_drafts
+        drafts = seq.token_ids[start + 1 : start + 1 + proposed]
+        seq.drop_placeholders()
+        last = sampled.token_id if verdict.replacement is None else verdict.replacement
+        for token in [*drafts[: verdict.accepted], last]:
+            seq.append_token(token)
+            outputs.append(self._accept(seq, SampledToken(token, None)))
+            if seq.is_finished:
+                break
+        self.speculator.record(seq, proposed, verdict.accepted)
+        if seq.is_finished:
+            return
+        states = self.blocks.states
+        if states is not None and verdict.accepted < proposed:
+            # The linear layers ran over rejected drafts: back to the state before the
+            # step; the accepted tokens and the new one are computed again next step.
+            states.copy(seq.spec.backup, seq.state_slot)
+            seq.num_computed_tokens = start
+        else:
+            seq.num_computed_tokens = start + 1 + verdict.accepted
+        self._release_backup(seq)
+        self.blocks.trim(seq)
+
+    def _release_backup(self, seq: Sequence) -> None:
+        spec = seq.spec
+        if spec is not None and spec.backup is not None:
+            self.blocks.states.give_running(spec.backup)
+            spec.backup = None
 
     def _commit(self, step: LaunchedStep) -> None:
         """Publish the step's filled pages (their tokens are all on the host by now: the
@@ -460,8 +546,14 @@ class LLMEngine:
         """Read the step's tokens (the host's one wait for the device) and accept them;
         sequences that ended meanwhile (finished the step before, aborted) are skipped."""
         sampled = step.sample.resolve()
+        verdicts = {}
+        if step.verification is not None:
+            verdicts = dict(zip(step.draft_seqs, step.verification.resolve(), strict=True))
         for seq, slot, token in zip(step.seqs, step.slots, sampled, strict=True):
             if seq.is_finished:
+                continue
+            if seq in verdicts:
+                self._settle(seq, token, verdicts[seq], outputs)
                 continue
             seq.resolve_placeholder(slot, token.token_id)
             outputs.append(self._accept(seq, token))
@@ -478,6 +570,7 @@ class LLMEngine:
         for seq in dict.fromkeys(stepping):
             if seq.is_finished:
                 continue
+            self._release_backup(seq)
             if recompute:
                 seq.drop_placeholders()
                 self.scheduler.recompute(seq)
@@ -645,6 +738,7 @@ class LLMEngine:
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         seq.drop_placeholders()
+        self._release_backup(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.scheduler.finish(seq)
