@@ -187,7 +187,7 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed, self.runner.device)
         # None unless num_speculative_tokens > 0 (llm_svc/engine/spec).
-        self.speculator: Speculator | None = make_speculator(config)
+        self.speculator: Speculator | None = make_speculator(config, self.model_config.vocab_size)
         # A reasoning model's thought markers, from its own tokenizer (None: it does not think).
         self.think_markers = think_markers(self.tokenizer)
         self.eos_token_ids = set(self.model_config.eos_token_ids)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from llm_svc.engine import EngineConfig, LLMEngine, VisionEmbeddingSource
-from llm_svc.engine.spec import OracleProposer
+from llm_svc.engine.spec import NgramProposer, OracleProposer
 from tests.llm_svc.conftest import _checkpoint, greedy
 from tests.llm_svc.family_checkpoints import FAMILIES, family_checkpoint
 from tests.llm_svc.mm_reference import GatedSource, MMReference, admit_together, make_image
@@ -104,7 +104,9 @@ def test_greedy_with_drafts_equals_greedy_without(family):
     kind, model_dir, prompts, first, again = family
     assert first == again
     oracle = lambda engine: OracleProposer(first, 0.6, engine.model_config.vocab_size)  # noqa: E731
-    for name, proposer in (("oracle", oracle), ("ngram", None)):
+    # n from 4 down to 1: a random model seldom repeats 2 tokens, so n = 1 makes it draft.
+    ngram = lambda engine: NgramProposer(engine.model_config.vocab_size, min_n=1)  # noqa: E731
+    for name, proposer in (("oracle", oracle), ("ngram", ngram)):
         spec_first, spec_again, engine = _serve(
             model_dir, prompts, proposer, num_speculative_tokens=K,
             speculative_min_acceptance=0.0,

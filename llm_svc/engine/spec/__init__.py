@@ -14,11 +14,11 @@ from llm_svc.engine.spec.verify import Verdict, Verification, rejection_sample, 
 PROPOSERS = {"ngram": NgramProposer}
 
 
-def make_speculator(config: EngineConfig) -> Speculator | None:
+def make_speculator(config: EngineConfig, vocab_size: int) -> Speculator | None:
     """The engine's speculator, or None when `num_speculative_tokens` is 0."""
     if not config.num_speculative_tokens:
         return None
-    proposer = PROPOSERS[config.speculative_method]()
+    proposer = PROPOSERS[config.speculative_method](vocab_size)
     return Speculator(
         proposer,
         config.num_speculative_tokens,

@@ -25,13 +25,19 @@ def lookup(tokens: np.ndarray, k: int, min_n: int = 2, max_n: int = 4) -> list[i
 
 
 class NgramProposer(Proposer):
-    """Prompt lookup for any model: no weights, no device work."""
+    """Prompt lookup for any model: no weights, no device work. A prompt's multimodal
+    sentinels (ids past the vocabulary) are never proposed: drafts stop before one."""
 
     name = "ngram"
 
-    def __init__(self, min_n: int = 2, max_n: int = 4) -> None:
+    def __init__(self, vocab_size: int, min_n: int = 2, max_n: int = 4) -> None:
+        self.vocab_size = vocab_size
         self.min_n, self.max_n = min_n, max_n
 
     def propose(self, seq: Sequence, k: int) -> list[int]:
         tokens = np.asarray(seq.token_ids, dtype=np.int64)
-        return lookup(tokens, k, self.min_n, self.max_n)
+        drafts = lookup(tokens, k, self.min_n, self.max_n)
+        for index, token in enumerate(drafts):
+            if not 0 <= token < self.vocab_size:
+                return drafts[:index]
+        return drafts
