@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from llm_svc.engine import EngineConfig, LLMEngine, VisionEmbeddingSource
+from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams, VisionEmbeddingSource
 from llm_svc.engine.spec import NgramProposer, OracleProposer
-from tests.llm_svc.conftest import _checkpoint, greedy
+from tests.llm_svc.checkpoints import tiny_checkpoint
+from tests.llm_svc.conftest import _checkpoint, greedy, make_engine, run_all, token_ids
 from tests.llm_svc.family_checkpoints import FAMILIES, family_checkpoint
 from tests.llm_svc.mm_reference import GatedSource, MMReference, admit_together, make_image
 
@@ -118,3 +119,85 @@ def test_greedy_with_drafts_equals_greedy_without(family):
             assert 0 < stats.accepted["oracle"] < stats.proposed["oracle"], "accepts and rejects"
         assert engine.stats().prefix_hit_tokens > 0
         _check_pages(engine, prompts, first)
+
+
+# --- sampling ---------------------------------------------------------------------------
+SEEDS = 240
+
+
+def _critical(dof: int) -> float:
+    """The chi-square value exceeded with probability 0.001 at `dof` degrees of freedom
+    (Wilson and Hilferty's approximation: within 3% of the exact value)."""
+    z, h = 3.0902, 2 / (9 * dof)
+    return dof * (1 - h + z * h**0.5) ** 3
+
+
+def _sampled(engine, prompt: list[int]) -> dict[str, list[int]]:
+    params = [
+        SamplingParams(temperature=1.0, top_k=3, max_tokens=3, ignore_eos=True, seed=seed)
+        for seed in range(SEEDS)
+    ]
+    return {
+        request_id: token_ids(outs)
+        for request_id, outs in run_all(
+            engine, {f"s{seed}": (prompt, p) for seed, p in enumerate(params)}
+        ).items()
+    }
+
+
+def _homogeneity(first: list[tuple], second: list[tuple]) -> tuple[float, int]:
+    """Two-sample chi-square statistic over the outcomes, those expected fewer than 5
+    times in either sample pooled into one cell; and its degrees of freedom."""
+    cells = sorted(set(first) | set(second))
+    counts = [(first.count(cell), second.count(cell)) for cell in cells]
+    big = [pair for pair in counts if sum(pair) >= 10]
+    rest = [sum(a for a, _ in counts if (a, _) not in big)]
+    rest.append(sum(b for a, b in counts if (a, b) not in big))
+    table = big + ([tuple(rest)] if sum(rest) else [])
+    stat = 0.0
+    for a, b in table:
+        for observed in (a, b):
+            expected = (a + b) / 2  # equal sample sizes
+            stat += (observed - expected) ** 2 / expected
+    return stat, len(table) - 1
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    """Seeded samples (top-k 3) of one prompt without drafts, with them (the oracle
+    proposing the greedy continuation, so drafts are both accepted and rejected), and
+    with them again."""
+    model_dir = tiny_checkpoint("llama")
+    prompt = list(range(10, 30))
+    base = make_engine(model_dir, max_num_seqs=64)
+    without = _sampled(base, prompt)
+    truth = token_ids(run_all(base, {"g": (prompt, greedy(3))})["g"])
+    runs = []
+    for _ in range(2):
+        engine = make_engine(
+            model_dir, max_num_seqs=64, num_speculative_tokens=2,
+            speculative_min_acceptance=0.0, speculative_max_batch=1000,
+        )  # fmt: skip
+        truths = {f"s{seed}": truth for seed in range(SEEDS)}
+        engine.speculator.proposer = OracleProposer(truths, 1.0, engine.model_config.vocab_size)
+        runs.append((_sampled(engine, prompt), engine.speculator.stats))
+    return without, runs
+
+
+def test_sampling_with_drafts_keeps_the_distribution(sampled):
+    without, ((with_drafts, stats), _) = sampled
+    assert 0 < stats.accepted["oracle"] < stats.proposed["oracle"]
+    # A prefill whose last chunk is one token drafts too: the first token may be verified.
+    picks = {
+        "first": lambda t: t[0], "first two": lambda t: tuple(t[:2]),
+        "last two": lambda t: tuple(t[1:]),
+    }  # fmt: skip
+    for name, pick in picks.items():
+        stat, dof = _homogeneity([pick(t) for t in without.values()],
+                                 [pick(t) for t in with_drafts.values()])  # fmt: skip
+        assert dof >= 2 and stat < _critical(dof), (name, stat, dof)
+
+
+def test_seeded_sampling_with_drafts_is_reproducible(sampled):
+    _, ((first, _), (second, _)) = sampled
+    assert first == second
