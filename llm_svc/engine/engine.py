@@ -794,6 +794,7 @@ class LLMEngine:
             tier=self._tier_stats(),
             store=self._store_stats(),
             **self._snapshot_stats(),
+            **self._spec_stats(),
         )
 
     def _tier_stats(self) -> TierSnapshot | None:
@@ -840,6 +841,16 @@ class LLMEngine:
             errors=stats.errors,
             available=stats.available,
             fetch_seconds=fetch_seconds,
+        )
+
+    def _spec_stats(self) -> dict[str, dict[str, int]]:
+        if self.speculator is None:
+            return {}
+        stats = self.speculator.stats
+        return dict(
+            spec_proposed=dict(stats.proposed),
+            spec_accepted=dict(stats.accepted),
+            spec_verifications=dict(stats.verifications),
         )
 
     def _snapshot_stats(self) -> dict[str, int]:

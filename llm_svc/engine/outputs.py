@@ -91,3 +91,7 @@ class EngineStats:
     tier: TierSnapshot | None = None
     # The KV store shared by the pods (None: off).
     store: StoreSnapshot | None = None
+    # Speculative decoding by draft method: tokens proposed, accepted, verifications.
+    spec_proposed: dict[str, int] = field(default_factory=dict)
+    spec_accepted: dict[str, int] = field(default_factory=dict)
+    spec_verifications: dict[str, int] = field(default_factory=dict)
