@@ -201,3 +201,66 @@ def test_sampling_with_drafts_keeps_the_distribution(sampled):
 def test_seeded_sampling_with_drafts_is_reproducible(sampled):
     _, ((first, _), (second, _)) = sampled
     assert first == second
+
+
+# --- scheduling rules -------------------------------------------------------------------
+def _greedy_run(model_dir, truth_p: float | None, params=None, count=3, **overrides):
+    """(tokens, stats, steps' token counts) of `count` prompts with drafts (the oracle at
+    `truth_p`, proposing the tokens of a run without drafts; None: n-gram)."""
+    prompts = {f"r{i}": (list(range(10 + i, 30 + i)), params or greedy(NEW)) for i in range(count)}
+    truth = {key: token_ids(outs) for key, outs in run_all(make_engine(model_dir), prompts).items()}
+    args = dict(num_speculative_tokens=K, speculative_min_acceptance=0.0) | overrides
+    engine = make_engine(model_dir, **args)
+    if truth_p is not None:
+        vocab = engine.model_config.vocab_size
+        engine.speculator.proposer = OracleProposer(truth, truth_p, vocab)
+    sizes = []
+    schedule = engine.scheduler.schedule
+
+    def recording():
+        out = schedule()
+        sizes.append(out.num_tokens)
+        return out
+
+    engine.scheduler.schedule = recording
+    tokens = {key: token_ids(outs) for key, outs in run_all(engine, prompts).items()}
+    assert tokens == truth
+    return tokens, engine.stats(), sizes
+
+
+def test_drafts_count_against_the_token_budget():
+    _, stats, sizes = _greedy_run(tiny_checkpoint("llama"), 1.0, max_num_batched_tokens=6)
+    assert max(sizes) <= 6
+    # Three sequences of 1 + 3 tokens do not fit 6: drafts were cut, yet some verified.
+    assert stats.spec_accepted["oracle"] > 0
+
+
+def test_a_large_batch_decodes_without_drafts():
+    model_dir = tiny_checkpoint("llama")
+    _, stats, _ = _greedy_run(model_dir, 1.0, speculative_max_batch=3)
+    assert stats.spec_proposed == {}
+    _, stats, _ = _greedy_run(model_dir, 1.0, speculative_max_batch=4)
+    assert stats.spec_proposed["oracle"] > 0
+
+
+def test_low_acceptance_pauses_drafting():
+    model_dir = tiny_checkpoint("llama")
+    _, always, _ = _greedy_run(model_dir, 0.0)
+    _, paused, _ = _greedy_run(model_dir, 0.0, speculative_min_acceptance=0.5)
+    assert always.spec_accepted["oracle"] == paused.spec_accepted["oracle"] == 0
+    # Two misses take each sequence's average from 1 to 0.25 < 0.5; its pause (8 steps)
+    # then outlasts its run.
+    assert paused.spec_verifications["oracle"] == 2 * 3 < always.spec_verifications["oracle"]
+
+
+def test_requests_the_verifier_cannot_reproduce_do_not_draft():
+    model_dir = tiny_checkpoint("llama")
+    for extra in (dict(logprobs=2), dict(repetition_penalty=1.2), dict(logit_bias={5: 1.0}),
+                  dict(min_tokens=NEW)):  # fmt: skip
+        _, stats, _ = _greedy_run(model_dir, 1.0, params=greedy(NEW, **extra))
+        assert stats.spec_proposed == {}, extra
+
+
+def test_an_unknown_draft_method_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"speculative_method must be one of \('ngram',\)"):
+        EngineConfig(tiny_checkpoint("llama"), num_speculative_tokens=2, speculative_method="mtp")
