@@ -264,3 +264,23 @@ def test_requests_the_verifier_cannot_reproduce_do_not_draft():
 def test_an_unknown_draft_method_is_refused_by_name():
     with pytest.raises(ValueError, match=r"speculative_method must be one of \('ngram',\)"):
         EngineConfig(tiny_checkpoint("llama"), num_speculative_tokens=2, speculative_method="mtp")
+
+
+# --- tensor parallelism -----------------------------------------------------------------
+@pytest.mark.parametrize("family", ["qwen3_5"], indirect=True)
+def test_tp2_with_drafts_equals_greedy_without(family):
+    """Qwen3.5 (hybrid: its linear layers' states split over the ranks and rolled back
+    after a rejection) under TP 2: drafts and acceptance decided on rank 0, the drafts
+    sent in the step's input ids."""
+    _, model_dir, prompts, first, _ = family
+    oracle = lambda engine: OracleProposer(first, 0.6, engine.model_config.vocab_size)  # noqa: E731
+    spec_first, spec_again, engine = _serve(
+        model_dir, prompts, oracle, num_speculative_tokens=K, speculative_min_acceptance=0.0,
+        tensor_parallel_size=2,
+    )  # fmt: skip
+    try:
+        assert spec_first == first and spec_again == first
+        stats = engine.speculator.stats
+        assert 0 < stats.accepted["oracle"] < stats.proposed["oracle"]
+    finally:
+        engine.close()
