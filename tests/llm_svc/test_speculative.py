@@ -248,9 +248,9 @@ def test_low_acceptance_pauses_drafting():
     _, always, _ = _greedy_run(model_dir, 0.0)
     _, paused, _ = _greedy_run(model_dir, 0.0, speculative_min_acceptance=0.5)
     assert always.spec_accepted["oracle"] == paused.spec_accepted["oracle"] == 0
-    # Two misses take each sequence's average from 1 to 0.25 < 0.5; its pause (8 steps)
+    # One miss takes each sequence's average from 0.5 to 0.25 < 0.5; its pause (16 steps)
     # then outlasts its run.
-    assert paused.spec_verifications["oracle"] == 2 * 3 < always.spec_verifications["oracle"]
+    assert paused.spec_verifications["oracle"] == 3 < always.spec_verifications["oracle"]
 
 
 def test_requests_the_verifier_cannot_reproduce_do_not_draft():

@@ -7,9 +7,10 @@ Rules (docs/design/engine.md, "Speculative decoding"):
   Such a request decodes one token a step, exactly as without speculation.
 - The whole batch decodes without drafts when `max_batch` or more sequences run: there a
   decode step is compute-bound and a rejected draft costs as much as a real token.
-- A sequence whose recent acceptance (an exponential average of accepted / proposed) falls
-  below `min_acceptance` stops drafting for a back-off of steps that doubles each time it
-  fails again (from 8 to 256 steps), then tries again; a good step halves the back-off.
+- A sequence whose recent acceptance (an exponential average of accepted / proposed, from
+  0.5) falls below `min_acceptance` stops drafting for a back-off of steps that doubles
+  each time it fails again (from 16 to 256 steps), then tries again; a good step halves
+  the back-off.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from llm_svc.engine.spec.proposer import Proposer
 
 # The weight of the newest step in a sequence's acceptance average.
 AVERAGE_WEIGHT = 0.5
-FIRST_BACKOFF, MAX_BACKOFF = 8, 256
+# The average a sequence starts from: one step that accepts nothing (0.25) pauses it at the
+# default threshold (0.3), one that accepts half keeps it drafting.
+FIRST_ACCEPTANCE = 0.5
+FIRST_BACKOFF, MAX_BACKOFF = 16, 256
 
 
 @dataclass
 class SpecState:
     """A sequence's recent acceptance and back-off."""
 
-    acceptance: float = 1.0
+    acceptance: float = FIRST_ACCEPTANCE
     backoff: int = 0  # steps of the current back-off (0: never backed off)
     paused: int = 0  # steps left without drafts
     backup: int | None = None  # hybrid models: the state slot kept during verification
