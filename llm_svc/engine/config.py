@@ -74,7 +74,8 @@ class EngineConfig:
     `speculative_method` ("ngram"), verified in one target forward; a sequence whose recent
     acceptance is below `speculative_min_acceptance` pauses drafting (0: never), and a
     batch of `speculative_max_batch` or more running sequences decodes without drafts. It
-    turns overlap scheduling off (a step's accepted tokens decide the next step's inputs)."""
+    turns overlap scheduling off (a step's accepted tokens decide the next step's inputs);
+    asking for both is refused."""
 
     model_dir: str | Path
     model_revision: str = ""  # the weights' name for the fingerprint ("": their digest)
@@ -180,9 +181,9 @@ class EngineConfig:
             )
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self._check_speculation()
         if self.overlap_scheduling is None:
             self.overlap_scheduling = self.device.startswith("cuda")
-        self._check_speculation()
         if self.dtype == "auto":
             self.dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         check_backend_name(self.attention_backend)
@@ -226,6 +227,12 @@ class EngineConfig:
             )
         if self.num_speculative_tokens:
             # The accepted tokens decide the next step's inputs: nothing to overlap.
+            if self.overlap_scheduling:
+                raise ValueError(
+                    f"overlap_scheduling (IRIS_LLM_OVERLAP_SCHEDULING) cannot be on with "
+                    f"num_speculative_tokens {self.num_speculative_tokens}: a step's accepted "
+                    f"drafts decide the next step's inputs; leave it unset or set it false"
+                )
             self.overlap_scheduling = False
 
     @property

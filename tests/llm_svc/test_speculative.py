@@ -261,9 +261,12 @@ def test_requests_the_verifier_cannot_reproduce_do_not_draft():
         assert stats.spec_proposed == {}, extra
 
 
-def test_an_unknown_draft_method_is_refused_by_name():
+def test_unsupported_settings_are_refused_by_name():
+    model_dir = tiny_checkpoint("llama")
     with pytest.raises(ValueError, match=r"speculative_method must be one of \('ngram',\)"):
-        EngineConfig(tiny_checkpoint("llama"), num_speculative_tokens=2, speculative_method="mtp")
+        EngineConfig(model_dir, num_speculative_tokens=2, speculative_method="mtp")
+    with pytest.raises(ValueError, match="overlap_scheduling .* num_speculative_tokens 2"):
+        EngineConfig(model_dir, num_speculative_tokens=2, overlap_scheduling=True)
 
 
 # --- tensor parallelism -----------------------------------------------------------------
