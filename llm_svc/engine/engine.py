@@ -53,6 +53,7 @@ from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
 from llm_svc.engine.spec import Speculator, Verification, make_speculator
 from llm_svc.engine.spec.verify import Verdict, verify
 from llm_svc.engine.store_link import StoreLink
+from llm_svc.engine.transfer import to_device
 from llm_svc.engine.validation import check_cache_salt, check_request
 from llm_svc.engine.window_pages import WindowNeed, WindowPages
 
@@ -122,6 +123,11 @@ def positions_salt(salt: bytes, positions: np.ndarray) -> bytes:
     narrowed to exactly these positions (32 bytes, like a tenant salt)."""
     table = np.ascontiguousarray(positions, dtype=np.int64)
     return blake3.blake3(b"iris-positions-v1" + bytes(salt) + table.tobytes()).digest()
+
+
+def _rows(values: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """`values[rows]`, the index sent to the values' device without a sync."""
+    return values.index_select(0, to_device(np.asarray(rows, dtype=np.int64), values.device))
 
 
 class LLMEngine:
@@ -493,12 +499,8 @@ class LLMEngine:
             row += chunk.num_drafts
             last.append(row)
             row += 1
-        device = logits.device
-        take = lambda rows: logits.index_select(  # noqa: E731
-            0, torch.as_tensor(rows, dtype=torch.int64).to(device)
-        )
-        verification = verify(self.sampler, take(draft_rows), draft_seqs, drafts)
-        return take(last), verification, draft_seqs
+        verification = verify(self.sampler, _rows(logits, draft_rows), draft_seqs, drafts)
+        return _rows(logits, last), verification, draft_seqs
 
     def _settle(self, seq: Sequence, sampled: SampledToken, verdict: Verdict,
                 outputs: list[RequestOutput]) -> None:  # fmt: skip
