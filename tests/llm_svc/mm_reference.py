@@ -99,6 +99,8 @@ class MMReference:
         return self._model
 
     def _pixel_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
+        if self.adapter.architecture == "Gemma4ForConditionalGeneration":
+            return self._gemma4_inputs(images, expanded)
         if self.adapter.bidirectional_image_spans:  # Gemma 3
             from transformers.models.gemma3.image_processing_pil_gemma3 import (
                 Gemma3ImageProcessorPil,
@@ -147,6 +149,29 @@ class MMReference:
         out = processor(images=images or None, text=[text], return_tensors="pt")
         assert out["input_ids"][0].tolist() == expanded, "the processor expands differently"
         return {"pixel_values": out["pixel_values"]} if images else {}
+
+    def _gemma4_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
+        """Gemma4ImageProcessorPil's patches and positions; mm_token_type_ids mark the soft
+        tokens (1 image, 2 video), from which HF builds the spans that attend both ways.
+        Video frames come as `video_frames` (built by hand: HF's video processor needs
+        torchvision)."""
+        from transformers.models.gemma4.image_processing_pil_gemma4 import (
+            Gemma4ImageProcessorPil,
+        )
+
+        ids = torch.tensor([expanded])
+        types = (ids == self.adapter.image_token_id).long()
+        types += 2 * (ids == self.adapter.config.get("video_token_id", -1)).long()
+        # Hidden states requested keep transformers from slicing the KV-shared layers' rows,
+        # which fails on a model without per-layer inputs (5.24); the logits are the same.
+        inputs: dict = {"mm_token_type_ids": types, "output_hidden_states": True}
+        if images:
+            out = Gemma4ImageProcessorPil.from_pretrained(str(self.model_dir))(
+                images=images, return_tensors="pt"
+            )
+            inputs["pixel_values"] = out["pixel_values"]
+            inputs["image_position_ids"] = out["image_position_ids"]
+        return inputs
 
     def _mistral3_inputs(self, images: list[Image.Image]) -> dict:
         """Pixtral's PIL image processor at the processor's block size (PixtralProcessor
