@@ -2,8 +2,9 @@
 
 The chat template writes `<|image|>` for an image; the processor replaces it with
 `<|image>` + N × `<|image|>` + `<image|>`, N set by the image processor's resize rule
-(counting.py). A video is up to 32 frames, each "mm:ss" then its own `<|image>` +
-N × `<|video|>` + `<image|>`, joined by spaces (video_layout.py). With
+(counting.py). A video's processor writes, per frame, "mm:ss" then its own `<|image>` +
+N × `<|video|>` + `<image|>`, the frames joined by spaces; Iris serves each frame as one
+frame group on its own time grid (docs/design/families.md, "Gemma 4"). With
 `use_bidirectional_attention` "vision" each run of soft tokens attends both ways on the
 sliding layers only; such a span is never cut by a prefill chunk or a resume point. The
 audio tower (the E models) is not served: neither loaded nor used.
@@ -11,6 +12,7 @@ audio tower (the E models) is not served: neither loaded nor used.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -18,12 +20,17 @@ from typing import Any
 from iris.models.base import Grid, ModelAdapter, Span
 from iris.models.gemma4.counting import SoftTokenRule
 from iris.models.registry import register
+from iris.multimodal.video import VideoSampling
 
 BOI_TOKEN = "<|image>"
 EOI_TOKEN = "<image|>"
 IMAGE_TOKEN = "<|image|>"
 VIDEO_TOKEN = "<|video|>"
 AUDIO_TOKEN = "<|audio|>"
+# Iris's time grid for Gemma 4 (its processor takes 32 frames spread over the clip instead).
+VIDEO_FPS = 1.0
+# Gemma4VideoProcessor's defaults, used where video_preprocessor_config.json leaves them out.
+_VIDEO_DEFAULTS = {"patch_size": 16, "pooling_kernel_size": 3, "max_soft_tokens": 70}
 
 
 @register
@@ -84,6 +91,74 @@ class Gemma4Adapter(ModelAdapter):
             spans.append([self.soft_span(out, self.image_token_id, int(grid[0]) * int(grid[1]))])
             cursor = position + 1
         out.extend(input_ids[cursor:])
+        return out, spans
+
+    # -- video: one item per frame (docs/design/multimodal.md) ------------------------------
+
+    takes_video = True
+    video_token = VIDEO_TOKEN
+    video_placeholder_text = VIDEO_TOKEN
+    video_time_interval = None  # plain 1D positions: the time is in the text
+
+    @property
+    def video_token_id(self) -> int:
+        return int(self.config["video_token_id"])
+
+    @cached_property
+    def video_settings(self) -> dict:
+        """video_preprocessor_config.json over Gemma4VideoProcessor's defaults."""
+        path = self.model_dir / "video_preprocessor_config.json"
+        found = json.loads(path.read_text()) if path.is_file() else {}
+        return {key: found.get(key) or value for key, value in _VIDEO_DEFAULTS.items()} | {
+            "fps": found.get("fps") or VIDEO_FPS
+        }
+
+    @cached_property
+    def video_rule(self) -> SoftTokenRule:
+        """The frames' resize rule: the image rule at the video processor's budget."""
+        settings = self.video_settings
+        return SoftTokenRule(
+            patch_size=int(settings["patch_size"]),
+            pooling_kernel_size=int(settings["pooling_kernel_size"]),
+            max_soft_tokens=int(settings["max_soft_tokens"]),
+        )
+
+    @cached_property
+    def video_sampling(self) -> VideoSampling:
+        """Iris's grid at `fps` (1 a second unless the config sets one), one frame a group,
+        every frame resized by the processor's rule at the video budget."""
+        rule = self.video_rule
+        return VideoSampling(
+            fps=float(self.video_settings["fps"]),
+            temporal_patch_size=1,
+            patch_size=rule.patch_size,
+            merge_size=rule.pooling_kernel_size,
+            size_rule=rule,
+        )
+
+    def video_group_token_count(self, width: int, height: int) -> tuple[int, Grid]:
+        """(tokens, (rows, columns)) of one frame already resized to `width` x `height`."""
+        block = self.video_rule.block
+        rows, columns = height // block, width // block
+        return rows * columns, (rows, columns)
+
+    def expand_video(
+        self, input_ids: Sequence[int], position: int, timestamps: Sequence[float], grid: Grid
+    ) -> tuple[list[int], list[Span]]:
+        """The video placeholder at `position` replaced by the processor's layout: per frame
+        "mm:ss " + <|image> + N × <|video|> + <image|>, frames joined by a space. Each text
+        piece sits between special tokens, so it is tokenized alone. Returns the ids and
+        each frame's span (inclusive), in time order."""
+        if input_ids[position] != self.video_token_id:
+            raise ValueError(f"no video placeholder at position {position}")
+        count = int(grid[0]) * int(grid[1])
+        out = list(input_ids[:position])
+        spans: list[Span] = []
+        for index, seconds in enumerate(timestamps):
+            stamp = f"{int(seconds // 60):02d}:{int(seconds % 60):02d} "
+            out.extend(self.encode_prompt(stamp if index == 0 else " " + stamp))
+            spans.append(self.soft_span(out, self.video_token_id, count))
+        out.extend(input_ids[position + 1 :])
         return out, spans
 
     def vision_runner(self, device: Any = "cpu", dtype: Any = None):

@@ -67,13 +67,50 @@ class Gemma4VisionRunner(VisionRunner):
         positions = torch.from_numpy(np.ascontiguousarray(out["image_position_ids"]))
         return PreparedImage(patches, (rows, columns), count, {"positions": positions})
 
+    def preprocess_video_group(self, frames: np.ndarray) -> PreparedImage:
+        """One frame (uint8 [1, H, W, 3], already sampled and resized by
+        iris.multimodal.video to the video rule's size) as Gemma4VideoProcessor prepares it:
+        rescaled to [0, 1] (its mean 0 and std 1 leave it so), patchified row by row, padded
+        to the video budget's patches with positions (-1, -1)."""
+        count, height, width, _ = frames.shape
+        if count != 1:
+            raise ValueError(f"a Gemma 4 frame group is one frame, got {count}")
+        rule = self.adapter.video_rule
+        if (width, height) != rule.target_size(width, height):
+            raise ValueError(f"frame size {width}x{height} is not the video rule's size")
+        patch = rule.patch_size
+        rows, columns = height // patch, width // patch
+        image = torch.from_numpy(np.ascontiguousarray(frames[0])).float() / 255.0
+        patches = image.reshape(rows, patch, columns, patch, 3).permute(0, 2, 1, 3, 4)
+        patches = patches.reshape(rows * columns, patch * patch * 3)
+        x, y = torch.meshgrid(torch.arange(columns), torch.arange(rows), indexing="xy")
+        positions = torch.stack([x, y], dim=-1).reshape(rows * columns, 2)
+        budget = rule.max_soft_tokens * rule.pooling_kernel_size**2
+        padded = torch.zeros(1, budget, patches.shape[1])
+        padded[0, : len(patches)] = patches
+        padded_positions = torch.full((1, budget, 2), -1, dtype=torch.long)
+        padded_positions[0, : len(positions)] = positions
+        grid = (height // rule.block, width // rule.block)
+        return PreparedImage(padded, grid, grid[0] * grid[1], {"positions": padded_positions})
+
     @torch.inference_mode()
     def encode(self, prepared: list[PreparedImage]) -> list[torch.Tensor]:
-        if not prepared:
-            return []
-        patches = torch.cat([p.pixel_values for p in prepared]).to(self.device, self.dtype)
-        positions = torch.cat([p.extra["positions"] for p in prepared]).to(self.device)
-        return self.encode_patches(patches, positions, [p.token_count for p in prepared])
+        """Pictures padded to one length (images at the image budget, frames at the video
+        budget) go through the tower together; the results come back in `prepared`'s order."""
+        out: list[torch.Tensor | None] = [None] * len(prepared)
+        lengths = sorted({p.pixel_values.shape[1] for p in prepared})
+        for length in lengths:
+            batch = [i for i, p in enumerate(prepared) if p.pixel_values.shape[1] == length]
+            patches = torch.cat([prepared[i].pixel_values for i in batch])
+            positions = torch.cat([prepared[i].extra["positions"] for i in batch])
+            rows = self.encode_patches(
+                patches.to(self.device, self.dtype),
+                positions.to(self.device),
+                [prepared[i].token_count for i in batch],
+            )
+            for index, tensor in zip(batch, rows, strict=True):
+                out[index] = tensor
+        return out
 
     def encode_patches(self, patches, positions, counts: list[int]) -> list[torch.Tensor]:
         """[B, max_patches, 3·patch²] pictures (images or video frames) and their patch
