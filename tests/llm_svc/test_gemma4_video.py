@@ -131,9 +131,12 @@ def test_the_layout_is_the_processors(parts):
     )
     from transformers.models.gemma4.processing_gemma4 import Gemma4Processor
 
-    ref, adapter, runner = parts
-    video = _video(adapter, seed=3, seconds=75)  # past a minute: "01:00" ...
-    expanded, _, items, _, _, groups = _request(adapter, runner, [{"type": "video"}], [], video)
+    _, adapter, _ = parts
+    video = _video(adapter, seed=3, seconds=62)  # past a minute: "01:00" ...
+    groups = describe_video(video, adapter=adapter, fingerprint=adapter.fingerprint, salt=None)
+    ids = adapter.chat_prompt_ids([{"role": "user", "content": [{"type": "video"}]}])
+    expanded, _, _ = adapter.expand_media(ids, [], [(groups.timestamps, groups.items[0].grid)])
+    items = groups.items
     rule = adapter.video_rule
     height, width = get_aspect_ratio_preserving_size(
         height=48, width=80, patch_size=rule.patch_size,
@@ -142,14 +145,13 @@ def test_the_layout_is_the_processors(parts):
     )  # fmt: skip
     count = (height // rule.patch_size) * (width // rule.patch_size) // rule.pooling_kernel_size**2
     assert (video.width, video.height) == (width, height)
-    assert all(item.token_count == count for item in items) and len(items) == 75
+    assert all(item.token_count == count for item in items) and len(items) == 62
     fake = SimpleNamespace(boi_token="<|image>", eoi_token="<image|>", video_token="<|video|>")
     metadata = SimpleNamespace(fps=1.0, timestamps=groups.timestamps)
     inputs = {"num_soft_tokens_per_video": [count], "video_metadata": [metadata]}
     text = Gemma4Processor.replace_video_token(fake, inputs, 0)
-    assert "01:14 <|image>" in text
+    assert "00:59 <|image>" in text and "01:01 <|image>" in text
     tokenizer = adapter.tokenizer()
-    rendered = tokenizer.decode(adapter.chat_prompt_ids([{"role": "user", "content": [
-        {"type": "video"}]}]))  # fmt: skip
+    rendered = tokenizer.decode(ids)
     want = tokenizer(rendered.replace("<|video|>", text), add_special_tokens=False)
     assert expanded == want["input_ids"]

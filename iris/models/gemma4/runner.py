@@ -76,8 +76,16 @@ class Gemma4VisionRunner(VisionRunner):
         if count != 1:
             raise ValueError(f"a Gemma 4 frame group is one frame, got {count}")
         rule = self.adapter.video_rule
-        if (width, height) != rule.target_size(width, height):
-            raise ValueError(f"frame size {width}x{height} is not the video rule's size")
+        block = rule.block
+        if (
+            width % block
+            or height % block
+            or (width // block) * (height // block) > (rule.max_soft_tokens)
+        ):
+            raise ValueError(
+                f"frame size {width}x{height} is not multiples of {block} px within "
+                f"{rule.max_soft_tokens} soft tokens"
+            )
         patch = rule.patch_size
         rows, columns = height // patch, width // patch
         image = torch.from_numpy(np.ascontiguousarray(frames[0])).float() / 255.0
