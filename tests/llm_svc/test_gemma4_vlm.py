@@ -1,9 +1,9 @@
 """Gemma 4 with images on the tiny checkpoints: the vision runner equals HF's
 get_image_features; greedy tokens equal HF generate (float32) with images of different
 aspect ratios, between turns, under a chunk budget that would cut a span, after a prefix
-hit and under preemption; image spans attend both ways on sliding layers only (the E-style
-model, without "vision" attention, stays causal, and its per-layer table reads the pad id
-at image rows); the audio tower is never loaded."""
+hit, under preemption and with the MoE block; image spans attend both ways on sliding
+layers only (the E-style model, without "vision" attention, stays causal, and its
+per-layer table reads the pad id at image rows); the audio tower is never loaded."""
 
 from __future__ import annotations
 
@@ -161,3 +161,11 @@ def test_the_e_model_equals_hf_and_never_loads_its_audio_tower(gemma4_e_referenc
     loaded = [name for name, _ in llm.engine.runner.model.named_parameters()]
     loaded += [name for name, _ in llm.vision._runner.tower.named_parameters()]
     assert loaded and not any("audio" in name for name in loaded)
+
+
+def test_the_moe_model_equals_hf_with_two_images(tiny_gemma4_moe_dir):
+    from tests.llm_svc.mm_reference import MMReference
+
+    ref = MMReference(tiny_gemma4_moe_dir)
+    prompt = ref.prompt(["Compare", "with", "now"], [make_image(12, (90, 40)), make_image(13)])
+    assert same_tokens(_generate(_llm(ref), [prompt])[0].token_ids, ref.greedy(prompt, MAX_NEW))

@@ -6,6 +6,8 @@ span."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -71,3 +73,18 @@ def test_an_image_expands_to_boi_soft_tokens_eoi(tiny_gemma4_dir):
     ((start, end),) = spans[0]
     assert end - start + 1 == count and expanded[start - 1] == adapter.marker_ids[0]
     assert expanded[end + 1] == adapter.marker_ids[1]
+
+
+def test_the_gateway_counts_and_expands_without_torch(tiny_gemma4_dir):
+    code = f"""
+import sys
+from iris.models import load_adapter
+adapter = load_adapter({str(tiny_gemma4_dir)!r})
+count, grid = adapter.image_token_count(640, 480)
+ids = adapter.chat_prompt_ids([{{"role": "user", "content": [{{"type": "image"}}]}}])
+expanded, spans = adapter.expand_prompt(ids, [grid])
+assert spans[0][0][1] - spans[0][0][0] + 1 == count
+sys.exit(1 if "torch" in sys.modules else 0)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
