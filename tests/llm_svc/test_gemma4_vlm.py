@@ -96,6 +96,15 @@ def test_full_layers_keep_image_spans_causal(gemma4_reference, monkeypatch):
     assert worst[False] < 1e-4 and worst[True] > 1e-3, worst
 
 
+def test_triton_keeps_full_layers_causal_as_sdpa_does(gemma4_reference, monkeypatch):
+    """The Triton extend kernel (interpreted) drops `attend_until` on full layers too."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    ref = gemma4_reference
+    prompt = ref.prompt(["Look", "closely"], [make_image(7, (72, 40))])
+    out = _generate(_llm(ref, attention_backend="triton"), [prompt])[0]
+    assert same_tokens(out.token_ids, ref.greedy(prompt, MAX_NEW))
+
+
 def test_a_chunk_takes_the_span_it_would_cut_and_a_prefix_hit_stops_before_one(
     gemma4_reference,
 ):
