@@ -53,8 +53,9 @@ class Gemma4Adapter(ModelAdapter):
 
     @property
     def max_uncut_span(self) -> int:
-        """The longest span a prefill chunk must take whole: one image at the budget."""
-        return self.rule.max_soft_tokens
+        """The longest span a prefill chunk must take whole: an image or a video frame at
+        its budget."""
+        return max(self.rule.max_soft_tokens, self.video_rule.max_soft_tokens)
 
     def image_token_count(self, width: int, height: int) -> tuple[int, Grid]:
         rows, columns = self.rule.grid(width, height)
