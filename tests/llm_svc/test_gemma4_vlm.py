@@ -124,6 +124,7 @@ def test_a_chunk_takes_the_span_it_would_cut_and_a_prefix_hit_stops_before_one(
 
     llm.engine.scheduler.schedule = recording
     assert same_tokens(_generate(llm, [prompt])[0].token_ids, ref.greedy(prompt, MAX_NEW))
+    assert max(count for _, count in chunks) > budget  # the chunk grew to the span's end
     for first, count in chunks:
         assert not (start < first + count <= end), "a chunk ended inside the image span"
     # The same text with another image: the hit ends at the page before the span.
