@@ -25,9 +25,12 @@ from tests.llm_svc.test_video_parity import MemorySource
 MAX_NEW = 6
 
 
-@pytest.fixture(scope="module")
-def parts(gemma4_reference):
-    return gemma4_reference, gemma4_reference.adapter, gemma4_reference.adapter.vision_runner()
+@pytest.fixture(scope="module", params=["gemma4_reference", "gemma4_e_reference"])
+def parts(request):
+    """Each tiny Gemma 4: frames both ways on sliding layers, or (the E shape) causal, with
+    the per-layer table read at the pad id on frame rows."""
+    ref = request.getfixturevalue(request.param)
+    return ref, ref.adapter, ref.adapter.vision_runner()
 
 
 def _video(adapter, seed: int, seconds: int = 3):
