@@ -39,9 +39,25 @@ class Gemma4Adapter(ModelAdapter):
 
     architectures = ("Gemma4ForConditionalGeneration",)
     text_family = "gemma4"
-    image_token = IMAGE_TOKEN
-    image_placeholder_text = IMAGE_TOKEN
     _vision_markers = ("vision_tower", "embed_vision", "audio_tower", "embed_audio")
+
+    # The token strings are the tokenizer's for the ids the config names (the tiny model's
+    # are IMAGE_TOKEN and VIDEO_TOKEN).
+    @cached_property
+    def image_token(self) -> str:  # type: ignore[override]
+        return self.tokenizer().convert_ids_to_tokens(self.image_token_id)
+
+    @property
+    def image_placeholder_text(self) -> str:  # type: ignore[override]
+        return self.image_token
+
+    @cached_property
+    def video_token(self) -> str:
+        return self.tokenizer().convert_ids_to_tokens(self.video_token_id)
+
+    @property
+    def video_placeholder_text(self) -> str:  # type: ignore[override]
+        return self.video_token
 
     @property
     def bidirectional_image_spans(self) -> bool:  # type: ignore[override]
@@ -97,8 +113,6 @@ class Gemma4Adapter(ModelAdapter):
     # -- video: one item per frame (docs/design/multimodal.md) ------------------------------
 
     takes_video = True
-    video_token = VIDEO_TOKEN
-    video_placeholder_text = VIDEO_TOKEN
     video_time_interval = None  # plain 1D positions: the time is in the text
 
     @property
