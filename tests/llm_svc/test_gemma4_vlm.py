@@ -134,6 +134,15 @@ def test_a_chunk_takes_the_span_it_would_cut_and_a_prefix_hit_stops_before_one(
     assert out.num_cached_tokens == start // PAGE * PAGE > 0
 
 
+def test_a_budget_smaller_than_the_longest_span_is_refused_at_load(gemma4_reference):
+    from llm_svc.engine.models.config import UnsupportedModelError
+
+    span = gemma4_reference.adapter.max_uncut_span
+    assert span == 70  # the tiny model's image and video budgets
+    with pytest.raises(UnsupportedModelError, match=f"max_num_batched_tokens={span - 1}"):
+        _llm(gemma4_reference, max_num_batched_tokens=span - 1)
+
+
 def test_greedy_with_images_under_forced_preemption(gemma4_reference):
     from llm_svc.engine import EngineConfig, LLMEngine, VisionEmbeddingSource
     from tests.llm_svc.mm_reference import GatedSource, admit_together
