@@ -153,8 +153,8 @@ class MMReference:
     def _gemma4_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
         """Gemma4ImageProcessorPil's patches and positions; mm_token_type_ids mark the soft
         tokens (1 image, 2 video), from which HF builds the spans that attend both ways.
-        Video frames come as `video_frames` (built by hand: HF's video processor needs
-        torchvision)."""
+        A video's tensors come from the test (`greedy`'s `extra`: HF's video processor
+        needs torchvision)."""
         from transformers.models.gemma4.image_processing_pil_gemma4 import (
             Gemma4ImageProcessorPil,
         )
@@ -199,12 +199,14 @@ class MMReference:
             )
         return torch.log_softmax(out.logits[0, -1].float(), dim=-1)
 
-    def greedy(self, prompt: MMPrompt, max_new_tokens: int) -> list[int]:
+    def greedy(self, prompt: MMPrompt, max_new_tokens: int, extra: dict | None = None) -> list[int]:
         """HF's greedy continuation of `prompt` with its images, cut before the first step
         whose top two logits are within TIE_MARGIN (random tiny weights make near-ties that
-        fp32 rounding may break either way); at least MIN_TOKENS are kept."""
+        fp32 rounding may break either way); at least MIN_TOKENS are kept. `extra`: more
+        model inputs (a video's tensors, built by the test), part of the memo's key."""
+        extra = extra or {}
         key = (tuple(prompt.expanded), tuple(image_key_bytes(i) for i in prompt.images))
-        key = key + (max_new_tokens,)
+        key = key + (max_new_tokens, tuple((k, v.numpy().tobytes()) for k, v in extra.items()))
         if key not in self._outputs:
             ids = torch.tensor([prompt.expanded])
             with torch.inference_mode():
@@ -217,6 +219,7 @@ class MMReference:
                     output_scores=True,
                     return_dict_in_generate=True,
                     **self._pixel_inputs(prompt.images, prompt.expanded),
+                    **extra,
                 )
             tokens = out.sequences[0, len(prompt.expanded) :].tolist()
             for step, scores in enumerate(out.scores):

@@ -94,17 +94,12 @@ def _engine_greedy(model_dir, requests) -> list[list[int]]:
     return [tokens[f"r{i}"] for i in range(len(requests))]
 
 
-def _hf_greedy(ref, expanded, inputs) -> list[int]:
+def _hf_greedy(ref, expanded, video_inputs) -> list[int]:
+    """HF's greedy tokens; the images' tensors are in `video_inputs` too (built by Iris's
+    runner for the same images, which equal the PIL processor's: test_gemma4_vlm.py)."""
     from tests.llm_svc.mm_reference import MMPrompt
 
-    prompt = MMPrompt(expanded, [], expanded)
-    hf_inputs = ref._gemma4_inputs([], expanded) | inputs
-    original = ref._pixel_inputs
-    ref._pixel_inputs = lambda images, ids: hf_inputs
-    try:
-        return ref.greedy(prompt, MAX_NEW)
-    finally:
-        ref._pixel_inputs = original
+    return ref.greedy(MMPrompt(expanded, [], expanded), MAX_NEW, video_inputs)
 
 
 def test_video_alone_and_with_images_equal_hf(parts):
