@@ -199,8 +199,10 @@ class Dispatcher:
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
         request = RoutingRequest(
-            prompt.input_ids, self.fingerprint, prompt.salts.prefix, prompt.uncut_spans
-        )
+            prompt.input_ids, self.fingerprint, prompt.salts.prefix, prompt.uncut_spans,
+            image_spans=[(span.start, span.end) for item in prompt.items for span in item.offsets],
+            encode_seconds_per_token=_seconds_per(self.encoders.rate.per_second),
+        )  # fmt: skip
         return self.router.route(request, self.registry.pods(), exclude)
 
     async def start(
@@ -634,3 +636,7 @@ def upstream_error(err: grpc.aio.AioRpcError, request_id: str, pod: str) -> APIE
         request_id=request_id,
         detail=f"pod {pod}: {code.name} {details}",
     )
+
+
+def _seconds_per(rate: float) -> float:
+    return 1.0 / rate if rate > 0 else 0.0
