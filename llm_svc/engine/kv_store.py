@@ -226,6 +226,9 @@ class KVStoreClient:
         # engine thread takes: deque appends and pops are atomic).
         self._written: deque[bytes] = deque()
         self.fetch_rate = Rate()  # bytes per second of lookups that found something
+        # Called from the writer thread after pages were written (the pod's worker wakes to
+        # publish their events).
+        self.on_written: Callable[[], None] | None = None
         self._queue: queue.Queue[PendingWrite | None] = queue.Queue(config.write_queue)
         self._down_until = 0.0
         self._idle = threading.Event()
@@ -353,6 +356,8 @@ class KVStoreClient:
             self.backend.set_many(items)
             self.stats.bytes_written += sum(len(value) for _, value in items)
             self._written.extend(announced)
+            if announced and self.on_written is not None:
+                self.on_written()
         except Exception as err:  # noqa: BLE001 - any store failure: drop, never block
             self.stats.dropped_writes += len(items)
             self._failed("write", err)

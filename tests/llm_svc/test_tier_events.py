@@ -98,9 +98,12 @@ def test_pages_written_to_the_store_are_announced_and_fetches_measured():
     store = KVStoreConfig("memory", url=f"tier-events-{next(_stores)}")
     first, _, second = _conversations()
     writer, pod = _engine(num_pages=32, kv_store=store), Subscriber()
+    woken = []  # the pod's worker wakes to publish them, even with no step to come
+    writer.kv_store.on_written = lambda: woken.append(True)
     try:
         run_all(writer, {"first": (first, greedy(4))})
         assert writer.kv_store.flush(), "the writes did not finish"
+        assert woken
         pod.follow(writer)
         computed = writer.blocks.cache.block_hashes()
         assert writer.stats().rates.kv_store is True
