@@ -198,9 +198,10 @@ class Dispatcher:
             await asyncio.wait(set(self._background), timeout=timeout_s)
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
+        spans = [(first, last + 1) for item in prompt.items for first, last in item.offsets]
         request = RoutingRequest(
             prompt.input_ids, self.fingerprint, prompt.salts.prefix, prompt.uncut_spans,
-            image_spans=[(span.start, span.end) for item in prompt.items for span in item.offsets],
+            image_spans=spans,
             encode_seconds_per_token=_seconds_per(self.encoders.rate.per_second),
         )  # fmt: skip
         return self.router.route(request, self.registry.pods(), exclude)
