@@ -208,7 +208,9 @@ class BlockManager:
             lookups["miss"] += max(0, most - len(nodes))
             host.stats.host_hit_tokens += from_host * self.page_size
             if from_host:
-                host.stats.load_seconds.append(time.perf_counter() - started)
+                seconds = time.perf_counter() - started
+                host.stats.load_seconds.append(seconds)
+                host.stats.load_rate.observe(from_host * host.unit_bytes(PAGE), seconds)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size

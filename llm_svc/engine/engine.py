@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from iris.multimodal import (
     check_vocab_size,
     processor_fingerprint,
 )
+from iris.rates import Rate
 from llm_svc.engine.block_manager import BlockManager
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.detokenizer import IncrementalDetokenizer
@@ -39,10 +41,17 @@ from llm_svc.engine.grammar import (
     StepConstraints,
 )
 from llm_svc.engine.grammar.request import GrammarViolation
-from llm_svc.engine.kv_events import KVEvent
+from llm_svc.engine.host_tier import PAGE
+from llm_svc.engine.kv_events import KVEvent, StoreStored
 from llm_svc.engine.kv_store import KVStoreClient
 from llm_svc.engine.models.config import UnsupportedModelError
-from llm_svc.engine.outputs import EngineStats, RequestOutput, StoreSnapshot, TierSnapshot
+from llm_svc.engine.outputs import (
+    EngineRates,
+    EngineStats,
+    RequestOutput,
+    StoreSnapshot,
+    TierSnapshot,
+)
 from llm_svc.engine.parallel import make_runner
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.radix_cache import RadixCache
@@ -155,6 +164,7 @@ class LLMEngine:
         embedding_source: EmbeddingSource | None = None,
     ) -> None:
         self.config = config
+        self.prefill_rate = Rate()  # tokens per second of the steps that prefill
         architecture = (read_config(config.model_dir).get("architectures") or [""])[0]
         self.adapter = load_vlm_adapter(config.model_dir, architecture, config.model_revision)
         check_chunk_budget(self.adapter, config.max_num_batched_tokens)
@@ -413,20 +423,28 @@ class LLMEngine:
         constrained row is retired at once (the grammar needs its token on the host to build
         the next bitmask), so such steps run without overlap."""
         outputs, self._pending = self._pending, []
+        started = time.perf_counter()
         try:
-            self._step(outputs)
+            prefilled = self._step(outputs)
         except BaseException:
             self._pending = outputs + self._pending  # for `recover`: nothing is lost
             raise
         self._stepping = []
+        if prefilled:
+            # Steps that prefill: what the gateway divides waiting prompt tokens by.
+            self.prefill_rate.observe(prefilled, time.perf_counter() - started)
         return outputs
 
-    def _step(self, outputs: list[RequestOutput]) -> None:
+    def _step(self, outputs: list[RequestOutput]) -> int:
+        """One step; returns the tokens it scheduled if any chunk prefilled (else 0)."""
         self._collect_fetches(outputs)
         self._collect_grammars(outputs)
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running, self.config.max_model_len)
         scheduled = self.scheduler.schedule()
+        tokens = sum(chunk.num_tokens for chunk in scheduled.chunks)
+        # A decode's chunk with drafts is no prefill.
+        prefills = any(chunk.num_tokens - chunk.num_drafts > 1 for chunk in scheduled.chunks)
         self._stepping = [chunk.seq for chunk in scheduled.chunks]
         if self._inflight is not None:
             self._stepping += self._inflight.seqs
@@ -450,6 +468,7 @@ class LLMEngine:
                 self._retire(launched, outputs)
         elif not outputs and not scheduled.chunks:
             self._wait_idle()
+        return tokens if prefills and launched is not None else 0
 
     def _launch(self, chunks, image_rows) -> LaunchedStep:
         """Prepare and run the model and the sampler on the device; nothing waits for it."""
@@ -778,8 +797,14 @@ class LLMEngine:
 
     # --- observability -----------------------------------------------------------------
     def take_kv_events(self) -> list[KVEvent]:
-        """Stored / removed page events since the last call (none without prefix caching)."""
-        return self.blocks.cache.take_events() if self.blocks.cache else []
+        """Stored / removed / tier-move page events since the last call (none without
+        prefix caching); pages the KV store's writer has written since, last."""
+        if self.blocks.cache is None:
+            return []
+        events = self.blocks.cache.take_events()
+        if self.kv_store is not None:
+            events.extend(StoreStored(block) for block in self.kv_store.take_written())
+        return events
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -795,8 +820,20 @@ class LLMEngine:
             generation_tokens=self._generated_tokens,
             tier=self._tier_stats(),
             store=self._store_stats(),
+            rates=self._rates(),
             **self._snapshot_stats(),
             **self._spec_stats(),
+        )
+
+    def _rates(self) -> EngineRates:
+        """The measured rates GetLoad reports (0: none measured yet)."""
+        host, store = self.runner.host_tier, self.kv_store
+        return EngineRates(
+            prefill_tokens_per_s=self.prefill_rate.per_second,
+            host_load_bytes_per_s=host.stats.load_rate.per_second if host else 0.0,
+            store_fetch_bytes_per_s=store.fetch_rate.per_second if store else 0.0,
+            kv_bytes_per_token=host.unit_bytes(PAGE) // self.config.page_size if host else 0,
+            kv_store=store is not None,
         )
 
     def _tier_stats(self) -> TierSnapshot | None:
