@@ -17,13 +17,18 @@ from tests.llm_svc.conftest import _checkpoint, greedy, make_engine, run_all, to
 from tests.llm_svc.family_checkpoints import FAMILIES, family_checkpoint
 from tests.llm_svc.mm_reference import GatedSource, MMReference, admit_together, make_image
 
-PAGE, CHUNK, NEW, K = 4, 7, 10, 3
+PAGE, CHUNK, NEW, K = 4, 7, 8, 3
 TEXTS = [
     "The quick brown fox jumps over the lazy dog. The quick brown fox",
     "hello world, how are you today?",
     "A cat sat on the mat; the dog ran to the park. A cat sat on the",
 ]
-VLMS = ("idefics3", "qwen2_vl")
+# The VLM layouts, by their shared tiny checkpoints' fixtures (tests/fixtures/models.py).
+VLMS = {
+    "idefics3": "tiny_idefics3_dir", "qwen2_vl": "tiny_qwen2_vl_dir",
+    "gemma3": "tiny_gemma3_dir", "gemma4": "tiny_gemma4_dir",
+    "qwen3_5_vl_moe": "tiny_qwen3_5_vl_moe_dir",
+}  # fmt: skip
 KINDS = ["llama", "qwen2", "qwen3_5", *VLMS, *sorted(FAMILIES)]
 
 
@@ -46,14 +51,19 @@ def _serve(model_dir, prompts, proposer=None, **spec) -> tuple[dict, dict, LLMEn
     """Tokens of the prompts run together (pages for one and a bit: preemption), then
     again, newest first (a prefix hit), by one engine; `proposer(engine)` replaces its proposer."""
     longest = max(len(ids) for ids, _, _ in prompts) + NEW
+    chunk, adapter = CHUNK, None
+    if prompts[0][1]:
+        adapter = MMReference(model_dir).adapter
+        if adapter.bidirectional_image_spans:  # Gemma 3 and 4: a span is one chunk
+            chunk = max(chunk, adapter.max_uncut_span)
     config = EngineConfig(
-        model_dir, page_size=PAGE, max_num_batched_tokens=CHUNK, max_num_seqs=4,
+        model_dir, page_size=PAGE, max_num_batched_tokens=chunk, max_num_seqs=4,
         num_pages=-(-longest // PAGE) + 4, device="cpu", dtype="float32",
         state_snapshot_interval=1, **spec,
     )  # fmt: skip
     source = vision = None
-    if prompts[0][1]:
-        vision = VisionEmbeddingSource(MMReference(model_dir).adapter.vision_runner())
+    if adapter is not None:
+        vision = VisionEmbeddingSource(adapter.vision_runner())
         source = GatedSource(vision)
         for _, items, images in prompts:
             for item, image in zip(items, images, strict=True):
@@ -94,10 +104,14 @@ def _check_pages(engine, prompts, tokens) -> None:
 @pytest.fixture(scope="module", params=KINDS)
 def family(request):
     kind = request.param
-    model_dir = family_checkpoint(kind) if kind in FAMILIES else _checkpoint(request, kind)
+    if kind in VLMS:
+        model_dir = request.getfixturevalue(VLMS[kind])
+    else:
+        model_dir = family_checkpoint(kind) if kind in FAMILIES else _checkpoint(request, kind)
     prompts = _prompts(kind, model_dir)
     first, again, engine = _serve(model_dir, prompts)
-    assert engine.stats().preemptions > 0
+    # Gemma 4's image span (70 tokens) is one chunk: its prompts then run one after another.
+    assert engine.stats().preemptions > 0 or kind == "gemma4"
     return kind, model_dir, prompts, first, again
 
 
