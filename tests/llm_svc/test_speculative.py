@@ -301,3 +301,15 @@ def test_tp2_with_drafts_equals_greedy_without(family):
         assert 0 < stats.accepted["oracle"] < stats.proposed["oracle"]
     finally:
         engine.close()
+
+
+def test_a_stop_inside_accepted_drafts_ends_the_request_there():
+    model_dir = tiny_checkpoint("llama")
+    prompt = list(range(10, 30))
+    truth = token_ids(run_all(make_engine(model_dir), {"r": (prompt, greedy(NEW))})["r"])
+    for params in (greedy(NEW, stop_token_ids=[truth[4]]), greedy(5), greedy(NEW, stop=["x"])):
+        plain = token_ids(run_all(make_engine(model_dir), {"r": (prompt, params)})["r"])
+        engine = make_engine(model_dir, num_speculative_tokens=K, speculative_min_acceptance=0.0)
+        engine.speculator.proposer = OracleProposer({"r": truth}, 1.0, 384)
+        assert token_ids(run_all(engine, {"r": (prompt, params)})["r"]) == plain
+        assert engine.blocks.num_available == engine.blocks.num_pages
