@@ -157,6 +157,8 @@ class Scheduler:
                 # Nothing running will free pages for it: it takes what the pools hold.
                 count = self._fitting(seq, count)
             if not count or not self.blocks.can_append(seq, count):
+                if not self.running and self._release_queued_prefixes(seq):
+                    continue  # the head again, with the pages the queue behind it held
                 self.blocks.release(seq)
                 seq.num_computed_tokens = 0
                 break
@@ -169,6 +171,20 @@ class Scheduler:
             self.running.append(seq)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
             budget -= count
+
+    def _release_queued_prefixes(self, head: Sequence) -> bool:
+        """Give back the cached prefixes the waiting sequences behind `head` hold (a
+        sequence keeps its match while its embeddings are fetched, and waits with it after);
+        True if any did. With nothing running, nothing else frees pages: if those held
+        prefixes leave the head no room, the queue would wait on itself for ever. They match
+        again when their turn comes."""
+        released = False
+        for seq in self.waiting:
+            if seq is not head and seq.block_table:
+                self.blocks.release(seq)
+                seq.num_computed_tokens = 0
+                released = True
+        return released
 
     def _cut(self, seq: Sequence, count: int) -> int:
         """`count`, or fewer so that the chunk ends at the next snapshot boundary it would
