@@ -35,7 +35,8 @@ fp8` FP8 checkpoints against bf16, see bench/engine_fp8.py; `--only hybrid` the 
 cache on a hybrid linear-attention model, see bench/engine_hybrid.py; `--only families` each
 decoder family's decode against HF generate at the demo's size, see
 bench/engine_families.py; `--only tiers` one pod's host KV tier on an image chat with think
-time, see bench/engine_tiers.py).
+time, see bench/engine_tiers.py; `--only spec` speculative decoding against plain decode,
+see bench/engine_spec.py).
 """
 
 from __future__ import annotations
@@ -453,9 +454,12 @@ def main() -> None:
             "hybrid",
             "families",
             "tiers",
+            "spec",
         ],
         default="all",
     )
+    parser.add_argument("--spec-k", type=int, default=4, help="--only spec: draft tokens")
+    parser.add_argument("--spec-out", type=int, default=48, help="--only spec: tokens each")
     parser.add_argument("--tier-conversations", type=int, default=16, help="--only tiers")
     parser.add_argument("--tier-turns", type=int, default=4, help="--only tiers")
     parser.add_argument(
@@ -509,6 +513,11 @@ def main() -> None:
         from bench.engine_families import bench_families
 
         bench_families(directory, ROOT / ".cache" / "models", args)
+        return
+    if args.only == "spec":
+        from bench.engine_spec import bench_spec
+
+        bench_spec(directory, args)
         return
     if args.only == "tiers":
         from bench.engine_tiers import bench_tiers

@@ -198,9 +198,12 @@ class Dispatcher:
             await asyncio.wait(set(self._background), timeout=timeout_s)
 
     def route(self, prompt: PreparedPrompt, exclude: frozenset[str] = frozenset()) -> Decision:
+        spans = [(first, last + 1) for item in prompt.items for first, last in item.offsets]
         request = RoutingRequest(
-            prompt.input_ids, self.fingerprint, prompt.salts.prefix, prompt.uncut_spans
-        )
+            prompt.input_ids, self.fingerprint, prompt.salts.prefix, prompt.uncut_spans,
+            image_spans=spans,
+            encode_seconds_per_token=_seconds_per(self.encoders.rate.per_second),
+        )  # fmt: skip
         return self.router.route(request, self.registry.pods(), exclude)
 
     async def start(
@@ -634,3 +637,7 @@ def upstream_error(err: grpc.aio.AioRpcError, request_id: str, pod: str) -> APIE
         request_id=request_id,
         detail=f"pod {pod}: {code.name} {details}",
     )
+
+
+def _seconds_per(rate: float) -> float:
+    return 1.0 / rate if rate > 0 else 0.0

@@ -47,6 +47,7 @@ LABEL_PLUGIN = "plugin"  # routing plugin name
 LABEL_SETTING = "setting"  # the gateway setting that refused a request
 LABEL_STATUS = "status"  # HTTP or gRPC status
 LABEL_ROUTE = "route"  # HTTP route
+LABEL_METHOD = "method"  # speculative decoding: the draft method (ngram)
 LABEL_WHERE = "where"  # gateway body parse: loop | process
 LABEL_DEPLOYMENT = "deployment"  # operator: encoder | llm
 LABEL_KIND = "kind"  # operator: encoder | llm; LLM pod's host KV tier: page | window | state
@@ -72,6 +73,12 @@ LLM_TPOT_SECONDS = "iris_llm_time_per_output_token_seconds"  # histogram
 LLM_TOKENS_PER_SECOND = "iris_llm_tokens_per_second"  # gauge
 LLM_REQUESTS_FINISHED = "iris_llm_requests_finished_total"  # counter, label reason
 LLM_PREEMPTIONS = "iris_llm_preemptions_total"  # counter
+# Speculative decoding, by draft method (LABEL_METHOD): draft tokens proposed, accepted, and
+# verifications (chunks that carried drafts). Mean accepted length = (accepted +
+# verifications) / verifications, the tokens one verification yields.
+LLM_SPEC_DRAFT_TOKENS = "iris_llm_spec_draft_tokens_total"  # counter
+LLM_SPEC_ACCEPTED_TOKENS = "iris_llm_spec_accepted_tokens_total"  # counter
+LLM_SPEC_VERIFICATIONS = "iris_llm_spec_verifications_total"  # counter
 LLM_GRAMMAR_COMPILES = "iris_llm_grammar_compiles_total"  # counter: compiles started
 LLM_GRAMMAR_COMPILE_TIMEOUTS = "iris_llm_grammar_compile_timeouts_total"  # counter: workers killed
 # The host KV tier (IRIS_LLM_HOST_KV_BYTES; docs/design/engine.md, "KV tiers"), every series

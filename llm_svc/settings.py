@@ -94,6 +94,13 @@ class LLMSettings(GrpcServiceSettings):
     # Schedule step k+1 while step k runs on the device; unset: on for CUDA, off for CPU
     # (the host's own cores run the model there, so nothing overlaps: docs/design/engine.md).
     overlap_scheduling: bool | None = None
+    # Speculative decoding (docs/design/engine.md): drafts per decoding sequence (0: off),
+    # their method, the recent acceptance below which a sequence pauses drafting (0: never)
+    # and the running batch from which decode is compute-bound and nobody drafts.
+    num_speculative_tokens: int = Field(0, ge=0)
+    speculative_method: Literal["ngram"] = "ngram"
+    speculative_min_acceptance: float = Field(0.3, ge=0, le=1)
+    speculative_max_batch: int = Field(32, gt=0)
     seed: int = 0
     torch_threads: int = Field(0, ge=0)  # 0: leave torch's default
     # Tensor parallelism: ranks (one process and device each) that split the model, and how

@@ -93,7 +93,20 @@ class VideoPart(_Lenient):
     video_url: VideoURL
 
 
-ContentPart = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
+class InputAudio(_Lenient):
+    data: StrictStr
+    format: StrictStr | None = None
+
+
+class AudioPart(_Lenient):
+    """OpenAI's `input_audio` part: accepted by the schema so that the prompt builder can
+    refuse it by name (no audio tower is served, Gemma 4's E models' included)."""
+
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+ContentPart = Annotated[TextPart | ImagePart | VideoPart | AudioPart, Field(discriminator="type")]
 
 
 class ToolCallFunction(_Lenient):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import time
 from collections.abc import Sequence
 
 import grpc
@@ -13,6 +14,7 @@ import grpc
 from encoder_svc.proto import encoder_pb2, encoder_pb2_grpc
 from gateway.clients.channels import open_channel
 from iris.mtls import TLSFiles
+from iris.rates import Rate
 from iris.telemetry import grpc_metadata
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ class EncoderPool:
         self.timeout_s = timeout_s
         self._stubs: dict[str, tuple[grpc.aio.Channel, encoder_pb2_grpc.EncoderStub]] = {}
         self._turn = itertools.count()
+        # Image tokens per second of this gateway's Encode calls (queueing at the encoder
+        # included): the vision share of routing's time estimate (estimated-ttft).
+        self.rate = Rate()
 
     @property
     def addresses(self) -> list[str]:
@@ -103,8 +108,9 @@ class EncoderPool:
             entry = self._stubs.get(address)
             if entry is None:
                 continue
+            started = time.perf_counter()
             try:
-                return await entry[1].Encode(
+                response = await entry[1].Encode(
                     request,
                     timeout=self.timeout_s,
                     metadata=metadata if metadata is not None else grpc_metadata(),
@@ -119,6 +125,10 @@ class EncoderPool:
                         hints.append(hint)
                 log.warning("encoder %s refused: %s", address, err.details())
                 errors.append(f"{address}: {err.details()}")
+                continue
+            tokens = sum(item.item.token_count for item in request.items)
+            self.rate.observe(tokens, time.perf_counter() - started)
+            return response
         if full:
             retry_after_s = max(1, math.ceil(min(hints) / 1000)) if hints else 1
             raise EncodersFull("; ".join(errors), retry_after_s)

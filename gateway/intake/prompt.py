@@ -106,6 +106,13 @@ def split_messages(messages: Sequence[dict]) -> tuple[list[dict], list[ImageRef]
         parts = []
         for j, part in enumerate(content):
             kind = part.get("type")
+            if kind == "input_audio":
+                where = f"messages[{i}].content[{j}]"
+                raise bad_request(
+                    f"{where}: input_audio parts are not supported (Iris serves no audio "
+                    "tower; a Gemma 4 E model's is not loaded)",
+                    where,
+                )
             if kind in ("image_url", "video_url"):
                 media = "image" if kind == "image_url" else "video"
                 refs.append(ImageRef(part[kind]["url"], f"messages[{i}].content[{j}]", media))

@@ -23,17 +23,29 @@ from gateway.routing.plugins import create_plugin
 from gateway.routing.plugins.base import Filter, Picker, Scorer
 from iris.settings import validation_message
 
-BUILTIN_POLICIES: dict[str, str] = {
-    # Prefix reuse and load in one unit (see plugins/estimated_wait.py): additive scores
-    # of prefix share and load sent every request sharing a system prompt to one pod.
-    "prefix-aware": """
+
+def _one_scorer(scorer: str) -> str:
+    return f"""
 filters:
   - type: healthy
   - type: not-saturated
 scorers:
-  - {type: estimated-wait, weight: 1}
-picker: {type: max-score}
-""",
+  - {{type: {scorer}, weight: 1}}
+picker: {{type: max-score}}
+"""
+
+
+# The default scorer of `prefix-aware` (docs/design/gateway.md, "Routing": which, and why).
+DEFAULT_PREFIX_SCORER = "estimated-wait"
+
+BUILTIN_POLICIES: dict[str, str] = {
+    # Prefix reuse and load in one unit (see plugins/estimated_wait.py, estimated_ttft.py):
+    # additive scores of prefix share and load sent every request sharing a system prompt
+    # to one pod. `estimated-wait` counts prompt tokens, `estimated-ttft` seconds, with
+    # loads from the host tier and the KV store priced apart from prefill.
+    "prefix-aware": _one_scorer(DEFAULT_PREFIX_SCORER),
+    "estimated-wait": _one_scorer("estimated-wait"),
+    "estimated-ttft": _one_scorer("estimated-ttft"),
     "round-robin": """
 filters:
   - type: healthy
@@ -99,7 +111,8 @@ def parse_router_config(document: object) -> RouterConfig:
 
 
 def load_router_config(name_or_path: str) -> RouterConfig:
-    """A built-in policy (`prefix-aware`, `round-robin`) or a YAML file's chain."""
+    """A built-in policy (`prefix-aware`, `estimated-wait`, `estimated-ttft`,
+    `round-robin`) or a YAML file's chain."""
     text = BUILTIN_POLICIES.get(name_or_path)
     if text is None:
         path = Path(name_or_path)

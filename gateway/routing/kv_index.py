@@ -2,7 +2,10 @@
 
 Per pod, a set of chained block hashes, and (a hybrid model) those of them that carry a
 linear-state snapshot: only there can the pod resume (`has_snapshot`), and (a model with
-sliding layers) those that lost their sliding page (`has_window`). A pod that
+sliding layers) those that lost their sliding page (`has_window`), and (a pod with a host
+tier) those whose KV is in host memory only (`device_blocks` stops at them). Fleet-wide,
+the blocks some pod wrote to the shared KV store (`store_blocks`): a bounded LRU, since
+the store's own evictions are not announced. A pod that
 publishes KV events is *precise*: a snapshot (`load_snapshot`) sets its blocks and sequence
 number, then events are applied in sequence order; a gap (a missed event) makes `apply`
 return False and the caller fetches a new snapshot. A pod that gives no events falls back
@@ -32,6 +35,9 @@ class KVEventRecord:
     block_hashes: Sequence[bytes]
     snapshot: bool = False  # the blocks now carry a state snapshot (stored is True)
     window_removed: bool = False  # held blocks lost their sliding page (stored is False)
+    # A tier move of held blocks: "host" (stored: in host memory only now; not stored: on
+    # the device again) or "store" (stored: written to the shared KV store); "" otherwise.
+    tier: str = ""
 
 
 @dataclass
@@ -41,14 +47,17 @@ class _PodBlocks:
     blocks: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
     snapshots: set[bytes] = field(default_factory=set)
     windowless: set[bytes] = field(default_factory=set)
+    host: set[bytes] = field(default_factory=set)
 
 
 class KVIndex:
     """Per-pod block sets; `matched_blocks` answers the prefix query routing asks."""
 
-    def __init__(self, max_decision_blocks: int = 200_000) -> None:
+    def __init__(self, max_decision_blocks: int = 200_000, max_store_blocks: int = 500_000) -> None:
         self.max_decision_blocks = max_decision_blocks
+        self.max_store_blocks = max_store_blocks
         self._pods: dict[str, _PodBlocks] = {}
+        self._store: OrderedDict[bytes, None] = OrderedDict()
 
     def _pod(self, pod: str) -> _PodBlocks:
         return self._pods.setdefault(pod, _PodBlocks())
@@ -62,6 +71,10 @@ class KVIndex:
     def blocks(self, pod: str) -> set[bytes]:
         return set(self._pod(pod).blocks)
 
+    def host_blocks(self, pod: str) -> set[bytes]:
+        """The pod's blocks whose KV is in its host memory only."""
+        return set(self._pod(pod).host)
+
     def matched_blocks(self, pod: str, hashes: Sequence[bytes], limit: int | None = None) -> int:
         """How many leading blocks of `hashes` the pod holds (the chain stops at a miss),
         at most `limit` (the blocks the pod may resume: iris.multimodal.PrefixResumeRule)."""
@@ -72,6 +85,31 @@ class KVIndex:
         count = 0
         for block in hashes[:limit]:
             if block not in blocks:
+                break
+            count += 1
+        return count
+
+    def device_blocks(self, pod: str, hashes: Sequence[bytes], limit: int | None = None) -> int:
+        """How many leading blocks of `hashes` the pod holds on its device (the chain stops
+        at a block it does not hold, or holds in host memory only)."""
+        state = self._pods.get(pod)
+        if state is None:
+            return 0
+        blocks, host = state.blocks, state.host
+        count = 0
+        for block in hashes[:limit]:
+            if block not in blocks or block in host:
+                break
+            count += 1
+        return count
+
+    def store_blocks(self, hashes: Sequence[bytes], limit: int | None = None) -> int:
+        """How many leading blocks of `hashes` some pod wrote to the shared KV store (as far
+        as this gateway heard; the store may have let some go since)."""
+        store = self._store
+        count = 0
+        for block in hashes[:limit]:
+            if block not in store:
                 break
             count += 1
         return count
@@ -97,15 +135,18 @@ class KVIndex:
         hashes: Iterable[bytes],
         snapshot_hashes: Iterable[bytes] = (),
         windowless_hashes: Iterable[bytes] = (),
+        host_hashes: Iterable[bytes] = (),
     ) -> None:
-        """Replace the pod's blocks (and those with a state snapshot, and those without
-        their sliding page) with a snapshot taken at `seq`; the pod is now precise."""
+        """Replace the pod's blocks (and those with a state snapshot, those without their
+        sliding page, those in host memory only) with a snapshot taken at `seq`; the pod is
+        now precise."""
         state = self._pod(pod)
         state.source = Source.EVENTS
         state.seq = seq
         state.blocks = OrderedDict.fromkeys(hashes)
         state.snapshots = set(snapshot_hashes)
         state.windowless = set(windowless_hashes)
+        state.host = set(host_hashes)
 
     def apply(self, pod: str, events: Iterable[KVEventRecord]) -> bool:
         """Apply events in order; False on a gap (nothing after it applied: resnapshot)."""
@@ -117,7 +158,14 @@ class KVIndex:
                 continue  # already covered by the snapshot or a previous batch
             if event.seq != state.seq + 1:
                 return False
-            if event.snapshot:
+            if event.tier == "store":
+                self._stored(event.block_hashes)
+            elif event.tier == "host":
+                if event.stored:
+                    state.host.update(b for b in event.block_hashes if b in state.blocks)
+                else:
+                    state.host.difference_update(event.block_hashes)
+            elif event.snapshot:
                 state.snapshots.update(event.block_hashes)
             elif event.window_removed:
                 state.windowless.update(event.block_hashes)
@@ -129,8 +177,17 @@ class KVIndex:
                     state.blocks.pop(block, None)
                     state.snapshots.discard(block)
                     state.windowless.discard(block)
+                    state.host.discard(block)
             state.seq = event.seq
         return True
+
+    def _stored(self, hashes: Iterable[bytes]) -> None:
+        store = self._store
+        for block in hashes:
+            store[block] = None
+            store.move_to_end(block)
+        while len(store) > self.max_store_blocks:
+            store.popitem(last=False)
 
     def fall_back(self, pod: str) -> None:
         """The pod's event stream is gone: keep what we know, learn from our decisions."""

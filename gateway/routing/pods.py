@@ -8,6 +8,18 @@ from gateway.routing.inflight import InflightLedger
 from iris.multimodal import AttentionLayer, PrefixResumeRule
 
 
+@dataclass(frozen=True)
+class PodRates:
+    """What a pod measured (0: nothing yet) and reports in GetLoad, for the time estimates
+    of gateway/routing/plugins/estimated_ttft.py."""
+
+    prefill_tokens_per_s: float = 0.0
+    host_load_bytes_per_s: float = 0.0
+    store_fetch_bytes_per_s: float = 0.0
+    kv_bytes_per_token: int = 0  # 0: the pod has no host tier
+    kv_store: bool = False  # the pod reads the shared KV store
+
+
 @dataclass
 class PodLoad:
     """The last GetLoad answer."""
@@ -16,6 +28,7 @@ class PodLoad:
     running: int = 0
     waiting: int = 0
     pending_prefill_tokens: int = 0
+    rates: PodRates = field(default_factory=PodRates)
 
 
 @dataclass

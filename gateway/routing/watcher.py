@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway import metrics
 from gateway.routing.kv_index import KVEventRecord, KVIndex
-from gateway.routing.pods import Pod
+from gateway.routing.pods import Pod, PodRates
 from iris.multimodal import AttentionLayer, LayerKind
 from llm_svc.proto import llm_pb2, llm_pb2_grpc
 
@@ -42,18 +42,33 @@ def attention_layers(info: llm_pb2.ModelInfo) -> tuple[AttentionLayer, ...]:
     return tuple(layers)
 
 
+_EVENT = llm_pb2.KVEvent
+# Tier moves of held blocks: (tier, stored).
+_TIER_KINDS = {
+    _EVENT.HOST_STORED: ("host", True),
+    _EVENT.HOST_REMOVED: ("host", False),
+    _EVENT.STORE_STORED: ("store", True),
+}
+
+
 def event_records(batch: llm_pb2.KVEventBatch) -> list[KVEventRecord]:
-    snapshot = llm_pb2.KVEvent.SNAPSHOT_STORED
-    return [
-        KVEventRecord(
-            event.seq,
-            event.kind in (llm_pb2.KVEvent.STORED, snapshot),
-            list(event.block_hashes),
-            snapshot=event.kind == snapshot,
-            window_removed=event.kind == llm_pb2.KVEvent.WINDOW_REMOVED,
+    records = []
+    for event in batch.events:
+        hashes = list(event.block_hashes)
+        tier = _TIER_KINDS.get(event.kind)
+        if tier is not None:
+            records.append(KVEventRecord(event.seq, tier[1], hashes, tier=tier[0]))
+            continue
+        records.append(
+            KVEventRecord(
+                event.seq,
+                event.kind in (_EVENT.STORED, _EVENT.SNAPSHOT_STORED),
+                hashes,
+                snapshot=event.kind == _EVENT.SNAPSHOT_STORED,
+                window_removed=event.kind == _EVENT.WINDOW_REMOVED,
+            )
         )
-        for event in batch.events
-    ]
+    return records
 
 
 @dataclass(eq=False)
@@ -136,6 +151,10 @@ class PodWatcher:
                 self.pod.load.running = load.running
                 self.pod.load.waiting = load.waiting
                 self.pod.load.pending_prefill_tokens = load.pending_prefill_tokens
+                self.pod.load.rates = PodRates(
+                    load.prefill_tokens_per_s, load.host_load_bytes_per_s,
+                    load.store_fetch_bytes_per_s, load.kv_bytes_per_token, load.kv_store,
+                )  # fmt: skip
                 self.pod.inflight.observe(load.running, load.pending_prefill_tokens, mine_before)
             mine = self.pod.inflight.view()
             metrics.show_inflight(self.pod.name, mine.requests, mine.prefill_tokens)
@@ -189,7 +208,7 @@ class PodWatcher:
         )
         self.index.load_snapshot(
             address, snapshot.seq, snapshot.block_hashes, snapshot.snapshot_hashes,
-            snapshot.windowless_hashes,
+            snapshot.windowless_hashes, snapshot.host_hashes,
         )  # fmt: skip
         metrics.POD_KV_EVENT_SEQ.labels(self.pod.name).set(snapshot.seq)
         stream = self.stub.StreamKVEvents(llm_pb2.KVEventsRequest(since_seq=snapshot.seq))

@@ -23,6 +23,9 @@ VLM_TINY_ARCHS = (
     "qwen2_5_vl",
     "idefics3",
     "gemma3",
+    "gemma4",
+    "gemma4_moe",
+    "gemma4_e",
     "internvl",
     "internvl_moe",
     "mistral3",
@@ -48,6 +51,12 @@ def _tiny_builder(arch: str) -> Callable[[Path], None]:
         from iris.models.idefics3.tiny import build
     elif arch == "gemma3":
         from iris.models.gemma3.tiny import build
+    elif arch in ("gemma4", "gemma4_moe", "gemma4_e"):
+        from functools import partial
+
+        from iris.models.gemma4.tiny import build as build_gemma4
+
+        build = partial(build_gemma4, arch=arch)
     elif arch == "qwen3_5":
         from iris.models.qwen3_5.tiny import build
     elif arch == "qwen3_5_moe":
@@ -133,6 +142,10 @@ TINY_SOURCES = {
     "qwen2_5_vl": ("tokenizer_build.py", "qwen2_vl/tiny.py", "build.py"),
     "idefics3": ("tokenizer_build.py", "idefics3/tiny.py", "build.py"),
     "gemma3": ("tokenizer_build.py", "gemma3/tiny.py", "text_tiny.py", "build.py"),
+    **{
+        arch: ("tokenizer_build.py", "gemma4/tiny.py", "text_tiny.py", "build.py")
+        for arch in ("gemma4", "gemma4_moe", "gemma4_e")
+    },
     **{
         arch: _QWEN3_5_SOURCES
         for arch in ("qwen3_5", "qwen3_5_moe", "qwen3_5_vl", "qwen3_5_vl_moe")

@@ -30,8 +30,6 @@ class UnsupportedModelError(ValueError):
 _REFUSED = {
     "InternVLChatModel": "the remote-code InternVL layout is not supported; serve the "
     "transformers (-HF) checkpoint, InternVLForConditionalGeneration",
-    "Gemma4ForConditionalGeneration": "Gemma 4's vision and audio towers are not supported "
-    "yet; only its text model, Gemma4ForCausalLM",
 }
 
 # Plain language models (no images, no adapter) → the decoder family the engine builds.
@@ -63,6 +61,7 @@ def register(cls: type[ModelAdapter]) -> type[ModelAdapter]:
 def _load_families() -> None:
     # Importing a family module registers it; kept here so the registry is always complete.
     import iris.models.gemma3.adapter  # noqa: F401
+    import iris.models.gemma4.adapter  # noqa: F401
     import iris.models.idefics3.adapter  # noqa: F401
     import iris.models.internvl.adapter  # noqa: F401
     import iris.models.mistral3.adapter  # noqa: F401

@@ -21,6 +21,7 @@ import math
 import struct
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -81,9 +82,15 @@ class VideoSampling:
     # Qwen2-VL / Qwen2.5-VL's video processor bounds one frame (its smart_resize has no
     # frame count); Qwen3-VL's bounds the T frames of a group together.
     per_frame_bounds: bool = False
+    # A family's own frame size rule in place of smart_resize: an object whose
+    # `target_size(width, height)` gives (width, height) (Gemma 4's SoftTokenRule).
+    size_rule: Any = None
 
     def resized(self, width: int, height: int) -> tuple[int, int]:
-        """(width, height) of every frame: the processor's smart_resize for T frames."""
+        """(width, height) of every frame: the processor's smart_resize for T frames, or
+        the family's `size_rule`."""
+        if self.size_rule is not None:
+            return self.size_rule.target_size(width, height)
         factor = self.patch_size * self.merge_size
         frames = 1 if self.per_frame_bounds else self.temporal_patch_size
         if height < factor or width < factor:

@@ -49,7 +49,9 @@ def command(
             " it). Default: 256 MiB with --kv-store, off without",
         ),
     ] = None,
-    router: Annotated[str, typer.Option(help="Routing: prefix | round-robin")] = "prefix",
+    router: Annotated[
+        str, typer.Option(help="Routing: prefix | estimated-wait | estimated-ttft | round-robin")
+    ] = "prefix",
     embedding_reuse: Annotated[
         str, typer.Option(help="on: share image embeddings; off: encode every image afresh")
     ] = "on",

@@ -26,7 +26,13 @@ from iris.up.processes import ChildProcess, free_port, wait_until
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 # `iris up --router` names → the gateway's built-in router configs.
-ROUTER_POLICIES = {"prefix": "prefix-aware", "round-robin": "round-robin"}
+# "prefix" is the gateway's default; the two scorers by name compare them.
+ROUTER_POLICIES = {
+    "prefix": "prefix-aware",
+    "estimated-wait": "estimated-wait",
+    "estimated-ttft": "estimated-ttft",
+    "round-robin": "round-robin",
+}
 KV_STORES = ("off", "memory", "redis", "redis-cluster")
 DEFAULT_HOST_KV_BYTES = 256 << 20  # each pod's host tier when a store is on and none given
 # A redis-server that holds only a cache: bounded, least recently used out, nothing on disk.
@@ -51,7 +57,7 @@ class UpConfig:
     # MiB with a store, off without one.
     host_kv_bytes: int | None = None
     kv_store_maxmemory_mb: int = 512  # the store's maxmemory (allkeys-lru), per node
-    router: str = "prefix"  # prefix | round-robin
+    router: str = "prefix"  # a key of ROUTER_POLICIES
     embedding_reuse: bool = True
     # Keys the gateway requires (Authorization: Bearer); none: open, as fits loopback.
     api_keys: tuple[str, ...] = ()
@@ -88,7 +94,8 @@ class UpConfig:
                 f"kv_store_maxmemory_mb must be >= 1, got {self.kv_store_maxmemory_mb}"
             )
         if self.router not in ROUTER_POLICIES:
-            raise ValueError(f"router must be prefix or round-robin, got {self.router!r}")
+            known = ", ".join(ROUTER_POLICIES)
+            raise ValueError(f"router must be one of {known}, got {self.router!r}")
         parts = [("cache",), ("cache", "encoder"), ("cache", "encoder", "llm", "gateway")]
         if tuple(self.services) not in parts:
             raise ValueError(f"services must be one of {parts}, got {self.services!r}")

@@ -208,7 +208,9 @@ class BlockManager:
             lookups["miss"] += max(0, most - len(nodes))
             host.stats.host_hit_tokens += from_host * self.page_size
             if from_host:
-                host.stats.load_seconds.append(time.perf_counter() - started)
+                seconds = time.perf_counter() - started
+                host.stats.load_seconds.append(seconds)
+                host.stats.load_rate.observe(from_host * host.unit_bytes(PAGE), seconds)
         seq.tree_nodes = nodes
         seq.block_table = [node.page for node in nodes]
         seq.num_computed_tokens = len(nodes) * self.page_size
@@ -429,6 +431,15 @@ class BlockManager:
         self.cache.attach_snapshot(node, slot)
         if self.store is not None:
             self.store.published(node, STATE, slot, seq.cache_salt)
+
+    def trim(self, seq: Sequence) -> None:
+        """Give back `seq`'s pages past its computed tokens: those a verification step took
+        for drafts it rejected (private pages: only computed pages are ever published)."""
+        keep = max(self.pages_for(seq.num_computed_tokens), len(seq.tree_nodes))
+        self.free_pages.extend(seq.block_table[keep:])
+        del seq.block_table[keep:]
+        if self.windows is not None:
+            self.windows.trim(seq, keep)
 
     def release(self, seq: Sequence) -> None:
         """Give back every page of `seq` (cached ones stay cached, unreferenced)."""

@@ -18,6 +18,10 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 DEFAULT_CPU_KV_BYTES = 512 << 20
 
 
+# Draft methods (llm_svc/engine/spec). MTP heads (Qwen3.5) are not implemented yet.
+SPECULATIVE_METHODS = ("ngram",)
+
+
 @dataclass
 class EngineConfig:
     """Knobs of one engine. `max_model_len` None = the model's max_position_embeddings,
@@ -63,7 +67,15 @@ class EngineConfig:
     deepest snapshot, so a larger k costs less memory per cached page and resumes less deep
     (docs/design/engine.md). `linear_attention_kernels` runs their gated delta
     rule: "auto" fla-core's Triton kernels on CUDA when installed (the `cuda` extra), else
-    torch; "torch" or "fla" forces one (fla on CUDA only, and an error without fla-core)."""
+    torch; "torch" or "fla" forces one (fla on CUDA only, and an error without fla-core).
+
+    Speculative decoding (llm_svc/engine/spec; docs/design/engine.md): up to
+    `num_speculative_tokens` drafts per decoding sequence (0: off) from
+    `speculative_method` ("ngram"), verified in one target forward; a sequence whose recent
+    acceptance is below `speculative_min_acceptance` pauses drafting (0: never), and a
+    batch of `speculative_max_batch` or more running sequences decodes without drafts. It
+    turns overlap scheduling off (a step's accepted tokens decide the next step's inputs);
+    asking for both is refused."""
 
     model_dir: str | Path
     model_revision: str = ""  # the weights' name for the fingerprint ("": their digest)
@@ -109,6 +121,10 @@ class EngineConfig:
     tensor_parallel_timeout_s: float = 60.0
     state_snapshot_interval: int = 16
     linear_attention_kernels: str = "auto"
+    num_speculative_tokens: int = 0
+    speculative_method: str = "ngram"
+    speculative_min_acceptance: float = 0.3
+    speculative_max_batch: int = 32
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
@@ -165,6 +181,7 @@ class EngineConfig:
             )
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self._check_speculation()
         if self.overlap_scheduling is None:
             self.overlap_scheduling = self.device.startswith("cuda")
         if self.dtype == "auto":
@@ -188,6 +205,35 @@ class EngineConfig:
             raise ValueError(
                 f"max_model_len must be in [2, {limit}] for this model, got {self.max_model_len}"
             )
+
+    def _check_speculation(self) -> None:
+        if self.num_speculative_tokens < 0:
+            raise ValueError(
+                f"num_speculative_tokens must be >= 0, got {self.num_speculative_tokens}"
+            )
+        if self.speculative_method not in SPECULATIVE_METHODS:
+            raise ValueError(
+                f"speculative_method must be one of {SPECULATIVE_METHODS}, "
+                f"got {self.speculative_method!r}"
+            )
+        if not 0.0 <= self.speculative_min_acceptance <= 1.0:
+            raise ValueError(
+                "speculative_min_acceptance must be in [0, 1], "
+                f"got {self.speculative_min_acceptance}"
+            )
+        if self.speculative_max_batch < 1:
+            raise ValueError(
+                f"speculative_max_batch must be >= 1, got {self.speculative_max_batch}"
+            )
+        if self.num_speculative_tokens:
+            # The accepted tokens decide the next step's inputs: nothing to overlap.
+            if self.overlap_scheduling:
+                raise ValueError(
+                    f"overlap_scheduling (IRIS_LLM_OVERLAP_SCHEDULING) cannot be on with "
+                    f"num_speculative_tokens {self.num_speculative_tokens}: a step's accepted "
+                    f"drafts decide the next step's inputs; leave it unset or set it false"
+                )
+            self.overlap_scheduling = False
 
     @property
     def torch_dtype(self) -> torch.dtype:

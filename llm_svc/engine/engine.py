@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 
 import blake3
 import numpy as np
+import torch
 
 from iris.models.checkpoint import read_config
 from iris.models.reasoning import think_markers
@@ -20,6 +22,7 @@ from iris.multimodal import (
     check_vocab_size,
     processor_fingerprint,
 )
+from iris.rates import Rate
 from llm_svc.engine.block_manager import BlockManager
 from llm_svc.engine.config import EngineConfig
 from llm_svc.engine.detokenizer import IncrementalDetokenizer
@@ -38,10 +41,17 @@ from llm_svc.engine.grammar import (
     StepConstraints,
 )
 from llm_svc.engine.grammar.request import GrammarViolation
-from llm_svc.engine.kv_events import KVEvent
+from llm_svc.engine.host_tier import PAGE
+from llm_svc.engine.kv_events import KVEvent, StoreStored
 from llm_svc.engine.kv_store import KVStoreClient
 from llm_svc.engine.models.config import UnsupportedModelError
-from llm_svc.engine.outputs import EngineStats, RequestOutput, StoreSnapshot, TierSnapshot
+from llm_svc.engine.outputs import (
+    EngineRates,
+    EngineStats,
+    RequestOutput,
+    StoreSnapshot,
+    TierSnapshot,
+)
 from llm_svc.engine.parallel import make_runner
 from llm_svc.engine.pending import PendingTokens
 from llm_svc.engine.radix_cache import RadixCache
@@ -49,7 +59,10 @@ from llm_svc.engine.sampling import SampledToken, Sampler, StepSample
 from llm_svc.engine.sampling_params import SamplingParams
 from llm_svc.engine.scheduler import Scheduler
 from llm_svc.engine.sequence import FinishReason, Sequence, SequenceStatus
+from llm_svc.engine.spec import Speculator, Verification, make_speculator
+from llm_svc.engine.spec.verify import Verdict, verify
 from llm_svc.engine.store_link import StoreLink
+from llm_svc.engine.transfer import to_device
 from llm_svc.engine.validation import check_cache_salt, check_request
 from llm_svc.engine.window_pages import WindowNeed, WindowPages
 
@@ -75,6 +88,9 @@ class LaunchedStep:
     slots: list[int]
     sample: StepSample
     pending: PendingTokens
+    # Speculative decoding: the verification of the sequences that carried drafts.
+    verification: Verification | None = None
+    draft_seqs: list[Sequence] | None = None
 
     @property
     def constrained(self) -> bool:
@@ -118,6 +134,11 @@ def positions_salt(salt: bytes, positions: np.ndarray) -> bytes:
     return blake3.blake3(b"iris-positions-v1" + bytes(salt) + table.tobytes()).digest()
 
 
+def _rows(values: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """`values[rows]`, the index sent to the values' device without a sync."""
+    return values.index_select(0, to_device(np.asarray(rows, dtype=np.int64), values.device))
+
+
 class LLMEngine:
     """`add_request` (validated: a bad request raises InvalidRequestError and nothing else
     is affected) → `step()` until `has_unfinished()` is False → `abort` at any time.
@@ -143,6 +164,7 @@ class LLMEngine:
         embedding_source: EmbeddingSource | None = None,
     ) -> None:
         self.config = config
+        self.prefill_rate = Rate()  # tokens per second of the steps that prefill
         architecture = (read_config(config.model_dir).get("architectures") or [""])[0]
         self.adapter = load_vlm_adapter(config.model_dir, architecture, config.model_revision)
         check_chunk_budget(self.adapter, config.max_num_batched_tokens)
@@ -180,6 +202,8 @@ class LLMEngine:
         self.fetcher = self._make_fetcher(embedding_source)
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed, self.runner.device)
+        # None unless num_speculative_tokens > 0 (llm_svc/engine/spec).
+        self.speculator: Speculator | None = make_speculator(config, self.model_config.vocab_size)
         # A reasoning model's thought markers, from its own tokenizer (None: it does not think).
         self.think_markers = think_markers(self.tokenizer)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
@@ -399,18 +423,28 @@ class LLMEngine:
         constrained row is retired at once (the grammar needs its token on the host to build
         the next bitmask), so such steps run without overlap."""
         outputs, self._pending = self._pending, []
+        started = time.perf_counter()
         try:
-            self._step(outputs)
+            prefilled = self._step(outputs)
         except BaseException:
             self._pending = outputs + self._pending  # for `recover`: nothing is lost
             raise
         self._stepping = []
+        if prefilled:
+            # Steps that prefill: what the gateway divides waiting prompt tokens by.
+            self.prefill_rate.observe(prefilled, time.perf_counter() - started)
         return outputs
 
-    def _step(self, outputs: list[RequestOutput]) -> None:
+    def _step(self, outputs: list[RequestOutput]) -> int:
+        """One step; returns the tokens it scheduled if any chunk prefilled (else 0)."""
         self._collect_fetches(outputs)
         self._collect_grammars(outputs)
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running, self.config.max_model_len)
         scheduled = self.scheduler.schedule()
+        tokens = sum(chunk.num_tokens for chunk in scheduled.chunks)
+        # A decode's chunk with drafts is no prefill.
+        prefills = any(chunk.num_tokens - chunk.num_drafts > 1 for chunk in scheduled.chunks)
         self._stepping = [chunk.seq for chunk in scheduled.chunks]
         if self._inflight is not None:
             self._stepping += self._inflight.seqs
@@ -422,7 +456,11 @@ class LLMEngine:
         if self._inflight is not None:
             self._retire(self._inflight, outputs)
             self._inflight = None
-        if launched is not None:
+        if launched is not None and launched.verification is not None:
+            # Drafts: only accepted tokens may reach the prefix cache, so retire first.
+            self._retire(launched, outputs)
+            self._commit(launched)
+        elif launched is not None:
             self._commit(launched)
             if self.overlap and not launched.constrained:
                 self._inflight = launched
@@ -430,6 +468,7 @@ class LLMEngine:
                 self._retire(launched, outputs)
         elif not outputs and not scheduled.chunks:
             self._wait_idle()
+        return tokens if prefills and launched is not None else 0
 
     def _launch(self, chunks, image_rows) -> LaunchedStep:
         """Prepare and run the model and the sampler on the device; nothing waits for it."""
@@ -439,15 +478,83 @@ class LLMEngine:
         if self.runner.host_tier is not None:  # pages copied back must be in before reads
             self.runner.host_tier.before_step()
         inputs = self.runner.prepare(chunks, pending)
+        if inputs.num_drafts and self.blocks.states is not None:
+            self._keep_states(inputs.sample_chunks)
         logits = self.runner.run(inputs, image_rows)
         for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
         seqs = [chunk.seq for chunk in inputs.sample_chunks]
+        verification = draft_seqs = None
+        if inputs.num_drafts:
+            logits, verification, draft_seqs = self._verify(logits, inputs.sample_chunks)
         self.constraints.apply(logits, seqs)
         sample = self.sampler.sample(logits, seqs, pending)
         slots = [seq.add_placeholder() for seq in seqs]
         rows = {seq: row for row, seq in enumerate(seqs)}
-        return LaunchedStep(chunks, seqs, slots, sample, PendingTokens(sample.token_ids, rows))
+        pending_tokens = PendingTokens(sample.token_ids, rows)
+        return LaunchedStep(chunks, seqs, slots, sample, pending_tokens, verification, draft_seqs)
+
+    # --- speculative decoding (llm_svc/engine/spec) ---------------------------------------
+    def _keep_states(self, chunks) -> None:
+        """Hybrid models: each drafting sequence's linear-layer state as it is before the
+        step, kept in a spare running slot, so a rejection can roll it back exactly."""
+        states = self.blocks.states
+        for chunk in chunks:
+            if chunk.num_drafts:
+                chunk.seq.spec.backup = states.take_running()
+                states.copy(chunk.seq.state_slot, chunk.seq.spec.backup)
+
+    def _verify(self, logits, chunks):
+        """(each sampling chunk's last row, the verification of the draft rows, the
+        sequences that drafted) from a step whose chunks end in 1 + num_drafts rows."""
+        last, draft_rows, draft_seqs, drafts = [], [], [], []
+        row = 0
+        for chunk in chunks:
+            if chunk.num_drafts:
+                draft_rows.extend(range(row, row + chunk.num_drafts))
+                draft_seqs.append(chunk.seq)
+                first = chunk.start + 1
+                drafts.append(chunk.seq.token_ids[first : first + chunk.num_drafts])
+            row += chunk.num_drafts
+            last.append(row)
+            row += 1
+        verification = verify(self.sampler, _rows(logits, draft_rows), draft_seqs, drafts)
+        return _rows(logits, last), verification, draft_seqs
+
+    def _settle(self, seq: Sequence, sampled: SampledToken, verdict: Verdict,
+                outputs: list[RequestOutput]) -> None:  # fmt: skip
+        """Accept `seq`'s verified drafts, then the replacement or the bonus token, one by
+        one (a stop ends it there); then its computed length, pages and (hybrid) state
+        are those of the accepted tokens alone."""
+        start = seq.num_tokens - seq.num_pending - seq.num_drafts - 1
+        proposed = seq.num_drafts
+        drafts = seq.token_ids[start + 1 : start + 1 + proposed]
+        seq.drop_placeholders()
+        last = sampled.token_id if verdict.replacement is None else verdict.replacement
+        for token in [*drafts[: verdict.accepted], last]:
+            seq.append_token(token)
+            outputs.append(self._accept(seq, SampledToken(token, None)))
+            if seq.is_finished:
+                break
+        self.speculator.record(seq, proposed, verdict.accepted)
+        if seq.is_finished:
+            return
+        states = self.blocks.states
+        if states is not None and verdict.accepted < proposed:
+            # The linear layers ran over rejected drafts: back to the state before the
+            # step; the accepted tokens and the new one are computed again next step.
+            states.copy(seq.spec.backup, seq.state_slot)
+            seq.num_computed_tokens = start
+        else:
+            seq.num_computed_tokens = start + 1 + verdict.accepted
+        self._release_backup(seq)
+        self.blocks.trim(seq)
+
+    def _release_backup(self, seq: Sequence) -> None:
+        spec = seq.spec
+        if spec is not None and spec.backup is not None:
+            self.blocks.states.give_running(spec.backup)
+            spec.backup = None
 
     def _commit(self, step: LaunchedStep) -> None:
         """Publish the step's filled pages (their tokens are all on the host by now: the
@@ -460,8 +567,14 @@ class LLMEngine:
         """Read the step's tokens (the host's one wait for the device) and accept them;
         sequences that ended meanwhile (finished the step before, aborted) are skipped."""
         sampled = step.sample.resolve()
+        verdicts = {}
+        if step.verification is not None:
+            verdicts = dict(zip(step.draft_seqs, step.verification.resolve(), strict=True))
         for seq, slot, token in zip(step.seqs, step.slots, sampled, strict=True):
             if seq.is_finished:
+                continue
+            if seq in verdicts:
+                self._settle(seq, token, verdicts[seq], outputs)
                 continue
             seq.resolve_placeholder(slot, token.token_id)
             outputs.append(self._accept(seq, token))
@@ -478,6 +591,7 @@ class LLMEngine:
         for seq in dict.fromkeys(stepping):
             if seq.is_finished:
                 continue
+            self._release_backup(seq)
             if recompute:
                 seq.drop_placeholders()
                 self.scheduler.recompute(seq)
@@ -645,6 +759,7 @@ class LLMEngine:
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         seq.drop_placeholders()
+        self._release_backup(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.scheduler.finish(seq)
@@ -682,8 +797,14 @@ class LLMEngine:
 
     # --- observability -----------------------------------------------------------------
     def take_kv_events(self) -> list[KVEvent]:
-        """Stored / removed page events since the last call (none without prefix caching)."""
-        return self.blocks.cache.take_events() if self.blocks.cache else []
+        """Stored / removed / tier-move page events since the last call (none without
+        prefix caching); pages the KV store's writer has written since, last."""
+        if self.blocks.cache is None:
+            return []
+        events = self.blocks.cache.take_events()
+        if self.kv_store is not None:
+            events.extend(StoreStored(block) for block in self.kv_store.take_written())
+        return events
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -699,7 +820,20 @@ class LLMEngine:
             generation_tokens=self._generated_tokens,
             tier=self._tier_stats(),
             store=self._store_stats(),
+            rates=self._rates(),
             **self._snapshot_stats(),
+            **self._spec_stats(),
+        )
+
+    def _rates(self) -> EngineRates:
+        """The measured rates GetLoad reports (0: none measured yet)."""
+        host, store = self.runner.host_tier, self.kv_store
+        return EngineRates(
+            prefill_tokens_per_s=self.prefill_rate.per_second,
+            host_load_bytes_per_s=host.stats.load_rate.per_second if host else 0.0,
+            store_fetch_bytes_per_s=store.fetch_rate.per_second if store else 0.0,
+            kv_bytes_per_token=host.unit_bytes(PAGE) // self.config.page_size if host else 0,
+            kv_store=store is not None,
         )
 
     def _tier_stats(self) -> TierSnapshot | None:
@@ -746,6 +880,16 @@ class LLMEngine:
             errors=stats.errors,
             available=stats.available,
             fetch_seconds=fetch_seconds,
+        )
+
+    def _spec_stats(self) -> dict[str, dict[str, int]]:
+        if self.speculator is None:
+            return {}
+        stats = self.speculator.stats
+        return dict(
+            spec_proposed=dict(stats.proposed),
+            spec_accepted=dict(stats.accepted),
+            spec_verifications=dict(stats.verifications),
         )
 
     def _snapshot_stats(self) -> dict[str, int]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from iris.rates import Rate
 from llm_svc.engine.attention import KVCache
 from llm_svc.engine.state_pool import StatePool
 
@@ -71,6 +72,7 @@ class TierStats:
     dropped_full: int = 0  # units the tier had no room for (the device let them go)
     host_hit_tokens: int = 0  # prompt tokens admitted from the host tier
     load_seconds: list[float] = field(default_factory=list)  # per request, drained by metrics
+    load_rate: Rate = field(default_factory=Rate)  # bytes per second copied back to the device
 
 
 def host_memory_left() -> int:

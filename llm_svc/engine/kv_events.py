@@ -42,7 +42,39 @@ class WindowRemoved:
     block_hash: bytes
 
 
-KVEvent = BlockStored | BlockRemoved | SnapshotStored | WindowRemoved
+@dataclass(frozen=True)
+class HostStored:
+    """Host tier: a cached page's KV left the device and is held in host memory only (the
+    pod still holds the prefix; a hit copies it back instead of prefilling)."""
+
+    block_hash: bytes
+
+
+@dataclass(frozen=True)
+class HostRemoved:
+    """Host tier: a page held in host memory only is on the device again (loaded, or
+    computed afresh by a sequence). A page leaving the pod altogether is a BlockRemoved."""
+
+    block_hash: bytes
+
+
+@dataclass(frozen=True)
+class StoreStored:
+    """KV store: a page's KV was written to the store the pods share (any pod with the
+    store can fetch it; the store's own evictions are not announced)."""
+
+    block_hash: bytes
+
+
+KVEvent = (
+    BlockStored
+    | BlockRemoved
+    | SnapshotStored
+    | WindowRemoved
+    | HostStored
+    | HostRemoved
+    | StoreStored
+)
 
 
 def replay(events: list[KVEvent], into: set[bytes] | None = None) -> set[bytes]:

@@ -29,13 +29,14 @@ import queue
 import struct
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import blake3
 
 from embedding_cache_svc.integrity import checksum
+from iris.rates import Rate
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,9 @@ class PendingWrite:
     key: bytes
     read: Callable[[], bytes]  # the unit's bytes, read by the writer thread
     still_valid: Callable[[], bool]  # False once its buffer was reused
+    # A page's block hash, announced (`take_written`) once the store holds it; None: a unit
+    # that is not announced (window pages and snapshots travel with their page).
+    announce: bytes | None = None
 
 
 class KVStoreClient:
@@ -218,6 +222,13 @@ class KVStoreClient:
         self.config = config
         self.backend = backend if backend is not None else make_backend(config)
         self.stats = StoreStats()
+        # Block hashes of pages written, for the pod's KV events (the writer appends, the
+        # engine thread takes: deque appends and pops are atomic).
+        self._written: deque[bytes] = deque()
+        self.fetch_rate = Rate()  # bytes per second of lookups that found something
+        # Called from the writer thread after pages were written (the pod's worker wakes to
+        # publish their events).
+        self.on_written: Callable[[], None] | None = None
         self._queue: queue.Queue[PendingWrite | None] = queue.Queue(config.write_queue)
         self._down_until = 0.0
         self._idle = threading.Event()
@@ -236,6 +247,13 @@ class KVStoreClient:
             log.info("kv store: trying it again")
         return True
 
+    def take_written(self) -> list[bytes]:
+        """Block hashes of the pages written since the last call, oldest first."""
+        written = []
+        while self._written:
+            written.append(self._written.popleft())
+        return written
+
     def fetch(self, keys: list[list[bytes]]) -> list[list[bytes | None]]:
         """For consecutive pages, each a list of keys (its page first, then optional units),
         the payloads present, stopping after the first page whose first key is missing or
@@ -243,7 +261,7 @@ class KVStoreClient:
         if not self.usable:
             return []
         found: list[list[bytes | None]] = []
-        started = time.perf_counter()
+        started, read_before = time.perf_counter(), self.stats.bytes_read
         try:
             for start in range(0, len(keys), BATCH):
                 batch = keys[start : start + BATCH]
@@ -260,7 +278,10 @@ class KVStoreClient:
             self._failed("read", err)
             return found
         finally:
-            self.stats.fetch_seconds.append(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.stats.fetch_seconds.append(seconds)
+            if self.stats.bytes_read > read_before:
+                self.fetch_rate.observe(self.stats.bytes_read - read_before, seconds)
         return found
 
     def _payload(self, value: bytes | None) -> bytes | None:
@@ -319,19 +340,24 @@ class KVStoreClient:
                 self._idle.set()
 
     def _write(self, batch: list[PendingWrite]) -> None:
-        items = []
+        items, announced = [], []
         for pending in batch:
             payload = pending.read()
             if not pending.still_valid():
                 self.stats.skipped_writes += 1
                 continue
             items.append((pending.key, encode(payload)))
+            if pending.announce is not None:
+                announced.append(pending.announce)
         if not items or not self.usable:
             self.stats.dropped_writes += len(items)
             return
         try:
             self.backend.set_many(items)
             self.stats.bytes_written += sum(len(value) for _, value in items)
+            self._written.extend(announced)
+            if announced and self.on_written is not None:
+                self.on_written()
         except Exception as err:  # noqa: BLE001 - any store failure: drop, never block
             self.stats.dropped_writes += len(items)
             self._failed("write", err)

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class StepInputs:
-    """One packed step: chunk after chunk. `sample_rows[i]` is the flat index of the last
-    token of the i-th sampling chunk (`sample_chunks[i]`)."""
+    """One packed step: chunk after chunk. `sample_rows` are the flat indices of each
+    sampling chunk's (`sample_chunks[i]`) last token, preceded by one row per draft token
+    when the chunk carries drafts (speculative decoding: its last 1 + drafts tokens)."""
 
     input_ids: torch.Tensor  # [T] int64 (may hold multimodal sentinels: clamp before embed)
     positions: torch.Tensor  # [T], or [3, T] with M-RoPE
@@ -43,6 +44,7 @@ class StepInputs:
     sample_chunks: list[ScheduledChunk]
     state_slots: list[int] | None = None  # hybrid models: each chunk's state slot
     sample_entries: list[int] | None = None  # the chunk (meta entry) of each sample row
+    num_drafts: int = 0  # draft rows among the sample rows
 
 
 class ModelRunner:
@@ -264,15 +266,18 @@ class ModelRunner:
         return kv_budget(self, config, self.rank).kv_bytes
 
     def _hybrid_sizing(self, config: EngineConfig) -> HybridSizing:
-        """KV pages and state slots: running slots for `max_num_seqs`, and with the prefix
-        cache one snapshot slot per `state_snapshot_interval` pages, all in the budget."""
+        """KV pages and state slots: running slots for `max_num_seqs` (twice as many with
+        speculative decoding: a drafting sequence keeps its state from before the step in
+        a second one), and with the prefix cache one snapshot slot per
+        `state_snapshot_interval` pages, all in the budget."""
         interval = config.state_snapshot_interval if config.enable_prefix_caching else None
+        running = config.max_num_seqs * (2 if config.num_speculative_tokens else 1)
         if config.num_pages is not None:
             snapshots = 0 if interval is None else max(1, config.num_pages // interval)
-            return HybridSizing(config.num_pages, config.max_num_seqs, snapshots)
+            return HybridSizing(config.num_pages, running, snapshots)
         return split_budget(
             self._budget_bytes(config), self.kv_bytes_per_page(), self._slot_bytes(),
-            config.max_num_seqs, interval,
+            running, interval,
         )  # fmt: skip
 
     def _num_pages(self, config: EngineConfig) -> int:
@@ -336,9 +341,9 @@ class ModelRunner:
                 pending_flat.append(flat - 1)
                 pending_seqs.append(seq)
             if chunk.samples:
-                sample_rows.append(flat - 1)
+                sample_rows.extend(range(flat - 1 - chunk.num_drafts, flat))
                 sample_chunks.append(chunk)
-                sample_entries.append(len(starts) - 1)
+                sample_entries.extend([len(starts) - 1] * (1 + chunk.num_drafts))
         device = self.device
         meta = AttentionMetadata(
             slot_mapping=to_device(np.concatenate(slots), device),
@@ -364,6 +369,7 @@ class ModelRunner:
             sample_chunks=sample_chunks,
             state_slots=[c.seq.state_slot for c in chunks] if self.state_pool else None,
             sample_entries=sample_entries,
+            num_drafts=sum(chunk.num_drafts for chunk in sample_chunks),
         )
 
     def run(self, inputs: StepInputs, image_rows: list) -> torch.Tensor:
@@ -387,7 +393,7 @@ class ModelRunner:
         only the sample rows' [N, H] (`sampled_hidden` takes them either way)."""
         self.backend.plan(inputs.meta)
         extra = {}
-        if self.keeps_sampled_rows and not _every_row_samples(inputs):
+        if self._takes_sampled(inputs):
             last = inputs.meta.last_tokens(inputs.sample_entries, inputs.sample_rows)
             extra["sampled"] = SampledRows(inputs.sample_rows, last)
         if deepstack is not None:
@@ -410,7 +416,14 @@ class ModelRunner:
 
     def sampled_hidden(self, inputs: StepInputs, hidden: torch.Tensor) -> torch.Tensor:
         """The sample rows of `forward_hidden`'s output."""
-        return hidden if self.keeps_sampled_rows else hidden[inputs.sample_rows]
+        if self._takes_sampled(inputs) or (self.keeps_sampled_rows and _every_row_samples(inputs)):
+            return hidden
+        return hidden[inputs.sample_rows]
+
+    def _takes_sampled(self, inputs: StepInputs) -> bool:
+        """The model computes only the sample rows (`SampledRows`): not for a step with
+        drafts, whose rows of one sequence attend to each other."""
+        return self.keeps_sampled_rows and not inputs.num_drafts and not _every_row_samples(inputs)
 
 
 def _every_row_samples(inputs: StepInputs) -> bool:

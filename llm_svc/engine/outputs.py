@@ -30,6 +30,18 @@ class RequestOutput:
 
 
 @dataclass(frozen=True)
+class EngineRates:
+    """Measured throughputs (llm_svc/engine/rates.py; 0: not measured yet) and what turns
+    tokens into bytes, for the gateway's time estimates (GetLoad)."""
+
+    prefill_tokens_per_s: float = 0.0
+    host_load_bytes_per_s: float = 0.0
+    store_fetch_bytes_per_s: float = 0.0
+    kv_bytes_per_token: int = 0  # one token's KV over every layer (0: no host tier)
+    kv_store: bool = False
+
+
+@dataclass(frozen=True)
 class TierSnapshot:
     """The host KV tier's figures at one step (llm_svc/engine/host_tier.py, TierStats):
     counters since start, except `load_seconds`, the load times of the requests that
@@ -91,3 +103,8 @@ class EngineStats:
     tier: TierSnapshot | None = None
     # The KV store shared by the pods (None: off).
     store: StoreSnapshot | None = None
+    rates: EngineRates = field(default_factory=EngineRates)
+    # Speculative decoding by draft method: tokens proposed, accepted, verifications.
+    spec_proposed: dict[str, int] = field(default_factory=dict)
+    spec_accepted: dict[str, int] = field(default_factory=dict)
+    spec_verifications: dict[str, int] = field(default_factory=dict)

@@ -35,8 +35,10 @@ leaves its last tier; one the host tier has no room for leaves at once, with its
 descendants. A device node's parent is on the device, so the host-only nodes under a
 device node form subtrees, and the device queue holds nodes without *device* children.
 `load` brings a host node back (the block manager decides which, llm_svc/engine/
-block_manager.py). Moving between tiers sends no KV event: the pod still holds the prefix,
-and a hit from either tier counts as cached.
+block_manager.py). A page still held is still held: its BlockStored stands, and a hit from
+either tier counts as cached. Its moves are announced besides (HostStored when it goes to
+host memory, HostRemoved when it is on the device again), so the gateway knows what a hit
+there costs (docs/design/gateway.md, "Where a prefix lives").
 
 Cost: every operation touches only the nodes it is given or returns. The evictable leaves
 (unreferenced, childless) sit in a doubly linked list threaded through the nodes
@@ -58,6 +60,8 @@ from llm_svc.engine.host_tier import PAGE, STATE, WINDOW, HostTier
 from llm_svc.engine.kv_events import (
     BlockRemoved,
     BlockStored,
+    HostRemoved,
+    HostStored,
     KVEvent,
     SnapshotStored,
     WindowRemoved,
@@ -222,6 +226,7 @@ class RadixCache:
         node.ref, node.last_used = 1, next(self._clock)
         self.num_host_nodes -= 1
         self._device_child_added(node.parent)
+        self.events.append(HostRemoved(node.block_hash))
 
     def attach_snapshot(self, node: RadixNode, slot: int) -> None:
         """`node` can now be resumed from: `slot` holds the state after its page."""
@@ -391,6 +396,7 @@ class RadixCache:
         self.num_host_nodes += 1
         if not node.children:
             self._host_nodes[node] = None
+        self.events.append(HostStored(node.block_hash))
         return True
 
     def _host_slot(self, kind: str) -> int | None:
@@ -498,6 +504,7 @@ class RadixCache:
         self.num_nodes += 1
         self.num_host_nodes += 1
         self.events.append(BlockStored(node.block_hash, parent.block_hash, key))
+        self.events.append(HostStored(node.block_hash))
         if node.snapshot is not None:
             self.events.append(SnapshotStored(node.block_hash))
         if host.has(WINDOW) and node.host_window is None:
@@ -538,6 +545,7 @@ class RadixCache:
         node.ref, node.last_used = 1, next(self._clock)
         self.num_host_nodes -= 1
         self._device_child_added(node.parent)
+        self.events.append(HostRemoved(node.block_hash))
 
     def pin_window(self, node: RadixNode) -> None:
         """Device `node`'s host window page is about to be loaded: not dropped meanwhile."""
@@ -594,6 +602,11 @@ class RadixCache:
     def pages(self) -> set[int]:
         """Every cached device page (for checks; walks the whole tree)."""
         return {node.page for node in self._nodes() if node.tier == DEVICE}
+
+    def host_block_hashes(self) -> set[bytes]:
+        """Hashes of the cached pages held in host memory only (for checks; walks the
+        whole tree)."""
+        return {node.block_hash for node in self._nodes() if node.tier == HOST}
 
     def host_units(self) -> dict[str, set[int]]:
         """Every host slot held, by kind (for checks; walks the whole tree)."""

@@ -247,6 +247,12 @@ class Sampler:
 
     def _draw(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """One token per row of `logits` [rows, vocab], every row sampling (temperature > 0)."""
+        probs = self.probs(logits, seqs)
+        return torch.argmax(probs / self._exponential(probs.shape, seqs), dim=-1)
+
+    def probs(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """The distribution each row draws from [rows, vocab]: temperature, then top-k,
+        top-p and min-p (every row sampling; penalties already applied)."""
         vocab = logits.shape[1]
         params = [seq.params for seq in seqs]
         settings = np.array(
@@ -272,8 +278,7 @@ class Sampler:
         if by_min_p:
             values = _take(min_p, by_min_p)
             logits = on_rows(min_p_filter, logits, by_min_p, values, in_place=True)
-        probs = torch.softmax(logits, dim=-1)
-        return torch.argmax(probs / self._exponential(probs.shape, seqs), dim=-1)
+        return torch.softmax(logits, dim=-1)
 
     def _exponential(self, shape: torch.Size, seqs: list[Sequence]) -> torch.Tensor:
         """Exp(1) noise [rows, vocab]: a seeded row's from its own generator, the rest in one
@@ -290,6 +295,18 @@ class Sampler:
             shared = torch.empty((len(free), shape[1]), device=self.device)
             noise.index_copy_(0, rows, shared.exponential_(generator=self.generator))
         return noise
+
+    def uniform(self, seqs: list[Sequence]) -> torch.Tensor:
+        """U[0, 1) [rows], row i from seqs[i]'s generator if seeded, else the engine's."""
+        values = torch.empty(len(seqs), device=self.device)
+        for row, seq in enumerate(seqs):
+            generator = self.generator if seq.params.seed is None else self._generator(seq)
+            values[row : row + 1].uniform_(generator=generator)
+        return values
+
+    def exponential(self, shape: torch.Size, seqs: list[Sequence]) -> torch.Tensor:
+        """Exp(1) noise [rows, vocab] as the draw takes it (seeded rows from their own)."""
+        return self._exponential(shape, seqs)
 
     def _generator(self, seq: Sequence) -> torch.Generator:
         if seq.generator is None:

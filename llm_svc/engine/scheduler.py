@@ -22,6 +22,11 @@ admission is its *acceptance*. An image wholly inside the cached prefix is never
 
 Hybrid models with a prefix cache: a prefill chunk that would cross a snapshot boundary
 (every k pages) ends there, since the linear layers' state exists only at chunk ends.
+
+Speculative decoding: a decoding sequence's draft tokens (engine: Speculator) are part of
+its chunk and count against the token budget. Drafts the budget, a snapshot boundary or
+the free pages do not leave room for are dropped (never a preemption for a draft), and a
+sequence not scheduled this step drops its drafts.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class ScheduledChunk:
     seq: Sequence
     start: int
     num_tokens: int
+    num_drafts: int = 0  # draft tokens ending the chunk, verified by its last rows
 
     @property
     def samples(self) -> bool:
@@ -96,8 +102,8 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        decoding = [s for s in self.running if s.num_uncomputed_tokens == 1]
-        prefilling = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        decoding = [s for s in self.running if s.num_uncomputed_tokens - s.num_drafts == 1]
+        prefilling = [s for s in self.running if s.num_uncomputed_tokens - s.num_drafts > 1]
         for seq in decoding + prefilling:
             budget = self.token_budget - out.num_tokens
             if budget <= 0:
@@ -105,14 +111,27 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             count = seq.chunk_size(self._cut(seq, min(seq.num_uncomputed_tokens, budget)))
+            if seq.num_drafts:
+                count = self._fit_drafts(seq, count)
             count = self._make_room(seq, count, out)
             if not count:
                 continue
             self.blocks.append(seq, count)
-            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count, seq.num_drafts))
+        for seq in self.running:  # not scheduled: its drafts wait for no later step
+            if seq.num_drafts and not any(chunk.seq is seq for chunk in out.chunks):
+                seq.drop_drafts()
         if not out.preempted:
             self._admit(out, self.token_budget - out.num_tokens)
         return out
+
+    def _fit_drafts(self, seq: Sequence, count: int) -> int:
+        """The chunk of a decoding sequence with drafts: its token and the drafts that
+        `count` (budget and boundary) and the obtainable pages leave room for."""
+        if not self.blocks.can_append(seq, count):
+            count = 1
+        seq.drop_drafts(keep=count - 1)
+        return count
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -138,6 +157,8 @@ class Scheduler:
                 # Nothing running will free pages for it: it takes what the pools hold.
                 count = self._fitting(seq, count)
             if not count or not self.blocks.can_append(seq, count):
+                if not self.running and self._release_queued_prefixes(seq):
+                    continue  # the head again, with the pages the queue behind it held
                 self.blocks.release(seq)
                 seq.num_computed_tokens = 0
                 break
@@ -150,6 +171,20 @@ class Scheduler:
             self.running.append(seq)
             out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, count))
             budget -= count
+
+    def _release_queued_prefixes(self, head: Sequence) -> bool:
+        """Give back the cached prefixes the waiting sequences behind `head` hold (a
+        sequence keeps its match while its embeddings are fetched, and waits with it after);
+        True if any did. With nothing running, nothing else frees pages: if those held
+        prefixes leave the head no room, the queue would wait on itself for ever. They match
+        again when their turn comes."""
+        released = False
+        for seq in self.waiting:
+            if seq is not head and seq.block_table:
+                self.blocks.release(seq)
+                seq.num_computed_tokens = 0
+                released = True
+        return released
 
     def _cut(self, seq: Sequence, count: int) -> int:
         """`count`, or fewer so that the chunk ends at the next snapshot boundary it would

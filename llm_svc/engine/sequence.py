@@ -60,6 +60,10 @@ class Sequence:
     The last `num_pending` token ids may be PLACEHOLDERs: tokens of launched steps the host
     has not read yet (llm_svc.engine.pending). The scheduler and the runner count them (the
     device computes them); the outputs (`output_token_ids`, `num_output_tokens`) do not.
+
+    Speculative decoding: for the one step that verifies them, the `num_drafts` draft
+    tokens proposed for a decoding sequence sit after its last token (before that step's
+    placeholder); they are no output until accepted (llm_svc/engine/spec).
     """
 
     def __init__(
@@ -86,6 +90,8 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.num_pending = 0
+        self.num_drafts = 0
+        self.spec: Any = None  # spec.SpecState: its recent acceptance (speculation only)
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at admission
         self.block_table: list[int] = []
         self.tree_nodes: list[Any] = []
@@ -116,11 +122,16 @@ class Sequence:
     @property
     def num_output_tokens(self) -> int:
         """Generated tokens the host has read (pending ones excluded)."""
-        return len(self.token_ids) - self.num_pending - self.num_prompt_tokens
+        return self._num_read - self.num_prompt_tokens
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens : len(self.token_ids) - self.num_pending]
+        return self.token_ids[self.num_prompt_tokens : self._num_read]
+
+    @property
+    def _num_read(self) -> int:
+        """Tokens that are the sequence's own: no placeholder, no draft."""
+        return len(self.token_ids) - self.num_pending - self.num_drafts
 
     @property
     def num_uncomputed_tokens(self) -> int:
@@ -188,6 +199,20 @@ class Sequence:
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
 
+    def add_drafts(self, drafts: list[int]) -> None:
+        """Draft tokens to verify in the next step (no placeholder is pending)."""
+        assert not self.num_pending and not self.num_drafts, "drafts follow read tokens only"
+        self.token_ids.extend(drafts)
+        self.num_drafts = len(drafts)
+
+    def drop_drafts(self, keep: int = 0) -> None:
+        """Keep the first `keep` drafts, drop the rest (the step will not verify them)."""
+        drop = self.num_drafts - keep
+        if drop > 0:
+            end = len(self.token_ids) - self.num_pending
+            del self.token_ids[end - drop : end]
+            self.num_drafts = keep
+
     def add_placeholder(self) -> int:
         """A token sampled on the device joins the sequence unread; returns its index."""
         self.token_ids.append(PLACEHOLDER)
@@ -200,13 +225,15 @@ class Sequence:
         self.num_pending -= 1
 
     def drop_placeholders(self) -> None:
-        """Finished: tokens still pending will never count."""
+        """Finished: tokens still pending (and drafts) will never count."""
+        self.drop_drafts()
         if self.num_pending:
             del self.token_ids[-self.num_pending :]
             self.num_pending = 0
 
     def reset_for_recompute(self) -> None:
         """After preemption: KV is gone; prompt and output so far are prefilled again."""
+        self.drop_drafts()
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0
         self.block_table = []

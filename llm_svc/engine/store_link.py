@@ -45,6 +45,7 @@ class StoreLink:
                 self.key(salt, kind, node.block_hash),
                 read=lambda: host.device_bytes(kind, device_index),
                 still_valid=lambda: generations[device_index] == generation,
+                announce=node.block_hash if kind == PAGE else None,
             )
         )
 

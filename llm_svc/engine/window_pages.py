@@ -103,6 +103,11 @@ class WindowPages:
         """Give back the pages before the window of `seq`'s next query."""
         self._give_back(seq, self.first_block(seq.num_computed_tokens))
 
+    def trim(self, seq: Sequence, keep: int) -> None:
+        """Give back the (private) pages of `seq`'s table past its first `keep`."""
+        self.free_pages.extend(page for page in seq.window_table[keep:] if page != NULL_PAGE)
+        del seq.window_table[keep:]
+
     def release(self, seq: Sequence) -> None:
         self._give_back(seq, len(seq.window_table))
         seq.window_table = []

@@ -160,10 +160,16 @@ class KVEvent(_message.Message):
         REMOVED: _ClassVar[KVEvent.Kind]
         SNAPSHOT_STORED: _ClassVar[KVEvent.Kind]
         WINDOW_REMOVED: _ClassVar[KVEvent.Kind]
+        HOST_STORED: _ClassVar[KVEvent.Kind]
+        HOST_REMOVED: _ClassVar[KVEvent.Kind]
+        STORE_STORED: _ClassVar[KVEvent.Kind]
     STORED: KVEvent.Kind
     REMOVED: KVEvent.Kind
     SNAPSHOT_STORED: KVEvent.Kind
     WINDOW_REMOVED: KVEvent.Kind
+    HOST_STORED: KVEvent.Kind
+    HOST_REMOVED: KVEvent.Kind
+    STORE_STORED: KVEvent.Kind
     SEQ_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
@@ -191,32 +197,44 @@ class KVSnapshotRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class KVSnapshot(_message.Message):
-    __slots__ = ("seq", "block_hashes", "snapshot_hashes", "windowless_hashes")
+    __slots__ = ("seq", "block_hashes", "snapshot_hashes", "windowless_hashes", "host_hashes")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_HASHES_FIELD_NUMBER: _ClassVar[int]
     WINDOWLESS_HASHES_FIELD_NUMBER: _ClassVar[int]
+    HOST_HASHES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     block_hashes: _containers.RepeatedScalarFieldContainer[bytes]
     snapshot_hashes: _containers.RepeatedScalarFieldContainer[bytes]
     windowless_hashes: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, seq: _Optional[int] = ..., block_hashes: _Optional[_Iterable[bytes]] = ..., snapshot_hashes: _Optional[_Iterable[bytes]] = ..., windowless_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    host_hashes: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, seq: _Optional[int] = ..., block_hashes: _Optional[_Iterable[bytes]] = ..., snapshot_hashes: _Optional[_Iterable[bytes]] = ..., windowless_hashes: _Optional[_Iterable[bytes]] = ..., host_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Load(_message.Message):
-    __slots__ = ("kv_utilisation", "running", "waiting", "pending_prefill_tokens")
+    __slots__ = ("kv_utilisation", "running", "waiting", "pending_prefill_tokens", "prefill_tokens_per_s", "host_load_bytes_per_s", "store_fetch_bytes_per_s", "kv_bytes_per_token", "kv_store")
     KV_UTILISATION_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     PENDING_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    HOST_LOAD_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    STORE_FETCH_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    KV_BYTES_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    KV_STORE_FIELD_NUMBER: _ClassVar[int]
     kv_utilisation: float
     running: int
     waiting: int
     pending_prefill_tokens: int
-    def __init__(self, kv_utilisation: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ...) -> None: ...
+    prefill_tokens_per_s: float
+    host_load_bytes_per_s: float
+    store_fetch_bytes_per_s: float
+    kv_bytes_per_token: int
+    kv_store: bool
+    def __init__(self, kv_utilisation: _Optional[float] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ..., prefill_tokens_per_s: _Optional[float] = ..., host_load_bytes_per_s: _Optional[float] = ..., store_fetch_bytes_per_s: _Optional[float] = ..., kv_bytes_per_token: _Optional[int] = ..., kv_store: _Optional[bool] = ...) -> None: ...
 
 class ResetPrefixCacheRequest(_message.Message):
     __slots__ = ("silent",)

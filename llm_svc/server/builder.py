@@ -41,6 +41,10 @@ def engine_config(settings: LLMSettings) -> EngineConfig:
         linear_attention_kernels=settings.linear_attention_kernels,
         attention_backend=settings.attention_backend,
         overlap_scheduling=settings.overlap_scheduling,
+        num_speculative_tokens=settings.num_speculative_tokens,
+        speculative_method=settings.speculative_method,
+        speculative_min_acceptance=settings.speculative_min_acceptance,
+        speculative_max_batch=settings.speculative_max_batch,
         seed=settings.seed,
         # The pod's embeddings come from the cache service (docs/design/engine.md).
         cache_address=settings.cache_address,

@@ -18,16 +18,24 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from llm_svc.engine import BlockStored, KVEvent
-from llm_svc.engine.kv_events import SnapshotStored, WindowRemoved
+from llm_svc.engine.kv_events import (
+    HostRemoved,
+    HostStored,
+    SnapshotStored,
+    StoreStored,
+    WindowRemoved,
+)
 
 
 @dataclass(frozen=True)
 class KVRecord:
     """One numbered event: `block_hashes` stored (chained from `parent_hash`) or removed;
     with `snapshot`, held blocks that now carry a state snapshot (stored is True); with
-    `window_removed`, held blocks that lost their sliding layers' page (stored is False)."""
+    `window_removed`, held blocks that lost their sliding layers' page (stored is False);
+    with `tier`, a tier move of held blocks (see the field)."""
 
     seq: int
     stored: bool
@@ -35,6 +43,17 @@ class KVRecord:
     parent_hash: bytes = b""
     snapshot: bool = False
     window_removed: bool = False
+    # A tier move of held blocks: "host" (stored: now in host memory only; not stored: back
+    # on the device) or "store" (stored: written to the shared KV store). "" otherwise.
+    tier: str = ""
+
+
+class KVLogSnapshot(NamedTuple):
+    seq: int
+    hashes: list[bytes]
+    snapshots: list[bytes]
+    windowless: list[bytes]
+    host: list[bytes]
 
 
 class KVEventLog:
@@ -47,6 +66,7 @@ class KVEventLog:
         self._hashes: set[bytes] = set()
         self._snapshots: set[bytes] = set()
         self._windowless: set[bytes] = set()
+        self._host: set[bytes] = set()
         self._seq = 0
         self._lock = threading.Lock()
 
@@ -63,7 +83,15 @@ class KVEventLog:
             records = self._coalesce(events)
             for record in records:
                 self._records.append(record)
-                if record.snapshot:
+                if record.tier == "host":
+                    held = self._hashes.intersection(record.block_hashes)
+                    if record.stored:
+                        self._host.update(held)
+                    else:
+                        self._host.difference_update(record.block_hashes)
+                elif record.tier:
+                    pass  # the store is the fleet's, not this pod's state
+                elif record.snapshot:
                     self._snapshots.update(record.block_hashes)
                 elif record.window_removed:
                     self._windowless.update(record.block_hashes)
@@ -73,6 +101,7 @@ class KVEventLog:
                     self._hashes.difference_update(record.block_hashes)
                     self._snapshots.difference_update(record.block_hashes)
                     self._windowless.difference_update(record.block_hashes)
+                    self._host.difference_update(record.block_hashes)
         if self.on_publish is not None:
             self.on_publish()
         return len(records)
@@ -88,38 +117,47 @@ class KVEventLog:
             stop = len(self._records) if limit is None else min(len(self._records), start + limit)
             return list(itertools.islice(self._records, start, stop))
 
-    def snapshot(self) -> tuple[int, list[bytes], list[bytes], list[bytes]]:
-        """(seq, every cached block hash, those that carry a state snapshot, those that lost
-        their sliding layers' page) as of `seq`."""
+    def snapshot(self) -> KVLogSnapshot:
+        """Every cached block hash as of `seq`, with those that carry a state snapshot,
+        those that lost their sliding layers' page, those held in host memory only."""
         with self._lock:
-            return self._seq, list(self._hashes), list(self._snapshots), list(self._windowless)
+            return KVLogSnapshot(
+                self._seq, list(self._hashes), list(self._snapshots), list(self._windowless),
+                list(self._host),
+            )  # fmt: skip
 
     def _coalesce(self, events: Sequence[KVEvent]) -> list[KVRecord]:
         records: list[KVRecord] = []
         run: list[bytes] = []
         parent = b""
         stored = None
+        tier = ""
         for event in events:
             if isinstance(event, (SnapshotStored, WindowRemoved)):
                 if run:
-                    records.append(self._record(stored, run, parent))
+                    records.append(self._record(stored, run, parent, tier=tier))
                     run = []
                 snapshot = isinstance(event, SnapshotStored)
                 records.append(
                     self._record(snapshot, [event.block_hash], b"", snapshot, not snapshot)
                 )
                 continue
-            is_store = isinstance(event, BlockStored)
-            chains = is_store and stored and run and event.parent_hash == run[-1]
-            if run and not (chains or (not is_store and stored is False)):
-                records.append(self._record(stored, run, parent))
+            event_tier = _TIERS.get(type(event), "")
+            is_store = isinstance(event, (BlockStored, HostStored, StoreStored))
+            if event_tier:  # a run of one kind of tier move
+                same = run and tier == event_tier and stored == is_store
+            else:
+                chains = is_store and stored and event.parent_hash == run[-1] if run else False
+                same = run and not tier and (chains or (not is_store and stored is False))
+            if run and not same:
+                records.append(self._record(stored, run, parent, tier=tier))
                 run = []
             if not run:
-                stored = is_store
-                parent = event.parent_hash if is_store else b""
+                stored, tier = is_store, event_tier
+                parent = event.parent_hash if isinstance(event, BlockStored) else b""
             run.append(event.block_hash)
         if run:
-            records.append(self._record(stored, run, parent))
+            records.append(self._record(stored, run, parent, tier=tier))
         return records
 
     def _record(
@@ -129,6 +167,11 @@ class KVEventLog:
         parent: bytes,
         snapshot: bool = False,
         window_removed: bool = False,
+        tier: str = "",
     ) -> KVRecord:
         self._seq += 1
-        return KVRecord(self._seq, stored, tuple(hashes), parent, snapshot, window_removed)
+        return KVRecord(self._seq, stored, tuple(hashes), parent, snapshot, window_removed, tier)
+
+
+# Tier moves (the blocks stay held): a record's `tier`, "host" or "store".
+_TIERS = {HostStored: "host", HostRemoved: "host", StoreStored: "store"}

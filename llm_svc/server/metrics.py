@@ -76,6 +76,7 @@ class LLMMetrics:
         self.preemptions = Counter(names.LLM_PREEMPTIONS, "Requests preempted", registry=reg)
         self._tier_metrics(reg)
         self._store_metrics(reg)
+        self._spec_metrics(reg)
         self.tokens_per_second = Gauge(
             names.LLM_TOKENS_PER_SECOND, "Generated tokens per second", registry=reg
         )
@@ -164,6 +165,19 @@ class LLMMetrics:
         """Export the grammar compile pool's counts (read at scrape time)."""
         self.registry.register(GrammarCollector(pool))
 
+    def _spec_metrics(self, reg: CollectorRegistry) -> None:
+        method = [names.LABEL_METHOD]
+        self.spec_drafts = Counter(
+            names.LLM_SPEC_DRAFT_TOKENS, "Draft tokens proposed", method, registry=reg
+        )
+        self.spec_accepted = Counter(
+            names.LLM_SPEC_ACCEPTED_TOKENS, "Draft tokens accepted", method, registry=reg
+        )
+        self.spec_verifications = Counter(
+            names.LLM_SPEC_VERIFICATIONS, "Verifications (sequence steps with drafts)", method,
+            registry=reg,
+        )  # fmt: skip
+
     # --- engine thread -----------------------------------------------------------------
     def observe_stats(self, stats: EngineStats) -> None:
         self.kv_utilisation.set(stats.kv_utilisation)
@@ -174,6 +188,13 @@ class LLMMetrics:
         if stats.preemptions > self._preemptions:
             self.preemptions.inc(stats.preemptions - self._preemptions)
             self._preemptions = stats.preemptions
+        for method, count in stats.spec_proposed.items():
+            self._advance(self.spec_drafts.labels(method), ("spec_drafts", method), count)
+        for method, count in stats.spec_accepted.items():
+            self._advance(self.spec_accepted.labels(method), ("spec_accepted", method), count)
+        for method, count in stats.spec_verifications.items():
+            key = ("spec_verifications", method)
+            self._advance(self.spec_verifications.labels(method), key, count)
         if stats.tier is not None:
             self._observe_tier(stats.tier)
         if stats.store is not None:

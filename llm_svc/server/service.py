@@ -174,11 +174,17 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
 
     async def GetLoad(self, request, context) -> llm_pb2.Load:
         stats = self.worker.stats
+        rates = stats.rates
         return llm_pb2.Load(
             kv_utilisation=stats.kv_utilisation,
             running=stats.running,
             waiting=max(stats.waiting, self.streams.waiting),
             pending_prefill_tokens=stats.pending_prefill_tokens,
+            prefill_tokens_per_s=rates.prefill_tokens_per_s,
+            host_load_bytes_per_s=rates.host_load_bytes_per_s,
+            store_fetch_bytes_per_s=rates.store_fetch_bytes_per_s,
+            kv_bytes_per_token=rates.kv_bytes_per_token,
+            kv_store=rates.kv_store,
         )
 
     async def ResetPrefixCache(
@@ -200,10 +206,10 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
 
     # --- KV events ---------------------------------------------------------------------
     async def GetKVSnapshot(self, request, context) -> llm_pb2.KVSnapshot:
-        seq, hashes, snapshot_hashes, windowless = self.kv_log.snapshot()
+        held = self.kv_log.snapshot()
         return llm_pb2.KVSnapshot(
-            seq=seq, block_hashes=hashes, snapshot_hashes=snapshot_hashes,
-            windowless_hashes=windowless,
+            seq=held.seq, block_hashes=held.hashes, snapshot_hashes=held.snapshots,
+            windowless_hashes=held.windowless, host_hashes=held.host,
         )  # fmt: skip
 
     async def StreamKVEvents(
@@ -227,7 +233,11 @@ class LLMServicer(llm_pb2_grpc.LLMServicer):
 
 
 def _kv_event(record) -> llm_pb2.KVEvent:
-    if record.snapshot:
+    if record.tier == "host":
+        kind = llm_pb2.KVEvent.HOST_STORED if record.stored else llm_pb2.KVEvent.HOST_REMOVED
+    elif record.tier == "store":
+        kind = llm_pb2.KVEvent.STORE_STORED
+    elif record.snapshot:
         kind = llm_pb2.KVEvent.SNAPSHOT_STORED
     elif record.window_removed:
         kind = llm_pb2.KVEvent.WINDOW_REMOVED

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 Deliver = Callable[[list[StreamEvent]], None]
 _STOP = object()
+_PUBLISH = "publish"  # a command that only wakes the loop: it publishes after it
 # How long the engine thread waits for the pod to publish NOT_SERVING before it probes.
 FAULT_PUBLISH_WAIT_S = 10.0
 
@@ -102,10 +103,19 @@ class EngineWorker:
         # When the last step completed (or work arrived at an idle engine); None while no
         # work waits. Written by the engine thread only, read by the health check.
         self._progress_at: float | None = None
+        store = getattr(engine, "kv_store", None)
+        if store is not None:
+            # Pages the store's writer finishes after the last step are announced at once,
+            # not at the next step: an idle pod's last turn is in the gateway's index too.
+            store.on_written = self.publish_soon
 
     # --- any thread --------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+
+    def publish_soon(self) -> None:
+        """Wake the engine thread to publish its KV events (it does after every command)."""
+        self._inbox.put((_PUBLISH,))
 
     @property
     def alive(self) -> bool:
@@ -195,6 +205,8 @@ class EngineWorker:
 
     def _handle(self, command: tuple) -> None:
         kind = command[0]
+        if kind == _PUBLISH:
+            return
         if kind == "add":
             self._add(command[1])
         elif kind == "abort":

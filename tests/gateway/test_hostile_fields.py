@@ -127,3 +127,12 @@ def test_a_bad_guided_field_is_a_400_naming_it(hostile, pod):
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     error = openai_error(hostile.chat(guided_regex="a+", tools=[tool]), 400)
     assert "cannot be combined with tools" in error["message"]
+
+
+def test_an_input_audio_part_is_a_400_naming_the_part(hostile, pod):
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    content = [{"type": "text", "text": "listen"}, audio]
+    error = openai_error(hostile.chat(messages=[{"role": "user", "content": content}]), 400)
+    assert error["param"] == "messages[0].content[1]"
+    assert "input_audio" in error["message"]
+    assert not pod.requests

@@ -135,6 +135,22 @@ def gemma3_reference(tiny_gemma3_dir):
 
 
 @pytest.fixture(scope="session")
+def gemma4_reference(tiny_gemma4_dir):
+    """The tiny Gemma 4 VLM with its HF multimodal reference."""
+    from tests.llm_svc.mm_reference import MMReference
+
+    return MMReference(tiny_gemma4_dir)
+
+
+@pytest.fixture(scope="session")
+def gemma4_e_reference(tiny_gemma4_e_dir):
+    """The tiny E-style Gemma 4 VLM with its HF multimodal reference."""
+    from tests.llm_svc.mm_reference import MMReference
+
+    return MMReference(tiny_gemma4_e_dir)
+
+
+@pytest.fixture(scope="session")
 def qwen_reference(tiny_qwen2_vl_dir):
     from tests.llm_svc.mm_reference import MMReference
 

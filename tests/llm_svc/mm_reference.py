@@ -99,6 +99,8 @@ class MMReference:
         return self._model
 
     def _pixel_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
+        if self.adapter.architecture == "Gemma4ForConditionalGeneration":
+            return self._gemma4_inputs(images, expanded)
         if self.adapter.bidirectional_image_spans:  # Gemma 3
             from transformers.models.gemma3.image_processing_pil_gemma3 import (
                 Gemma3ImageProcessorPil,
@@ -148,6 +150,29 @@ class MMReference:
         assert out["input_ids"][0].tolist() == expanded, "the processor expands differently"
         return {"pixel_values": out["pixel_values"]} if images else {}
 
+    def _gemma4_inputs(self, images: list[Image.Image], expanded: list[int]) -> dict:
+        """Gemma4ImageProcessorPil's patches and positions; mm_token_type_ids mark the soft
+        tokens (1 image, 2 video), from which HF builds the spans that attend both ways.
+        A video's tensors come from the test (`greedy`'s `extra`: HF's video processor
+        needs torchvision)."""
+        from transformers.models.gemma4.image_processing_pil_gemma4 import (
+            Gemma4ImageProcessorPil,
+        )
+
+        ids = torch.tensor([expanded])
+        types = (ids == self.adapter.image_token_id).long()
+        types += 2 * (ids == self.adapter.config.get("video_token_id", -1)).long()
+        # Hidden states requested keep transformers from slicing the KV-shared layers' rows,
+        # which fails on a model without per-layer inputs (5.24); the logits are the same.
+        inputs: dict = {"mm_token_type_ids": types, "output_hidden_states": True}
+        if images:
+            out = Gemma4ImageProcessorPil.from_pretrained(str(self.model_dir))(
+                images=images, return_tensors="pt"
+            )
+            inputs["pixel_values"] = out["pixel_values"]
+            inputs["image_position_ids"] = out["image_position_ids"]
+        return inputs
+
     def _mistral3_inputs(self, images: list[Image.Image]) -> dict:
         """Pixtral's PIL image processor at the processor's block size (PixtralProcessor
         itself imports torchvision, which does not import beside the CPU torch here)."""
@@ -174,12 +199,14 @@ class MMReference:
             )
         return torch.log_softmax(out.logits[0, -1].float(), dim=-1)
 
-    def greedy(self, prompt: MMPrompt, max_new_tokens: int) -> list[int]:
+    def greedy(self, prompt: MMPrompt, max_new_tokens: int, extra: dict | None = None) -> list[int]:
         """HF's greedy continuation of `prompt` with its images, cut before the first step
         whose top two logits are within TIE_MARGIN (random tiny weights make near-ties that
-        fp32 rounding may break either way); at least MIN_TOKENS are kept."""
+        fp32 rounding may break either way); at least MIN_TOKENS are kept. `extra`: more
+        model inputs (a video's tensors, built by the test), part of the memo's key."""
+        extra = extra or {}
         key = (tuple(prompt.expanded), tuple(image_key_bytes(i) for i in prompt.images))
-        key = key + (max_new_tokens,)
+        key = key + (max_new_tokens, tuple((k, v.numpy().tobytes()) for k, v in extra.items()))
         if key not in self._outputs:
             ids = torch.tensor([prompt.expanded])
             with torch.inference_mode():
@@ -192,6 +219,7 @@ class MMReference:
                     output_scores=True,
                     return_dict_in_generate=True,
                     **self._pixel_inputs(prompt.images, prompt.expanded),
+                    **extra,
                 )
             tokens = out.sequences[0, len(prompt.expanded) :].tolist()
             for step, scores in enumerate(out.scores):

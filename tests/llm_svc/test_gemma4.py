@@ -153,7 +153,6 @@ def _write(tmp_path, model_dir, **changes):
         (dict(per_layer_config={"1": {"sliding_window": 4}}), "per_layer_config[1]"),
         (dict(per_layer_config={"0": {"head_dim": 8}}), "sliding layers of different shapes"),
         (dict(num_kv_shared_layers=6), "no earlier"),
-        (dict(architectures=["Gemma4ForConditionalGeneration"]), "vision and audio"),
         (dict(rope_parameters={"full_attention": {"rope_type": "yarn"}}), "'yarn'"),
         (dict(attn_logit_softcapping=50.0), "attn_logit_softcapping"),
     ],

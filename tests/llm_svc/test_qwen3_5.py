@@ -175,6 +175,7 @@ def test_make_tiny_qwen3_5_is_served_as_hf_runs_it(tmp_path):
     from typer.testing import CliRunner
 
     from iris.cli import app
+    from llm_svc.engine.spec.mtp import mtp_layer_count
 
     target = tmp_path / "tiny-qwen3_5"
     result = CliRunner().invoke(app, ["models", "make-tiny", "--arch", "qwen3_5", str(target)])
@@ -182,6 +183,8 @@ def test_make_tiny_qwen3_5_is_served_as_hf_runs_it(tmp_path):
     engine = _engine(target)
     assert engine.model_config.layer_types == ("linear",) * 3 + ("full",)
     assert engine.model_config.rotary_dim == 4  # partial_rotary_factor 0.25 of head_dim 16
+    # make-tiny writes one random MTP layer (transformers ignores it; read from the tensors).
+    assert mtp_layer_count(target) == 1
     _check(engine, HFGreedy(target), [_ids(engine, "hello world, how are you")], new_tokens=5)
 
 

@@ -83,3 +83,26 @@ def test_pending_prefill_counts_what_the_prefix_cache_does_not_hold(llama_dir):
     scheduler.add(turn)
     scheduler.add(stranger)
     assert scheduler.pending_prefill_tokens() == 6 + 10
+
+
+def test_prefixes_held_by_the_queue_never_leave_its_head_without_room(llama_dir):
+    """A waiting sequence keeps the prefix it matched (as one whose embeddings were fetched
+    does). With nothing running, the head of the queue gets the pages the sequences behind
+    it hold, rather than the queue waiting on itself for ever."""
+    scheduler = _scheduler(llama_dir, num_pages=6, budget=64)
+    history = list(range(100, 124))  # 6 full pages: the whole pool
+    first = Sequence("first", history, SamplingParams())
+    scheduler.add(first)
+    out = scheduler.schedule()
+    first.num_computed_tokens += out.chunks[0].num_tokens
+    scheduler.blocks.commit(first)
+    scheduler.finish(first)  # its pages stay cached, unreferenced
+    head = Sequence("head", list(range(8)), SamplingParams())
+    behind = Sequence("behind", history + [1, 2, 3, 4], SamplingParams())
+    scheduler.add(head)
+    scheduler.add(behind)
+    scheduler.blocks.match_prefix(behind)  # holds all 6 pages while it waits
+    assert len(behind.block_table) == 6
+    out = scheduler.schedule()
+    assert [c.seq.request_id for c in out.chunks] == ["head"]
+    assert behind.block_table == [] and behind.num_computed_tokens == 0

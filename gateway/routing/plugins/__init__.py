@@ -1,6 +1,7 @@
 """Routing plugins, one per file, each registered under its `type` name."""
 
 from gateway.routing.plugins import (  # noqa: F401  (importing registers them)
+    estimated_ttft,
     estimated_wait,
     healthy,
     kv_utilisation,

@@ -29,6 +29,11 @@ class RoutingRequest:
     salt: bytes | None = None
     # Half-open spans no resume point falls inside (the pod's engine uses the same).
     uncut_spans: list[tuple[int, int]] = field(default_factory=list)
+    # Half-open token spans of the images (and video frame groups), and this gateway's
+    # measured encode time per image token (0: none measured): the vision share of a time
+    # estimate (plugins/estimated_ttft.py).
+    image_spans: list[tuple[int, int]] = field(default_factory=list)
+    encode_seconds_per_token: float = 0.0
     _hashes: dict[int, list[bytes]] = field(default_factory=dict, repr=False)
 
     def block_hashes(self, page_size: int) -> list[bytes]:
@@ -40,14 +45,20 @@ class RoutingRequest:
         return hashes
 
     def matched_blocks(self, pod: Pod, index: KVIndex) -> tuple[int, int]:
-        """(blocks of this prompt the pod holds and will resume, the blocks it may resume
-        at most). Both are the pod's own rule (`Pod.resume_rule`, the one its block manager
-        matches by) over what the KV index says it holds: no more count as covered."""
+        """(blocks of this prompt the pod will resume, the blocks it may resume at most).
+        Resumed blocks are those it holds in either tier or, with the shared KV store, can
+        fetch from there: `cached_blocks(...).resumed`."""
+        cached = self.cached_blocks(pod, index)
+        return cached.resumed, cached.most
+
+    def cached_blocks(self, pod: Pod, index: KVIndex) -> CachedBlocks:
+        """Where the prompt's leading blocks are for `pod`, each depth by the pod's own rule
+        (`Pod.resume_rule`, the one its block manager matches by) over what the KV index
+        says it holds: no more count as covered."""
         hashes = self.block_hashes(pod.page_size)
         rule = pod.resume_rule
         count, spans = len(self.input_ids), self.uncut_spans
         most = rule.resumable_blocks(count, uncut_spans=spans)
-        held = index.matched_blocks(pod.address, hashes, most)
         snapshots = None
         if rule.snapshot_interval:  # a hybrid pod resumes only where it holds a snapshot
 
@@ -60,7 +71,34 @@ class RoutingRequest:
             def windows(block: int) -> bool:
                 return index.has_window(pod.address, hashes[block])
 
-        return rule.resumable_blocks(count, held, spans, snapshots, windows), most
+        def resumed(held: int) -> int:
+            return rule.resumable_blocks(count, held, spans, snapshots, windows)
+
+        address = pod.address
+        held = resumed(index.matched_blocks(address, hashes, most))
+        device = min(held, resumed(index.device_blocks(address, hashes, most)))
+        store = 0
+        if pod.load.rates.kv_store:
+            # The store keeps a page's window page and snapshot beside it: assumed there.
+            store = rule.resumable_blocks(count, index.store_blocks(hashes, most), spans)
+        return CachedBlocks(device, held, store, most)
+
+
+@dataclass(frozen=True)
+class CachedBlocks:
+    """Leading prompt blocks a pod would resume from each place (each a resume point by its
+    rule): on its `device`, `held` in either of its tiers (>= device), fetched from the
+    shared KV `store` (0 for a pod without it); and the `most` it could resume."""
+
+    device: int
+    held: int
+    store: int
+    most: int
+
+    @property
+    def resumed(self) -> int:
+        """The deepest it resumes: the pod fetches from the store past what it holds."""
+        return max(self.held, self.store)
 
 
 class Plugin(ABC):

@@ -136,6 +136,7 @@ def _build_text(out_dir: Path, seed: int, moe: bool) -> None:
     torch.manual_seed(seed)
     model = Model(config).eval()
     model.save_pretrained(str(out_dir), safe_serialization=True)
+    write_mtp(out_dir, model.state_dict(), config.layer_types, seed)
     save_fast_tokenizer(
         tokenizer,
         out_dir,
@@ -144,6 +145,36 @@ def _build_text(out_dir: Path, seed: int, moe: bool) -> None:
         pad="<|endoftext|>",
         chat_template=CHAT_TEMPLATE,
     )
+
+
+def write_mtp(out_dir: Path, state: dict, layer_types: list[str], seed: int) -> None:
+    """Random `mtp.*` tensors (one multi-token-prediction layer) in mtp.safetensors, as the
+    released checkpoints carry them and transformers ignores them: `fc` [H, 2H] projecting
+    the normed next-token embedding and hidden state concatenated, their two norms
+    (`pre_fc_norm_embedding`, `pre_fc_norm_hidden`), one decoder layer laid out as the
+    model's own full-attention layer (`mtp.layers.0.*`: gated attention, then its MLP or
+    experts) and the final `norm`; the LM head is the model's, shared."""
+    import torch
+    from safetensors.torch import save_file
+
+    full = layer_types.index("full_attention")
+    prefix = f"model.layers.{full}."
+    generator = torch.Generator().manual_seed(seed + 1)
+
+    def like(value: torch.Tensor) -> torch.Tensor:
+        return (torch.randn(value.shape, generator=generator) * 0.05).to(value.dtype)
+
+    tensors = {
+        "mtp.layers.0." + name[len(prefix) :]: like(value)
+        for name, value in state.items()
+        if name.startswith(prefix)
+    }
+    embed = state["model.embed_tokens.weight"]
+    hidden = embed.shape[1]
+    tensors["mtp.fc.weight"] = like(embed.new_empty(hidden, 2 * hidden))
+    for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        tensors[f"mtp.{norm}.weight"] = like(embed.new_empty(hidden))
+    save_file(tensors, str(out_dir / "mtp.safetensors"), metadata={"format": "pt"})
 
 
 def build_vl(out_dir: Path, seed: int = 0) -> None:

@@ -156,8 +156,11 @@ class AttentionBackend(ABC):
         *,
         scale: float | None = None,
         window: int | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         """q [T, heads, d], k/v [T, kv_heads, d] → [T, heads, d]; stores k/v in the cache.
         `scale`: the softmax scale (None: d ** -0.5); `window`: see the module docstring.
+        `causal`: this layer ignores `attend_until` (Gemma 4's full layers, whose image
+        spans stay causal while its sliding layers see them both ways).
         k and v None: the layer reads the KV already stored at `layer` this step (a
         KV-shared layer, attention/kinds.py) and stores nothing."""

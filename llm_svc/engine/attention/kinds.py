@@ -62,6 +62,7 @@ class KindsBackend(AttentionBackend):
         *,
         scale: float | None = None,
         window: int | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         backend, local = self._route[layer]
-        return backend.forward(local, q, k, v, scale=scale, window=window)
+        return backend.forward(local, q, k, v, scale=scale, window=window, causal=causal)

@@ -30,6 +30,7 @@ class _Chunk:
     rows: torch.Tensor  # [query, 1] each query's position
     until: torch.Tensor  # [query, 1] the last position each query sees (rows when causal)
     windowed: dict  # window → its mask, built on first use in the step
+    causal_mask: torch.Tensor | None = None  # `mask` without `until` (None: plain causal)
 
     def mask_for(self, window: int | None) -> torch.Tensor | None:
         # Every key lies inside the window of every query while the context fits in it:
@@ -112,7 +113,10 @@ class SdpaBackend(AttentionBackend):
                 until = meta.attend_until[tokens][:, None]
             if context > query_len or meta.attend_until is not None:
                 mask = torch.arange(context, device=device)[None, :] <= until
-            self._chunks.append(_Chunk(tokens, pages, context, mask, rows, until, {}))
+            causal = None
+            if context > query_len:
+                causal = torch.arange(context, device=device)[None, :] <= rows
+            self._chunks.append(_Chunk(tokens, pages, context, mask, rows, until, {}, causal))
 
     def _decode_batch(self, meta: AttentionMetadata, decode_rows: list[int]) -> _DecodeBatch:
         # Sizes come from the host lists, never from a device tensor (no sync); the rows,
@@ -146,6 +150,7 @@ class SdpaBackend(AttentionBackend):
         *,
         scale: float | None = None,
         window: int | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         k_cache, v_cache = self.kv_cache.layer(layer, self._slot_mapping, k, v)
         out = torch.empty_like(q)
@@ -167,7 +172,7 @@ class SdpaBackend(AttentionBackend):
             query = q[chunk.tokens].transpose(0, 1).unsqueeze(0)  # [1, heads, n, d]
             keys = self._gather(k_cache, chunk.pages)[: chunk.context]
             values = self._gather(v_cache, chunk.pages)[: chunk.context]
-            mask = chunk.mask_for(window)
+            mask = chunk.causal_mask if causal and window is None else chunk.mask_for(window)
             result = F.scaled_dot_product_attention(
                 query,
                 keys.transpose(0, 1).unsqueeze(0),

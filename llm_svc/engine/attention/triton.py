@@ -64,6 +64,7 @@ class TritonBackend(AttentionBackend):
         *,
         scale: float | None = None,
         window: int | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         k_cache, v_cache = self.kv_cache.layer(layer, self._slot_mapping, k, v)
         if q.stride(-1) != 1:
@@ -80,6 +81,6 @@ class TritonBackend(AttentionBackend):
             paged_extend_attention(
                 q, k_cache, v_cache, out, self._block_tables, self._chunks, self._blocks,
                 self._num_chunks, self._num_blocks, page_size,
-                scale=scale, window=window, attend_until=self._attend_until,
+                scale=scale, window=window, attend_until=None if causal else self._attend_until,
             )  # fmt: skip
         return out

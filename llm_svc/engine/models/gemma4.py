@@ -20,7 +20,8 @@ Its quirks, all here:
   soft-capped (`final_logit_softcapping`) when set.
 - Per-layer embeddings (PLE, the E models): every layer gets a slice of width P of
   `(norm(projection(embeds) / √hidden) + PLE(ids) · √P) / √2`, computed once per step from
-  the embeddings after any image scatter (so an image row carries its own projection), and
+  the embeddings after any image scatter (an image row projects its own row, and reads
+  the table at `pad_token_id`, as transformers' Gemma4Model does), and
   gated into the residual after the MLP: per_layer_input_gate, the activation, times the
   slice, per_layer_projection, post_per_layer_input_norm.
 - The MoE block (`enable_moe_block`, the 26B-A4B): beside each layer's dense MLP, a routed
@@ -61,6 +62,10 @@ class Gemma4Attention(nn.Module):
     """One layer's attention. A layer that reuses KV has only q_proj, q_norm and o_proj:
     the backend reads its source layer's pages (k and v passed as None)."""
 
+    # Image spans attend both ways on sliding layers only (transformers'
+    # create_masks_for_vision_model): a full layer stays causal.
+    causal_on_full = True
+
     def __init__(self, config: TextModelConfig, layer: int) -> None:
         super().__init__()
         kind = config.layer_type(layer)
@@ -93,7 +98,8 @@ class Gemma4Attention(nn.Module):
             v = raw if self.v_proj is None else self.v_proj(x).view(raw.shape)
             k = apply_rotary(self.k_norm(raw), cos, sin)
             v = self.v_norm(v)
-        out = backend.forward(self.layer, q, k, v, scale=1.0, window=self.window)
+        causal = self.causal_on_full and self.window is None
+        out = backend.forward(self.layer, q, k, v, scale=1.0, window=self.window, causal=causal)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
 
@@ -221,6 +227,12 @@ class Gemma4LM(DecoderLM):
         table = table * torch.tensor(float(width) ** 0.5, dtype=table.dtype)
         return (projected + table.view(rows, layers, width)) * 2.0**-0.5
 
+    def _table_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The ids the per-layer table reads: an image row (a sentinel id past the
+        vocabulary) reads `pad_token_id`'s, as transformers' Gemma4Model does."""
+        pad = input_ids.new_full((1,), self.config.pad_token_id)
+        return torch.where(input_ids >= self.config.vocab_size, pad, input_ids)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -233,7 +245,10 @@ class Gemma4LM(DecoderLM):
         before the first KV-shared one run on every row (they write the KV), the rest on
         the sampled rows, attending as one query each (`sampled.meta`)."""
         x = self.embed(input_ids) if input_embeds is None else input_embeds
-        per_layer = self.per_layer_inputs(input_ids, x) if self.per_layer_input_size else None
+        per_layer = None
+        if self.per_layer_input_size:
+            ids = input_ids if input_embeds is None else self._table_ids(input_ids)
+            per_layer = self.per_layer_inputs(ids, x)
         ropes = {
             FULL: self.rotary(positions, x.dtype),
             SLIDING: self.local_rotary(positions, x.dtype),

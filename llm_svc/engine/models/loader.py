@@ -128,8 +128,8 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
             wanted[prefix + name] = name
     skipped = sum(name.startswith("mtp.") for name in where)
     if skipped:
-        # Multi-token prediction heads (Qwen3.5) serve speculative decoding, which the
-        # engine does not do: left unloaded.
+        # Multi-token prediction heads (Qwen3.5) would draft for speculative decoding; the
+        # engine drafts by n-gram only so far (llm_svc/engine/spec): left unloaded.
         log.info("%d mtp.* weights (multi-token prediction) not loaded", skipped)
     # Stacked experts may be stored per expert: read_experts finds them (checked there).
     missing = [name for name in wanted if name not in where and not is_stacked_expert(name)]

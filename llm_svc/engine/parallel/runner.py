@@ -89,6 +89,8 @@ class ShardRunner(ModelRunner):
             starts = message.meta.query_starts
             rows = message.sample_rows.tolist()
             inputs.sample_entries = [bisect.bisect_right(starts, row) - 1 for row in rows]
+            # Draft rows share their chunk's entry (speculative decoding).
+            inputs.num_drafts = len(rows) - len(set(inputs.sample_entries))
         rows = [None]
         if message.image_dest is not None:
             rows = [ChunkImageRows(message.image_dest, message.image_source)]

@@ -23,6 +23,7 @@ from iris.models.build import COMPLETE_MARKER, build_atomically
 def test_registered_architectures():
     assert registered_architectures() == [
         "Gemma3ForConditionalGeneration",
+        "Gemma4ForConditionalGeneration",
         "Idefics3ForConditionalGeneration",
         "InternVLForConditionalGeneration",
         "Mistral3ForConditionalGeneration",

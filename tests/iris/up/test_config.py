@@ -11,7 +11,10 @@ from iris.up.platform import Platform, UpConfig
     ("overrides", "fragment"),
     [
         ({"cache": "disk"}, "cache must be memory, redis or redis-cluster, got 'disk'"),
-        ({"router": "fastest"}, "router must be prefix or round-robin, got 'fastest'"),
+        (
+            {"router": "fastest"},
+            "router must be one of prefix, estimated-wait, estimated-ttft, round-robin, got",
+        ),
         ({"llm_pods": 0}, "need at least one LLM pod"),
         ({"services": ("encoder",)}, "services must be one of"),
         ({"services": ("cache", "llm")}, "services must be one of"),

@@ -232,7 +232,7 @@ def test_snapshot_events_are_records_of_their_own_and_leave_with_their_block():
         (True, False, (b,)),
     ]
     assert records[2].parent_hash == a
-    seq, blocks, snapshots, _ = log.snapshot()
+    seq, blocks, snapshots, *_ = log.snapshot()
     assert seq == 3 and set(blocks) == {a, b} and snapshots == [a]
     log.publish([BlockRemoved(a)])
     assert log.snapshot()[2] == []
