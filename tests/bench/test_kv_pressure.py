@@ -70,7 +70,7 @@ def config(setup: Setup, ttft_s: float, cached: int, moved_s: float | None = Non
 
 
 def test_the_table_gives_each_configuration_against_device_only_and_the_targets():
-    device, host, store, rr_store = CONFIGS
+    device, host, store, rr_store, _ = CONFIGS
     results = {
         "device": config(device, 1.2, 0),
         "host": config(host, 0.6, 300, moved_s=1.0),
