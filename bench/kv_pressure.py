@@ -353,7 +353,7 @@ def format_table(pods: int, results: dict[str, ConfigResult]) -> list[str]:
     for key, result in results.items():
         s, tiers = summaries[key], result.tiers
         lines.append(
-            f"  {result.setup.name:<32} | {s['later_p50_ms']:7.0f} / {s['later_p90_ms']:7.0f} | "
+            f"  {result.setup.name:<34} | {s['later_p50_ms']:7.0f} / {s['later_p90_ms']:7.0f} | "
             f"{s['prefill_tokens']:,} ({s['later_prefill_tokens']:,}) of {s['prompt_tokens']:,} | "
             f"{tiers.get('device', 0):,.0f} / {tiers.get('host', 0):,.0f} / "
             f"{tiers.get('miss', 0):,.0f} | {tiers.get('store', 0):,.0f} | "
