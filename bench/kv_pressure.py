@@ -49,8 +49,11 @@ their third turns is sent: it lands on another pod, which loads the history from
 of the rest, while two pods are left. Printed: the median TTFT of those turns in each, and
 the ratio (target >= 3 on the demo model).
 
-`--quick`: 16 conversations of 4 turns (both pod counts in about 12 minutes on 2 cores);
-the default 24 of 5 (about 30). Each part's wall time is printed.
+`--quick`: 16 conversations of 4 turns at 3 pods (both pod counts in about 12 minutes on
+2 cores); the default 24 of 5 (about 30). The count is for 3 pods: N pods run the first
+ceil(count x N / 3) conversations of the same plan, so each pod count has about the same
+load per pod and pressure on its pools (one pod given every conversation only queues
+behind the gateway's admission). Each part's wall time is printed.
 """
 
 from __future__ import annotations
@@ -211,27 +214,45 @@ class Sizes:
     live_pages: int  # every conversation's history at its longest (the system prompt once)
     longest_pages: int
 
-    def pressure(self, pods: int) -> float:
-        """Live histories over the device pools of `pods` pods."""
-        return self.live_pages / (pods * self.device_pages)
+    def pressure(self, pods: int, live_pages: int | None = None) -> float:
+        """Live histories (`live_pages`, default every conversation's) over the device
+        pools of `pods` pods."""
+        return (live_pages or self.live_pages) / (pods * self.device_pages)
 
-    def describe(self, pods_list: list[int]) -> str:
+    def describe(self, live_by_pods: dict[int, int]) -> str:
+        """The pools, and the pressure at each pod count given its live pages."""
         mib = self.page_bytes / 2**20
-        pressure = ", ".join(f"{self.pressure(pods):.1f}x at {pods} pods" for pods in pods_list)
+        pressure = ", ".join(
+            f"{live} pages, {self.pressure(pods, live):.1f}x the pools at {pods} pods"
+            for pods, live in live_by_pods.items()
+        )
         return (
             f"device pool {self.device_pages} pages a pod ({self.device_pages * PAGE_SIZE} "
             f"tokens, {self.device_pages * mib:.0f} MiB at {mib:.2f} MiB a page); host tier "
-            f"{self.host_bytes / 2**20:.0f} MiB a pod where on; live histories about "
-            f"{self.live_pages} pages (longest {self.longest_pages}): {pressure} the pools"
+            f"{self.host_bytes / 2**20:.0f} MiB a pod where on; longest conversation "
+            f"{self.longest_pages} pages; live histories: {pressure}"
         )
+
+
+def conversations_for(shape: Shape, pods: int) -> int:
+    """The conversations run on `pods` pods: the shape's count is for 3 pods, scaled by
+    the pod count, so every pod count sees about the same load per pod and the same
+    pressure on its pools (one pod given all of them only queues)."""
+    return max(2, math.ceil(shape.conversations * pods / 3))
+
+
+def live_pages(plan: list[PlannedConversation], max_tokens: int) -> int:
+    """Every conversation's history at its longest, in pages (the system prompt once)."""
+    longest = [math.ceil(estimated_tokens(c, max_tokens) / PAGE_SIZE) for c in plan]
+    system = SYSTEM_TOKENS // PAGE_SIZE  # the system prompt's pages are shared
+    return system + sum(pages - system for pages in longest)
 
 
 def size_pools(plan: list[PlannedConversation], max_tokens: int, page_bytes: int) -> Sizes:
     """A device pool of POOL_FACTOR x the longest conversation, a host tier of HOST_FACTOR
     x every live history (estimated from the plan)."""
     longest = [math.ceil(estimated_tokens(c, max_tokens) / PAGE_SIZE) for c in plan]
-    system = SYSTEM_TOKENS // PAGE_SIZE  # the system prompt's pages are shared
-    live = system + sum(pages - system for pages in longest)
+    live = live_pages(plan, max_tokens)
     device = math.ceil(POOL_FACTOR * max(longest))
     host = math.ceil(HOST_FACTOR * live) * page_bytes
     return Sizes(device, host, page_bytes, live, max(longest))
@@ -573,12 +594,11 @@ def config_for(args, setup: Setup, pods: int, sizes: Sizes, workload):
     )
 
 
-def run_config(args, setup: Setup, pods: int, sizes: Sizes, shape: Shape, workload):
+def run_config(args, setup: Setup, pods: int, sizes: Sizes, shape: Shape, workload, plan):
     """One configuration on a freshly started platform: warm-up, the pressure turns, then
     (where it applies) the moved-conversation case."""
     result = ConfigResult(setup, pods)
     started = time.perf_counter()
-    plan = build_plan(shape, args.seed)
     moved_plan = build_plan(replace(shape, conversations=shape.moved, turns=3), args.seed + 1000)
     images = {
         library_key(i): workload.make_image(library_key(i), args.seed) for i in range(shape.library)
@@ -669,6 +689,8 @@ def run_kv_pressure(args, workload) -> None:
     pods_list = [args.pods] if args.pods else [3, 1]  # the target's pod count first
     plan = build_plan(shape, args.seed)
     sizes = size_pools(plan, shape.max_tokens, page_bytes_of(args.model))
+    # Each pod count runs the first conversations_for(...) of the one plan.
+    plans = {pods: plan[: conversations_for(shape, pods)] for pods in pods_list}
     print(
         f"kv-pressure: {shape.conversations} conversations x {shape.turns} turns, notes of "
         f"{shape.notes_words} words, {shape.library} photos, think {shape.think_s[0]:g}-"
@@ -676,12 +698,14 @@ def run_kv_pressure(args, workload) -> None:
         f"{shape.max_tokens} tokens; pods {pods_list}; seed {args.seed}",
         flush=True,
     )
-    print(sizes.describe(pods_list), flush=True)
+    live = {pods: live_pages(plans[pods], shape.max_tokens) for pods in pods_list}
+    print(sizes.describe(live), flush=True)
     results: dict[int, dict[str, ConfigResult]] = {}
     for pods in pods_list:
         mark = time.perf_counter()
         results[pods] = {
-            setup.key: run_config(args, setup, pods, sizes, shape, workload) for setup in CONFIGS
+            setup.key: run_config(args, setup, pods, sizes, shape, workload, plans[pods])
+            for setup in CONFIGS
         }
         print(f"--pods {pods}: {time.perf_counter() - mark:.0f} s", flush=True)
     for pods, configs in results.items():

@@ -12,7 +12,9 @@ from bench.kv_pressure import (
     TurnRecord,
     build_plan,
     by_turn,
+    conversations_for,
     format_table,
+    live_pages,
     ratios,
     size_pools,
     summarise,
@@ -39,6 +41,11 @@ def test_the_device_pools_hold_the_longest_turn_and_a_fraction_of_the_live_histo
     sizes = size_pools(build_plan(QUICK, seed=0), QUICK.max_tokens, page_bytes=1 << 20)
     assert sizes.device_pages >= sizes.longest_pages
     assert sizes.pressure(3) >= 3 and math.isclose(sizes.pressure(1), 3 * sizes.pressure(3))
+    # One pod runs a third of the conversations: about the same pressure on its pool.
+    plan = build_plan(QUICK, seed=0)
+    one = plan[: conversations_for(QUICK, 1)]
+    assert len(one) == math.ceil(QUICK.conversations / 3)
+    assert sizes.pressure(1, live_pages(one, QUICK.max_tokens)) >= 2.5
     assert sizes.host_bytes >= sizes.live_pages * sizes.page_bytes
 
 
