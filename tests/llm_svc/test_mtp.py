@@ -2,7 +2,9 @@
 intended: its forward over a prompt, then a chain of drafts each fed the layer's own
 output, equals a plain reference written here from the raw safetensors with torch ops
 (the layout: normed embedding and hidden state concatenated, `fc`, one gated-attention
-decoder layer with a causal mask, `norm`, the target's LM head)."""
+decoder layer with a causal mask, `norm`, the target's LM head). And the engine feeds it
+the right hidden states (spec/mtp_proposer.py): every chain it proposes equals the layer
+run from scratch over transformers' last hidden states of the sequence."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from safetensors.torch import load_file
 from llm_svc.engine.models import load_model
 from llm_svc.engine.spec.mtp import DenseKV, load_mtp, mtp_layer_count
 from tests.llm_svc.checkpoints import mtp_checkpoint
+from tests.llm_svc.conftest import greedy, make_engine, run_all
 
 
 def _norm(x, weight, eps):  # Qwen3.5's norms scale by (1 + weight)
@@ -92,3 +95,45 @@ def test_mtp_layer_equals_a_reference_from_the_raw_weights():
         assert int((ref[-1] @ head.T).argmax()) == drafts[step]
         ref_hidden = torch.cat([ref_hidden, ref[-1:]])
         ref_tokens = torch.cat([ref_tokens, torch.tensor(drafts[step : step + 1])])
+
+
+def _chain(layer, model, hidden, tokens, k):
+    """k drafts from scratch: the layer over positions 0..n-2 (hidden state i, token i + 1),
+    then each draft from its own output."""
+    kv, n = DenseKV(), len(tokens)
+    out = layer(hidden, model.embed(torch.tensor(tokens[1:])), torch.arange(n - 1), kv)
+    drafts = []
+    for step in range(k):
+        drafts.append(int(model.compute_logits(out[-1:]).argmax()))
+        position = torch.tensor([n - 1 + step])
+        out = layer(out[-1:], model.embed(torch.tensor(drafts[-1:])), position, kv)
+    return drafts
+
+
+@torch.inference_mode()
+def test_engine_drafts_are_the_layer_over_the_target_hidden_states():
+    """One request through chunked prefill (chunks of 7) and verifications (each rejection
+    rolls the hybrid state back and recomputes): the drafts proposed at every step are the
+    layer's over the target's hidden states of all the sequence's positions."""
+    from transformers import Qwen3_5ForCausalLM
+
+    model_dir = mtp_checkpoint("qwen3_5")
+    engine = make_engine(
+        model_dir, max_num_batched_tokens=7, device="cpu", dtype="float32",
+        num_speculative_tokens=3, speculative_method="mtp", speculative_min_acceptance=0.0,
+    )  # fmt: skip
+    proposer, seen = engine.speculator.proposer, []
+    propose = proposer.propose
+
+    def recording(seq, k):
+        drafts = propose(seq, k)
+        seen.append((list(seq.token_ids), k, drafts))
+        return drafts
+
+    proposer.propose = recording
+    run_all(engine, {"r": (list(range(10, 30)), greedy(10))})
+    assert len(seen) >= 3 and all(len(drafts) == k for _, k, drafts in seen)
+    hf = Qwen3_5ForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    for tokens, k, drafts in seen:
+        hidden = hf.model(input_ids=torch.tensor([tokens[:-1]])).last_hidden_state[0]
+        assert drafts == _chain(proposer.layer, proposer.target, hidden, tokens, k)
