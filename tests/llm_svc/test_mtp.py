@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from llm_svc.engine.models import load_model
 from llm_svc.engine.spec.mtp import DenseKV, load_mtp, mtp_layer_count
 from tests.llm_svc.checkpoints import mtp_checkpoint
-from tests.llm_svc.conftest import greedy, make_engine, run_all
+from tests.llm_svc.conftest import greedy, make_engine, run_all, token_ids
 
 
 def _norm(x, weight, eps):  # Qwen3.5's norms scale by (1 + weight)
@@ -112,15 +112,20 @@ def _chain(layer, model, hidden, tokens, k):
 
 @torch.inference_mode()
 def test_engine_drafts_are_the_layer_over_the_target_hidden_states():
-    """One request through chunked prefill (chunks of 7) and verifications (each rejection
-    rolls the hybrid state back and recomputes): the drafts proposed at every step are the
-    layer's over the target's hidden states of all the sequence's positions."""
+    """One request through chunked prefill (chunks of 7) and verifications: every other
+    step proposes the true continuation instead (all accepted: the verified rows' hidden
+    states are kept), the others the layer's drafts (rejected: the hybrid state rolls back
+    and the tokens are computed again). The layer's drafts at every step are its drafts
+    over the target's hidden states of all the sequence's positions."""
     from transformers import Qwen3_5ForCausalLM
 
     model_dir = mtp_checkpoint("qwen3_5")
+    prompt, new = list(range(10, 30)), 16
+    args = dict(device="cpu", dtype="float32", max_num_batched_tokens=7)
+    truth = token_ids(run_all(make_engine(model_dir, **args), {"r": (prompt, greedy(new))})["r"])
     engine = make_engine(
-        model_dir, max_num_batched_tokens=7, device="cpu", dtype="float32",
-        num_speculative_tokens=3, speculative_method="mtp", speculative_min_acceptance=0.0,
+        model_dir, **args, num_speculative_tokens=3, speculative_method="mtp",
+        speculative_min_acceptance=0.0,
     )  # fmt: skip
     proposer, seen = engine.speculator.proposer, []
     propose = proposer.propose
@@ -128,11 +133,12 @@ def test_engine_drafts_are_the_layer_over_the_target_hidden_states():
     def recording(seq, k):
         drafts = propose(seq, k)
         seen.append((list(seq.token_ids), k, drafts))
-        return drafts
+        done = seq.num_output_tokens
+        return truth[done : done + k] if len(seen) % 2 else drafts
 
     proposer.propose = recording
-    run_all(engine, {"r": (list(range(10, 30)), greedy(10))})
-    assert len(seen) >= 3 and all(len(drafts) == k for _, k, drafts in seen)
+    assert token_ids(run_all(engine, {"r": (prompt, greedy(new))})["r"]) == truth
+    assert engine.stats().spec_accepted["mtp"] > 0 and len(seen) >= 4
     hf = Qwen3_5ForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     for tokens, k, drafts in seen:
         hidden = hf.model(input_ids=torch.tensor([tokens[:-1]])).last_hidden_state[0]

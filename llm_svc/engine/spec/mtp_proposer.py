@@ -37,10 +37,12 @@ class MTPState:
     kv: DenseKV = field(default_factory=DenseKV)
     waiting: torch.Tensor | None = None
     waiting_start: int = 0
+    last_out: torch.Tensor | None = None  # the layer's output [1, H] at position end - 1
 
     def restart(self, position: int) -> None:
         self.first = self.end = position
         self.kv = DenseKV()
+        self.last_out = None
 
 
 class MTPProposer(Proposer):
@@ -67,7 +69,7 @@ class MTPProposer(Proposer):
                 state.restart(start)
             else:
                 state.kv.truncate(start - state.first)
-                state.end = start
+                state.end, state.last_out = start, None
         waiting, begin = state.waiting, state.waiting_start
         if waiting is not None and begin <= start <= begin + len(waiting):
             state.waiting = torch.cat([waiting[: start - begin], hidden])
@@ -77,27 +79,36 @@ class MTPProposer(Proposer):
     @torch.inference_mode()
     def propose(self, seq: Sequence, k: int) -> list[int]:
         state = self.states.get(seq)
-        last = seq.num_tokens - 2  # the last position whose next token is known
-        if state is None or state.waiting is None:
+        out = None if state is None else self._catch_up(seq, state, seq.num_tokens - 2)
+        if out is None:
             return []
-        begin = state.waiting_start
-        if begin > state.end:  # a gap (a prefix hit): the layer starts again from here
-            state.restart(begin)
-        if begin + len(state.waiting) <= last or state.end > last:
-            return []
-        hidden = state.waiting[state.end - begin : last + 1 - begin]
-        state.waiting = state.waiting[last + 1 - begin :]
-        state.waiting_start = last + 1
-        out = self._run(seq, state, state.end, hidden, seq.token_ids[state.end + 1 : last + 2])
-        state.end = last + 1
         drafts = []
         for step in range(k):
-            token = int(self.target.compute_logits(out[-1:]).argmax(dim=-1))
+            token = int(self.target.compute_logits(out).argmax(dim=-1))
             drafts.append(token)
             if step + 1 < k:
-                out = self._run(seq, state, last + 1 + step, out[-1:], [token])
+                out = self._run(seq, state, state.end + step, out, [token])
         state.kv.truncate(state.end - state.first)
         return drafts
+
+    def _catch_up(self, seq: Sequence, state: MTPState, last: int) -> torch.Tensor | None:
+        """The layer's output at `last` (the last position whose next token is known),
+        after running it over the positions up to there it has not seen; None if the
+        target's hidden states for them are missing."""
+        if state.end == last + 1 and state.last_out is not None:  # drafts not scheduled
+            return state.last_out
+        waiting, begin = state.waiting, state.waiting_start
+        if waiting is None or begin + len(waiting) <= last:
+            return None
+        if begin > state.end:  # a gap (a prefix hit): the layer starts again from here
+            state.restart(begin)
+        if state.end > last:
+            return None
+        hidden = waiting[state.end - begin : last + 1 - begin]
+        state.waiting, state.waiting_start = waiting[last + 1 - begin :], last + 1
+        out = self._run(seq, state, state.end, hidden, seq.token_ids[state.end + 1 : last + 2])
+        state.end, state.last_out = last + 1, out[-1:]
+        return state.last_out
 
     def _run(self, seq: Sequence, state: MTPState, start: int, hidden: torch.Tensor,
              next_tokens: list[int]) -> torch.Tensor:  # fmt: skip
