@@ -514,6 +514,7 @@ class LLMEngine:
         for chunk, first in zip(chunks, inputs.meta.query_starts, strict=True):
             rows = hidden[first : first + chunk.num_tokens]
             proposer.observe(chunk.seq, chunk.start, rows)
+        self.runner.last_hidden = None  # the proposer keeps copies of what it needs
 
     def _verify(self, logits, chunks):
         """(each sampling chunk's last row, the verification of the draft rows, the

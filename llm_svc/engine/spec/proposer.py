@@ -29,4 +29,5 @@ class Proposer(ABC):
 
     def observe(self, seq: Sequence, start: int, hidden) -> None:  # noqa: B027
         """Only if `needs_hidden`: the target's last hidden states [n, H] of `seq`'s
-        positions [start, start + n), as a step computed them."""
+        positions [start, start + n), as a step computed them (a view of the step's
+        tensor: a proposer copies what it keeps)."""
