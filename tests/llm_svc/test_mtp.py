@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from llm_svc.engine.models import load_model
+from llm_svc.engine.spec import mtp_proposer
 from llm_svc.engine.spec.mtp import DenseKV, load_mtp, mtp_layer_count
 from tests.llm_svc.checkpoints import mtp_checkpoint
 from tests.llm_svc.conftest import greedy, make_engine, run_all, token_ids
@@ -111,14 +112,16 @@ def _chain(layer, model, hidden, tokens, k):
 
 
 @torch.inference_mode()
-def test_engine_drafts_are_the_layer_over_the_target_hidden_states():
-    """One request through chunked prefill (chunks of 7) and verifications: every other
+def test_engine_drafts_are_the_layer_over_the_target_hidden_states(monkeypatch):
+    """One request through chunked prefill (chunks of 7, each run through the layer as it
+    comes: CATCH_UP_ROWS lowered to 5) and verifications: every other
     step proposes the true continuation instead (all accepted: the verified rows' hidden
     states are kept), the others the layer's drafts (rejected: the hybrid state rolls back
     and the tokens are computed again). The layer's drafts at every step are its drafts
     over the target's hidden states of all the sequence's positions."""
     from transformers import Qwen3_5ForCausalLM
 
+    monkeypatch.setattr(mtp_proposer, "CATCH_UP_ROWS", 5)
     model_dir = mtp_checkpoint("qwen3_5")
     prompt, new = list(range(10, 30)), 16
     args = dict(device="cpu", dtype="float32", max_num_batched_tokens=7)

@@ -26,6 +26,10 @@ from llm_svc.engine.sequence import Sequence
 from llm_svc.engine.spec.mtp import DenseKV, MTPLayer
 from llm_svc.engine.spec.proposer import Proposer
 
+# Waiting hidden states past which `observe` runs the layer over those it can: a sequence
+# that does not draft for long (a grammar, a large batch) keeps a bounded number.
+CATCH_UP_ROWS = 256
+
 
 @dataclass
 class MTPState:
@@ -75,6 +79,12 @@ class MTPProposer(Proposer):
             state.waiting = torch.cat([waiting[: start - begin], hidden])
         else:  # a copy: a view would keep the whole step's hidden states alive
             state.waiting, state.waiting_start = hidden.clone(), start
+        if len(state.waiting) >= CATCH_UP_ROWS:
+            # Up to the last position whose next token is read (no draft, no placeholder).
+            read = len(seq.token_ids) - seq.num_pending - seq.num_drafts
+            last = min(read - 2, state.waiting_start + len(state.waiting) - 1)
+            with torch.inference_mode():
+                self._catch_up(seq, state, last)
 
     @torch.inference_mode()
     def propose(self, seq: Sequence, k: int) -> list[int]:
