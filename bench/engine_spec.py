@@ -10,8 +10,9 @@ decode, side by side in one run, at batch 1 and 4 (greedy, EOS ignored).
 Decode tokens/s counts the tokens after each request's first, over the time from the step
 that gave the last request its first token to the end (prefill excluded). Each figure is the
 best of `--repeats` runs, the runs of all variants alternating. Every run's tokens are
-checked equal to the plain run's. A random-weight checkpoint cannot show what Qwen3.5's MTP
-heads would accept: MTP is not built (docs/design/engine.md)."""
+checked equal to the plain run's. MTP (Qwen3.5's own layer, `speculative_method` "mtp") is
+not benched here: the demo model is no Qwen3.5, and a random-weight MTP layer (make-tiny's)
+cannot show what a trained one would accept (docs/design/engine.md)."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ class LLMSettings(GrpcServiceSettings):
     # their method, the recent acceptance below which a sequence pauses drafting (0: never)
     # and the running batch from which decode is compute-bound and nobody drafts.
     num_speculative_tokens: int = Field(0, ge=0)
-    speculative_method: Literal["ngram"] = "ngram"
+    speculative_method: Literal["ngram", "mtp"] = "ngram"
     speculative_min_acceptance: float = Field(0.3, ge=0, le=1)
     speculative_max_batch: int = Field(32, gt=0)
     seed: int = 0

@@ -19,7 +19,7 @@ DEFAULT_CPU_KV_BYTES = 512 << 20
 
 
 # Draft methods (llm_svc/engine/spec). MTP heads (Qwen3.5) are not implemented yet.
-SPECULATIVE_METHODS = ("ngram",)
+SPECULATIVE_METHODS = ("ngram", "mtp")
 
 
 @dataclass
@@ -71,7 +71,8 @@ class EngineConfig:
 
     Speculative decoding (llm_svc/engine/spec; docs/design/engine.md): up to
     `num_speculative_tokens` drafts per decoding sequence (0: off) from
-    `speculative_method` ("ngram"), verified in one target forward; a sequence whose recent
+    `speculative_method` ("ngram"; "mtp": a Qwen3.5 checkpoint's own MTP layer, at
+    tensor_parallel_size 1), verified in one target forward; a sequence whose recent
     acceptance is below `speculative_min_acceptance` pauses drafting (0: never), and a
     batch of `speculative_max_batch` or more running sequences decodes without drafts. It
     turns overlap scheduling off (a step's accepted tokens decide the next step's inputs);
@@ -224,6 +225,12 @@ class EngineConfig:
         if self.speculative_max_batch < 1:
             raise ValueError(
                 f"speculative_max_batch must be >= 1, got {self.speculative_max_batch}"
+            )
+        mtp = self.num_speculative_tokens and self.speculative_method == "mtp"
+        if mtp and self.tensor_parallel_size > 1:
+            raise ValueError(
+                f"speculative_method 'mtp' is not supported with tensor_parallel_size "
+                f"{self.tensor_parallel_size} yet: use 1, or speculative_method 'ngram'"
             )
         if self.num_speculative_tokens:
             # The accepted tokens decide the next step's inputs: nothing to overlap.

@@ -203,7 +203,9 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.blocks, self.fetcher)
         self.sampler = Sampler(config.seed, self.runner.device)
         # None unless num_speculative_tokens > 0 (llm_svc/engine/spec).
-        self.speculator: Speculator | None = make_speculator(config, self.model_config.vocab_size)
+        self.speculator: Speculator | None = make_speculator(
+            config, self.model_config.vocab_size, self.runner
+        )
         # A reasoning model's thought markers, from its own tokenizer (None: it does not think).
         self.think_markers = think_markers(self.tokenizer)
         self.eos_token_ids = set(self.model_config.eos_token_ids)
@@ -481,6 +483,8 @@ class LLMEngine:
         if inputs.num_drafts and self.blocks.states is not None:
             self._keep_states(inputs.sample_chunks)
         logits = self.runner.run(inputs, image_rows)
+        if self.speculator is not None and self.speculator.proposer.needs_hidden:
+            self._hand_hidden(chunks, inputs)
         for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
         seqs = [chunk.seq for chunk in inputs.sample_chunks]
@@ -503,6 +507,14 @@ class LLMEngine:
             if chunk.num_drafts:
                 chunk.seq.spec.backup = states.take_running()
                 states.copy(chunk.seq.state_slot, chunk.seq.spec.backup)
+
+    def _hand_hidden(self, chunks, inputs) -> None:
+        """MTP: each chunk's rows of the step's last hidden states, to the proposer."""
+        hidden, proposer = self.runner.last_hidden, self.speculator.proposer
+        for chunk, first in zip(chunks, inputs.meta.query_starts, strict=True):
+            rows = hidden[first : first + chunk.num_tokens]
+            proposer.observe(chunk.seq, chunk.start, rows)
+        self.runner.last_hidden = None  # the proposer keeps copies of what it needs
 
     def _verify(self, logits, chunks):
         """(each sampling chunk's last row, the verification of the draft rows, the
@@ -760,6 +772,8 @@ class LLMEngine:
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         seq.drop_placeholders()
         self._release_backup(seq)
+        if self.speculator is not None:
+            self.speculator.proposer.forget(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self.scheduler.finish(seq)

@@ -67,6 +67,10 @@ class ModelRunner:
         self.page_size = config.page_size
         # Gemma 4 returns only the sampled rows' hidden states (DecoderLM.keeps_sampled_rows).
         self.keeps_sampled_rows = getattr(self.model, "keeps_sampled_rows", False)
+        # Speculative decoding with MTP: `execute` keeps the step's last hidden states [T, H]
+        # (the final norm's output, every row) in `last_hidden` for the drafter.
+        self.keep_hidden = False
+        self.last_hidden: torch.Tensor | None = None
         mc = self.model_config
         self.num_kv_heads = mc.num_kv_heads if group is None else group.num_local_kv_heads(mc)
         self.rank = 0 if group is None else group.rank
@@ -412,6 +416,8 @@ class ModelRunner:
                 deepstack=None):  # fmt: skip
         """Run the model; returns fp32 logits [len(sample_chunks), vocab]."""
         hidden = self.forward_hidden(inputs, input_embeds, deepstack)
+        if self.keep_hidden:  # every row's: MTP drafting reads them (spec/mtp_proposer.py)
+            self.last_hidden = hidden
         return self.model.compute_logits(self.sampled_hidden(inputs, hidden))
 
     def sampled_hidden(self, inputs: StepInputs, hidden: torch.Tensor) -> torch.Tensor:

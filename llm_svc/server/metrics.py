@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from iris import metrics as names
 from llm_svc.engine import EngineStats
+from llm_svc.engine.config import SPECULATIVE_METHODS
 from llm_svc.engine.host_tier import KINDS as TIER_KINDS
 from llm_svc.engine.outputs import StoreSnapshot, TierSnapshot
 
@@ -177,6 +178,11 @@ class LLMMetrics:
             names.LLM_SPEC_VERIFICATIONS, "Verifications (sequence steps with drafts)", method,
             registry=reg,
         )  # fmt: skip
+        # Every method's series exists from the start, at 0 (a pod without speculation
+        # too): a panel shows 0, never "no data".
+        for name in SPECULATIVE_METHODS:
+            for counter in (self.spec_drafts, self.spec_accepted, self.spec_verifications):
+                counter.labels(name)
 
     # --- engine thread -----------------------------------------------------------------
     def observe_stats(self, stats: EngineStats) -> None:

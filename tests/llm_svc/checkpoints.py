@@ -132,3 +132,13 @@ def tiny_checkpoint(kind: str) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def mtp_checkpoint(arch: str) -> Path:
+    """`iris models make-tiny --arch <arch>`'s checkpoint (qwen3_5 or qwen3_5_moe), which
+    carries one random MTP layer (mtp.safetensors); built once."""
+    from iris.models.build import build_atomically
+    from iris.models.qwen3_5 import tiny
+
+    builder = {"qwen3_5": tiny.build, "qwen3_5_moe": tiny.build_moe}[arch]
+    return build_atomically(CACHE_ROOT / f"make-tiny-{arch}-m1", builder)

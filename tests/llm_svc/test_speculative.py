@@ -12,7 +12,7 @@ import pytest
 
 from llm_svc.engine import EngineConfig, LLMEngine, SamplingParams, VisionEmbeddingSource
 from llm_svc.engine.spec import NgramProposer, OracleProposer
-from tests.llm_svc.checkpoints import tiny_checkpoint
+from tests.llm_svc.checkpoints import mtp_checkpoint, tiny_checkpoint
 from tests.llm_svc.conftest import _checkpoint, greedy, make_engine, run_all, token_ids
 from tests.llm_svc.family_checkpoints import FAMILIES, family_checkpoint
 from tests.llm_svc.mm_reference import GatedSource, MMReference, admit_together, make_image
@@ -133,6 +133,24 @@ def test_greedy_with_drafts_equals_greedy_without(family):
             assert 0 < stats.accepted["oracle"] < stats.proposed["oracle"], "accepts and rejects"
         assert engine.stats().prefix_hit_tokens > 0
         _check_pages(engine, prompts, first)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5", "qwen3_5_moe"])
+def test_greedy_with_mtp_drafts_equals_greedy_without(arch):
+    """The MTP proposer on make-tiny's checkpoints (their random MTP layer: mechanics, not
+    acceptance), through the same run: chunked prefill, preemption, a prefix hit."""
+    model_dir = mtp_checkpoint(arch)
+    prompts = _prompts(arch, model_dir)
+    first, _, _ = _serve(model_dir, prompts)
+    spec_first, spec_again, engine = _serve(
+        model_dir, prompts, num_speculative_tokens=K, speculative_method="mtp",
+        speculative_min_acceptance=0.0,
+    )  # fmt: skip
+    assert spec_first == first and spec_again == first
+    stats = engine.stats()
+    assert stats.spec_proposed["mtp"] > 0 and stats.spec_verifications["mtp"] > 0
+    assert engine.speculator.proposer.states == {}  # finished sequences are forgotten
+    _check_pages(engine, prompts, first)
 
 
 # --- sampling ---------------------------------------------------------------------------
@@ -277,8 +295,13 @@ def test_requests_the_verifier_cannot_reproduce_do_not_draft():
 
 def test_unsupported_settings_are_refused_by_name():
     model_dir = tiny_checkpoint("llama")
-    with pytest.raises(ValueError, match=r"speculative_method must be one of \('ngram',\)"):
-        EngineConfig(model_dir, num_speculative_tokens=2, speculative_method="mtp")
+    with pytest.raises(ValueError, match=r"speculative_method must be one of \('ngram', 'mtp'\)"):
+        EngineConfig(model_dir, num_speculative_tokens=2, speculative_method="eagle")
+    with pytest.raises(ValueError, match="speculative_method 'mtp' needs a Qwen3.5"):
+        make_engine(model_dir, num_speculative_tokens=2, speculative_method="mtp")
+    with pytest.raises(ValueError, match="'mtp' is not supported with tensor_parallel_size 2"):
+        EngineConfig(mtp_checkpoint("qwen3_5"), num_speculative_tokens=2,
+                     speculative_method="mtp", tensor_parallel_size=2)  # fmt: skip
     with pytest.raises(ValueError, match="overlap_scheduling .* num_speculative_tokens 2"):
         EngineConfig(model_dir, num_speculative_tokens=2, overlap_scheduling=True)
 

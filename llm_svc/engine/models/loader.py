@@ -97,7 +97,9 @@ def swap_quantized_layers(
     log.info("FP8 (%s, %s scales): %s linear layers", scheme.method, scheme.strategy, counts)
 
 
-def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = None) -> None:
+def load_weights(
+    model: DecoderLM, model_dir: str | Path, shards: dict | None = None, prefix: str | None = None
+) -> None:
     """Copy every parameter of `model` from the checkpoint; a missing one is an error.
 
     An FP8 layer of `model` (llm_svc/engine/models/quantization.py) takes the FP8 weight and
@@ -105,14 +107,17 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
     dequantized to the model's dtype; an FP8 tensor with no scale is an error.
     `shards[name]`, when given, is a tensor-parallel rank's Shard of parameter `name`
     (models/shard.py): only that part of the checkpoint's tensor is read, and allocated at
-    most once (tensor parallelism refuses quantized checkpoints, so the two never meet)."""
+    most once (tensor parallelism refuses quantized checkpoints, so the two never meet).
+    `prefix`, when given, is where `model`'s parameters sit in the checkpoint instead of
+    the language model's prefix (`mtp.` for Qwen3.5's MTP layer, llm_svc/engine/spec/mtp.py)."""
     model_dir = Path(model_dir)
     files = _tensor_files(model_dir)
     where: dict[str, Path] = {}
     for path in files:
         with safe_open(path, framework="pt") as handle:
             where.update({name: path for name in handle.keys()})  # noqa: SIM118
-    prefix = find_text_prefix(list(where))
+    prefix_given = prefix is not None
+    prefix = find_text_prefix(list(where)) if prefix is None else prefix
     lm_head_names = ["lm_head.weight", prefix + "lm_head.weight"]
     if prefix.endswith("model."):
         lm_head_names.append(prefix[: -len("model.")] + "lm_head.weight")
@@ -127,10 +132,10 @@ def load_weights(model: DecoderLM, model_dir: str | Path, shards: dict | None = 
         else:
             wanted[prefix + name] = name
     skipped = sum(name.startswith("mtp.") for name in where)
-    if skipped:
-        # Multi-token prediction heads (Qwen3.5) would draft for speculative decoding; the
-        # engine drafts by n-gram only so far (llm_svc/engine/spec): left unloaded.
-        log.info("%d mtp.* weights (multi-token prediction) not loaded", skipped)
+    if skipped and not prefix_given:
+        # Multi-token prediction (Qwen3.5): loaded on their own, and only when the engine
+        # drafts with them (speculative_method "mtp", llm_svc/engine/spec/mtp.py).
+        log.info("%d mtp.* weights (multi-token prediction) left to the MTP drafter", skipped)
     # Stacked experts may be stored per expert: read_experts finds them (checked there).
     missing = [name for name in wanted if name not in where and not is_stacked_expert(name)]
     if missing:

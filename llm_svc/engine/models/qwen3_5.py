@@ -10,7 +10,8 @@ Full attention: the query projection packs a gate beside each head's query (per 
 Linear attention: llm_svc/engine/models/gated_deltanet.py, over per-sequence states held in
 the engine's StatePool (llm_svc/engine/state_pool.py), read and written in place. Every norm
 but the linear layers' gated one scales by (1 + weight) (GemmaRMSNorm). Parameter names
-mirror the HF checkpoint; its `mtp.*` weights (multi-token prediction) are not loaded.
+mirror the HF checkpoint; its `mtp.*` weights (multi-token prediction) are loaded apart,
+by the MTP drafter (llm_svc/engine/spec/mtp.py), only when it drafts.
 """
 
 from __future__ import annotations

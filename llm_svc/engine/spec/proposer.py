@@ -16,7 +16,18 @@ class Proposer(ABC):
     has nothing to say returns [] and the sequence decodes one token that step."""
 
     name: str = ""
+    # Whether the engine hands over the target's last hidden states (`observe`).
+    needs_hidden: bool = False
 
     @abstractmethod
     def propose(self, seq: Sequence, k: int) -> list[int]:
         """At most `k` draft token ids."""
+
+    def forget(self, seq: Sequence) -> None:  # noqa: B027 (a hook: most keep nothing)
+        """`seq` has finished (or was aborted or failed): a proposer that keeps state per
+        sequence drops its."""
+
+    def observe(self, seq: Sequence, start: int, hidden) -> None:  # noqa: B027
+        """Only if `needs_hidden`: the target's last hidden states [n, H] of `seq`'s
+        positions [start, start + n), as a step computed them (a view of the step's
+        tensor: a proposer copies what it keeps)."""
