@@ -692,8 +692,8 @@ def run_kv_pressure(args, workload) -> None:
     # Each pod count runs the first conversations_for(...) of the one plan.
     plans = {pods: plan[: conversations_for(shape, pods)] for pods in pods_list}
     print(
-        f"kv-pressure: {shape.conversations} conversations at 3 pods x {shape.turns} turns, notes of "
-        f"{shape.notes_words} words, {shape.library} photos, think {shape.think_s[0]:g}-"
+        f"kv-pressure: {shape.conversations} conversations at 3 pods x {shape.turns} turns, "
+        f"notes of {shape.notes_words} words, {shape.library} photos, think {shape.think_s[0]:g}-"
         f"{shape.think_s[1]:g} s, starts within {shape.spread_s:g} s, answers of "
         f"{shape.max_tokens} tokens; pods {pods_list}; seed {args.seed}",
         flush=True,
