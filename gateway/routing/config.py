@@ -36,7 +36,7 @@ picker: {{type: max-score}}
 
 
 # The default scorer of `prefix-aware` (docs/design/gateway.md, "Routing": which, and why).
-DEFAULT_PREFIX_SCORER = "estimated-wait"
+DEFAULT_PREFIX_SCORER = "estimated-ttft"
 
 BUILTIN_POLICIES: dict[str, str] = {
     # Prefix reuse and load in one unit (see plugins/estimated_wait.py, estimated_ttft.py):

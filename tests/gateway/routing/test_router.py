@@ -23,7 +23,7 @@ def pods(*loads):
 def test_builtin_policies_and_files_load(tmp_path):
     config = load_router_config("prefix-aware")
     assert [f.type for f in config.filters] == ["healthy", "not-saturated"]
-    assert [(s.type, w) for s, w in config.scorers] == [("estimated-wait", 1.0)]
+    assert [(s.type, w) for s, w in config.scorers] == [("estimated-ttft", 1.0)]
     path = tmp_path / "router.yaml"
     path.write_text("filters: [{type: healthy}]\nscorers: [{type: prefix, weight: 2}]\n")
     assert load_router_config(str(path)).picker.type == "max-score"
@@ -91,7 +91,7 @@ def test_every_plugin_call_is_timed():
         )
         return value or 0.0
 
-    plugins = ["healthy", "not-saturated", "estimated-wait", "max-score"]
+    plugins = ["healthy", "not-saturated", "estimated-ttft", "max-score"]
     before = {name: count(name) for name in plugins}
     router = Router(load_router_config("prefix-aware"), KVIndex())
     router.route(RoutingRequest(np.arange(8, dtype=np.int64), FINGERPRINT), pods(PodLoad()))
