@@ -81,13 +81,7 @@ class KVIndex:
         state = self._pods.get(pod)
         if state is None:
             return 0
-        blocks = state.blocks
-        count = 0
-        for block in hashes[:limit]:
-            if block not in blocks:
-                break
-            count += 1
-        return count
+        return _leading(hashes[:limit], state.blocks.__contains__)
 
     def device_blocks(self, pod: str, hashes: Sequence[bytes], limit: int | None = None) -> int:
         """How many leading blocks of `hashes` the pod holds on its device (the chain stops
@@ -96,23 +90,12 @@ class KVIndex:
         if state is None:
             return 0
         blocks, host = state.blocks, state.host
-        count = 0
-        for block in hashes[:limit]:
-            if block not in blocks or block in host:
-                break
-            count += 1
-        return count
+        return _leading(hashes[:limit], lambda block: block in blocks and block not in host)
 
     def store_blocks(self, hashes: Sequence[bytes], limit: int | None = None) -> int:
         """How many leading blocks of `hashes` some pod wrote to the shared KV store (as far
         as this gateway heard; the store may have let some go since)."""
-        store = self._store
-        count = 0
-        for block in hashes[:limit]:
-            if block not in store:
-                break
-            count += 1
-        return count
+        return _leading(hashes[:limit], self._store.__contains__)
 
     def has_snapshot(self, pod: str, block: bytes) -> bool:
         """Whether the pod holds a state snapshot after `block` (a hybrid model). A pod
@@ -208,3 +191,14 @@ class KVIndex:
     def forget(self, pod: str) -> None:
         """Drop a pod that left (or was refused)."""
         self._pods.pop(pod, None)
+
+
+def _leading(hashes: Sequence[bytes], present) -> int:
+    """How many of `hashes`, from the first, `present` says yes to (a chain: it stops at the
+    first no)."""
+    count = 0
+    for block in hashes:
+        if not present(block):
+            break
+        count += 1
+    return count
