@@ -26,8 +26,9 @@ Configurations, each on a freshly started platform (`iris up` processes), `--pod
   host            host tier, prefix routing
   store           host tier + store, prefix routing
   rr-store        host tier + store, round-robin
-  ttft-store      host tier + store, the `estimated-ttft` policy (tier and store loads
-                  priced apart from prefill)
+  wait-store      host tier + store, the `estimated-wait` policy (the default scorer
+                  before `estimated-ttft`, which prices tier and store loads apart from
+                  prefill: the prefix routing of the rows above)
 
 Each is a row of CONFIGS with its router policy (the gateway's built-in name, given as
 IRIS_GATEWAY_ROUTER_CONFIG): a new policy is one more row.
@@ -137,7 +138,8 @@ CONFIGS = (
     Setup("host", "host tier, prefix", "prefix-aware", True, False),
     Setup("store", "host tier + store, prefix", "prefix-aware", True, True),
     Setup("rr-store", "host tier + store, round-robin", "round-robin", True, True),
-    Setup("ttft-store", "host tier + store, estimated TTFT", "estimated-ttft", True, True),
+    # The previous default scorer, by name (the rows above run the default, estimated-ttft).
+    Setup("wait-store", "host tier + store, estimated wait", "estimated-wait", True, True),
 )
 BASELINE = "device"
 TARGET = ("store", 3, 3.0)  # (config, pods, later-turn p90 ratio against device only)
