@@ -75,6 +75,11 @@ class KVIndex:
         """The pod's blocks whose KV is in its host memory only."""
         return set(self._pod(pod).host)
 
+    def holds_in_host(self, pod: str) -> bool:
+        """Whether the pod holds any block in host memory only."""
+        state = self._pods.get(pod)
+        return state is not None and bool(state.host)
+
     def matched_blocks(self, pod: str, hashes: Sequence[bytes], limit: int | None = None) -> int:
         """How many leading blocks of `hashes` the pod holds (the chain stops at a miss),
         at most `limit` (the blocks the pod may resume: iris.multimodal.PrefixResumeRule)."""

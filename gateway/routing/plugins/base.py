@@ -76,7 +76,9 @@ class RoutingRequest:
 
         address = pod.address
         held = resumed(index.matched_blocks(address, hashes, most))
-        device = min(held, resumed(index.device_blocks(address, hashes, most)))
+        device = held  # a pod with nothing in host memory holds all of it on its device
+        if index.holds_in_host(address):
+            device = min(held, resumed(index.device_blocks(address, hashes, most)))
         store = 0
         if pod.load.rates.kv_store:
             # The store keeps a page's window page and snapshot beside it: assumed there.
