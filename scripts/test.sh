@@ -9,7 +9,9 @@ export PATH="$ROOT/.tools:$PATH"
 .venv/bin/ruff format --check . >/dev/null
 # Two worker processes (pytest-xdist), each taking whole test files, so a module's platform
 # is started once: most of the suite's time is services starting, waiting on each other or on
-# a fault to be noticed, which a second worker overlaps. Files go out in collection order
+# a fault to be noticed, which a second worker overlaps. The files that use a shared platform
+# go to one worker together, so each shared platform starts once (tests/fixtures/platform.py
+# gives xdist that scheduler for loadfile). Files go out in collection order
 # (--no-loadscope-reorder): a shared platform is stopped after the last test to use it
 # (tests/fixtures/platform.py), which holds only if no worker runs a later file before an
 # earlier one. IRIS_TEST_WORKERS=0 runs it in one process.

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from llm_svc.engine import EngineConfig, LLMEngine
+from llm_svc.engine.grammar.workers import start_fork_server
 from llm_svc.engine.kv_store import KVStoreConfig
 from llm_svc.server.grammar_hook import grammar_worker_from_env
 from llm_svc.settings import LLMSettings
@@ -92,6 +93,9 @@ def build_engine(settings: LLMSettings) -> LLMEngine:
         torch.set_num_threads(settings.torch_threads)
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("IRIS_LLM_DEVICE=cuda but no CUDA device is available")
+    # The grammar fork server imports torch and xgrammar (seconds): let it do so while the
+    # model loads, rather than after.
+    start_fork_server()
     engine = LLMEngine(engine_config(settings))
     # Compile workers start with the pod, not with its first schema, and the pod is ready
     # only once one is: a structured request right after start does not wait for them.
