@@ -126,6 +126,10 @@ class LLMSettings(GrpcServiceSettings):
     grammar_failure_ttl_s: float = Field(300.0, gt=0)
     grammar_compile_threads: int = Field(2, gt=0)
     grammar_cache_entries: int = Field(256, gt=0)
+    # Start the fork server and compile workers with the pod (it is ready once one is) or at
+    # the first structured request (it then waits for their imports, about 3 s on a CPU):
+    # the fork server and its three workers take about 300 MB of host memory (PSS) a pod.
+    grammar_workers_at_start: bool = True
 
     # Serving
     max_waiting: int = Field(256, gt=0)

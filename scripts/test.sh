@@ -7,6 +7,8 @@ bash scripts/setup.sh
 export PATH="$ROOT/.tools:$PATH"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null
+# The suite's checkpoints (tiny random ones and the demo), built once per builder change.
+.venv/bin/python -m tests.fixtures.models
 # Two worker processes (pytest-xdist), each taking whole test files, so a module's platform
 # is started once: most of the suite's time is services starting, waiting on each other or on
 # a fault to be noticed, which a second worker overlaps. The files that use a shared platform

@@ -93,13 +93,17 @@ def build_engine(settings: LLMSettings) -> LLMEngine:
         torch.set_num_threads(settings.torch_threads)
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("IRIS_LLM_DEVICE=cuda but no CUDA device is available")
-    # The grammar fork server imports torch and xgrammar (seconds): let it do so while the
-    # model loads, rather than after.
-    start_fork_server()
+    if settings.grammar_workers_at_start:
+        # The grammar fork server imports torch and xgrammar (seconds): let it do so while
+        # the model loads, rather than after.
+        start_fork_server()
     engine = LLMEngine(engine_config(settings))
     # Compile workers start with the pod, not with its first schema, and the pod is ready
     # only once one is: a structured request right after start does not wait for them.
-    if not engine.grammars.wait_ready(GRAMMAR_READY_TIMEOUT_S):
+    # (Without `grammar_workers_at_start` the pool starts them at its first constraint.)
+    if settings.grammar_workers_at_start and not engine.grammars.wait_ready(
+        GRAMMAR_READY_TIMEOUT_S
+    ):
         log.warning(
             "no grammar compile worker is ready after %g s; structured output waits for one",
             GRAMMAR_READY_TIMEOUT_S,

@@ -37,6 +37,7 @@ STALLING_POD = {
     "IRIS_LLM_GRAMMAR_COMPILE_THREADS": "1",
     "IRIS_LLM_GRAMMAR_COMPILE_TIMEOUT_S": "2",
     "IRIS_LLM_GRAMMAR_QUEUE_TIMEOUT_S": "600",  # the queued request waits out the stall
+    "IRIS_LLM_GRAMMAR_WORKERS_AT_START": "true",  # the workers as deployed
 }
 SCHEMA = {
     "type": "object",
