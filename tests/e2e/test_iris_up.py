@@ -17,6 +17,7 @@ import pytest
 
 from iris.up.processes import wait_until
 from tests.e2e.helpers import image_message, image_png
+from tests.fixtures.platform import LAZY_GRAMMAR
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,9 @@ def iris_up(model_dir, *flags, log_dir) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # Its pods start their grammar workers lazily, as the suite's platforms do
+        # (tests/fixtures/platform.py's LAZY_GRAMMAR): nothing here compiles a grammar.
+        env={**os.environ, **LAZY_GRAMMAR, "PYTHONUNBUFFERED": "1"},
     )
 
 
