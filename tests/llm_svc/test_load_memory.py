@@ -289,3 +289,17 @@ def test_each_tensor_parallel_rank_reads_and_holds_its_share_alone(
             if param_name in shards:
                 expected = shards[param_name].cut(expected)
             assert torch.equal(param, expected), f"rank {rank}: {param_name}"
+
+
+def test_building_initialises_nothing_and_materializing_keeps_each_layout():
+    normal = torch.nn.init.normal_
+    with loader.building_in(torch.bfloat16):
+        assert torch.nn.init.normal_ is not normal  # a no-op while building
+        embedding = torch.nn.Embedding(4, 8)
+        linear = torch.nn.Linear(8, 4, bias=False)
+        linear.weight.data = torch.empty_strided((4, 8), (1, 4), device="meta")  # transposed
+    assert torch.nn.init.normal_ is normal
+    assert embedding.weight.is_meta and embedding.weight.dtype == torch.bfloat16
+    model = loader.materialize(torch.nn.Sequential(embedding, linear), torch.device("cpu"))
+    assert model[0].weight.device.type == "cpu" and model[0].weight.dtype == torch.bfloat16
+    assert model[1].weight.stride() == (1, 4)
